@@ -1,0 +1,32 @@
+//! Indices into the per-CPU `COUNTERS` array: what the kernel side saw and what it lost.
+//!
+//! Retired indices are never reused; new counters are appended before `NR_COUNTERS`.
+
+/// `sched_switch` events handled.
+pub const SCHED_SWITCH: u32 = 0;
+/// `sched_wakeup` and `sched_wakeup_new` events handled.
+pub const SCHED_WAKEUP: u32 = 1;
+/// Run-queue waits measured and added to a histogram.
+pub const RUNQ_WAITS: u32 = 2;
+/// A wait could not be started because the `RUNQ_START` map was full (the wait is lost).
+pub const RUNQ_START_FULL: u32 = 3;
+/// A wait could not be added because the `RUNQ_HIST` map was full (the wait is lost).
+pub const RUNQ_HIST_FULL: u32 = 4;
+/// An event could not be reserved in the ring buffer (the event is lost; histograms still count it).
+pub const RINGBUF_FULL: u32 = 5;
+/// The waiting task's cgroup could not be read (charged to cgroup id 0).
+pub const CGROUP_UNREADABLE: u32 = 6;
+/// Number of counters.
+pub const NR_COUNTERS: u32 = 8;
+
+/// Names, in index order, as they appear in `cgtrace doctor` and the stream.
+pub const NAMES: [&str; NR_COUNTERS as usize] = [
+    "sched_switch",
+    "sched_wakeup",
+    "runq_waits",
+    "runq_start_full",
+    "runq_hist_full",
+    "ringbuf_full",
+    "cgroup_unreadable",
+    "reserved7",
+];

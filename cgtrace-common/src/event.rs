@@ -1,0 +1,51 @@
+//! The header every ring-buffer record starts with.
+//!
+//! Kinds are numbered in ranges per family (runq 0x100.., throttle 0x200.., reads 0x300..);
+//! retired numbers are never reused.
+
+/// First field of every record in the `EVENTS` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// One of the `KIND_*` constants.
+    pub kind: u32,
+    /// CPU the event was recorded on.
+    pub cpu: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the event was recorded.
+    pub ts_ns: u64,
+}
+
+/// A run-queue wait above the event threshold: [`crate::runq::RunqEvent`].
+pub const KIND_RUNQ_WAIT: u32 = 0x100;
+
+/// Why a record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than its header or than the type its kind names.
+    Short { kind: u32, len: usize, need: usize },
+    /// A kind this build does not know.
+    UnknownKind(u32),
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Short { kind, len, need } => {
+                write!(f, "event kind {kind:#x}: {len} bytes, need {need}")
+            }
+            Self::UnknownKind(kind) => write!(f, "unknown event kind {kind:#x}"),
+        }
+    }
+}
+
+/// Reads a `T` from the front of `bytes` if it is long enough (unaligned read).
+///
+/// # Safety
+/// `T` must be a `#[repr(C)]` plain-old-data type valid for every bit pattern.
+pub unsafe fn read_pod<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < core::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: length checked above; the caller promises T is valid for any bytes.
+    Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}

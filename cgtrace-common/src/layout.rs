@@ -1,0 +1,95 @@
+//! Kernel struct field offsets, resolved by the daemon from the running kernel's BTF at start-up
+//! and handed to the eBPF programs as the read-only global `LAYOUT`.
+//!
+//! rustc emits no CO-RE relocations for BPF, so the programs never use compiled-in offsets: every
+//! kernel field they read is `bpf_probe_read_kernel(base + LAYOUT.field)`. A field the running
+//! kernel does not have is [`ABSENT`].
+
+/// Marks a field this kernel does not have.
+pub const ABSENT: u32 = u32::MAX;
+
+/// Cgroup identity is read from `task->cgroups->dfl_cgrp` (cgroup2).
+pub const CGROUP_MODE_V2: u32 = 0;
+/// Cgroup identity is read from `task->cgroups->subsys[LAYOUT.cpu_subsys_id]->cgroup` (v1).
+pub const CGROUP_MODE_V1: u32 = 1;
+
+/// Offsets (bytes) of the kernel fields the programs read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `task_struct.pid`
+    pub task_pid: u32,
+    /// `task_struct.tgid`
+    pub task_tgid: u32,
+    /// `task_struct.comm`
+    pub task_comm: u32,
+    /// `task_struct.cgroups` (a `css_set *`)
+    pub task_cgroups: u32,
+    /// `task_struct.__state` (5.14+) or `task_struct.state`; read only where `sched_switch` has
+    /// no `prev_state` argument (before 5.18).
+    pub task_state: u32,
+    /// Size of that state field in bytes (4 or 8).
+    pub task_state_size: u32,
+    /// `css_set.subsys` (array of `cgroup_subsys_state *`)
+    pub css_set_subsys: u32,
+    /// `css_set.dfl_cgrp`
+    pub css_set_dfl_cgrp: u32,
+    /// `cgroup_subsys_state.cgroup`
+    pub css_cgroup: u32,
+    /// `cgroup.kn`
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id` (u64 since 5.5)
+    pub kn_id: u32,
+    /// `enum cgroup_subsys_id` value of `cpu_cgrp_id`.
+    pub cpu_subsys_id: u32,
+    /// [`CGROUP_MODE_V1`] or [`CGROUP_MODE_V2`].
+    pub cgroup_mode: u32,
+    /// 1 if `sched_switch` passes `prev_state` as its 4th argument (5.18+).
+    pub switch_has_prev_state: u32,
+}
+
+impl Layout {
+    /// Every field absent: what the programs see if the loader forgot to set `LAYOUT`.
+    pub const UNSET: Self = Self {
+        task_pid: ABSENT,
+        task_tgid: ABSENT,
+        task_comm: ABSENT,
+        task_cgroups: ABSENT,
+        task_state: ABSENT,
+        task_state_size: 0,
+        css_set_subsys: ABSENT,
+        css_set_dfl_cgrp: ABSENT,
+        css_cgroup: ABSENT,
+        cgroup_kn: ABSENT,
+        kn_id: ABSENT,
+        cpu_subsys_id: ABSENT,
+        cgroup_mode: CGROUP_MODE_V2,
+        switch_has_prev_state: 0,
+    };
+}
+
+/// Run-time settings of the programs, the read-only global `CONFIG`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Waits at least this long (ns) are also sent as [`crate::runq::RunqEvent`]s.
+    pub runq_event_min_ns: u64,
+    /// Wake the reader once this many bytes are pending in the ring buffer.
+    pub ringbuf_wakeup_bytes: u64,
+}
+
+impl Config {
+    /// Defaults that make the programs usable even if the loader set nothing.
+    pub const DEFAULT: Self = Self {
+        runq_event_min_ns: 10_000_000,
+        ringbuf_wakeup_bytes: 64 * 1024,
+    };
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain #[repr(C)] integers with no padding holes.
+    unsafe impl aya::Pod for super::Layout {}
+    // SAFETY: plain #[repr(C)] integers with explicit padding.
+    unsafe impl aya::Pod for super::Config {}
+}

@@ -1,0 +1,12 @@
+//! The ABI between cgtrace's eBPF programs and its daemon.
+//!
+//! Everything here is `#[repr(C)]` with explicit padding and no `bool`s, so the byte layout is
+//! the same on both sides. Each event family has one name from kernel to screen: `runq` here is
+//! `cgtrace-ebpf/src/probes/runq.rs` in the kernel and `cgtrace/src/runq.rs` in the daemon.
+#![no_std]
+
+pub mod counters;
+pub mod event;
+pub mod hist;
+pub mod layout;
+pub mod runq;

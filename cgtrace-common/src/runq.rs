@@ -1,0 +1,127 @@
+//! `runq`: run-queue latency — how long a runnable task waited for a CPU, charged to the task
+//! that waited (the wakee at `sched_wakeup`, `next` at `sched_switch`), keyed by its cgroup.
+//!
+//! Two outputs: per-(cgroup, kind) histograms aggregated in the kernel (`RUNQ_HIST`, read by the
+//! daemon once per interval as cumulative values), and one [`RunqEvent`] per wait at or above the
+//! event threshold in the `EVENTS` ring buffer (for `record` and event lines).
+
+use crate::{event::EventHeader, hist::NR_BUCKETS};
+
+/// Why a task was runnable and waiting. Retired values are never reused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WaitKind {
+    /// Woken (`sched_wakeup`/`sched_wakeup_new`) and waiting to run.
+    Wakeup = 0,
+    /// Switched out while still runnable (preempted or yielded) and waiting to run again.
+    Preempt = 1,
+    /// Off the CPU because its group or an ancestor was throttled (CFS bandwidth).
+    Throttled = 2,
+}
+
+/// Number of wait kinds.
+pub const NR_WAIT_KINDS: usize = 3;
+
+impl WaitKind {
+    /// All kinds, in value order.
+    pub const ALL: [Self; NR_WAIT_KINDS] = [Self::Wakeup, Self::Preempt, Self::Throttled];
+
+    /// The name used in the stream, the view and recordings.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Wakeup => "wakeup",
+            Self::Preempt => "preempt",
+            Self::Throttled => "throttled",
+        }
+    }
+}
+
+impl TryFrom<u32> for WaitKind {
+    type Error = u32;
+    fn try_from(v: u32) -> Result<Self, u32> {
+        match v {
+            0 => Ok(Self::Wakeup),
+            1 => Ok(Self::Preempt),
+            2 => Ok(Self::Throttled),
+            other => Err(other),
+        }
+    }
+}
+
+/// Value of `RUNQ_START`, keyed by tid: when the wait began and why.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunqStart {
+    pub ts_ns: u64,
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// Key of `RUNQ_HIST`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunqKey {
+    /// `kernfs_node.id` of the waiting task's cgroup in the traced hierarchy (0: unreadable).
+    pub cgroup_id: u64,
+    /// A [`WaitKind`] value.
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// Value of `RUNQ_HIST`: count, sum and buckets are cumulative since the entry was created (the
+/// daemon takes deltas); the maximum is per window.
+///
+/// Window maxima use two slots: while the `EPOCH` map holds `e`, writers keep the max of epoch `e`
+/// in slot `e & 1` (resetting it when the slot still carries an older epoch). The daemon bumps
+/// `EPOCH` to `e + 1` at the end of a window and then reads slot `e & 1`, which no writer of the
+/// new epoch touches.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunqHist {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub max_ns: [u64; 2],
+    pub max_epoch: [u64; 2],
+    pub buckets: [u64; NR_BUCKETS],
+}
+
+impl RunqHist {
+    pub const ZERO: Self = Self {
+        count: 0,
+        sum_ns: 0,
+        max_ns: [0; 2],
+        max_epoch: [0; 2],
+        buckets: [0; NR_BUCKETS],
+    };
+
+    /// The maximum of window `epoch`, if that slot was written in it.
+    pub fn window_max(&self, epoch: u64) -> Option<u64> {
+        let slot = (epoch & 1) as usize;
+        (self.max_epoch[slot] == epoch).then_some(self.max_ns[slot])
+    }
+}
+
+/// A wait at or above `CONFIG.runq_event_min_ns`, sent through the `EVENTS` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunqEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+    pub wait_ns: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    /// A [`WaitKind`] value.
+    pub kind: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] integers with explicit padding.
+    unsafe impl aya::Pod for super::RunqKey {}
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::RunqHist {}
+    // SAFETY: #[repr(C)] integers with explicit padding.
+    unsafe impl aya::Pod for super::RunqStart {}
+}

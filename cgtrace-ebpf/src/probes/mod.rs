@@ -1,0 +1,3 @@
+//! One module per event family; the same names as `cgtrace-common` and the daemon.
+pub mod capability;
+pub mod runq;

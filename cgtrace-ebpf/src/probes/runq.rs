@@ -1,0 +1,220 @@
+//! `runq`: run-queue latency per cgroup and wait kind.
+//!
+//! A wait starts at `sched_wakeup`/`sched_wakeup_new` (kind wakeup) or when a task is switched out
+//! still runnable (kind preempt: `prev_state == TASK_RUNNING`, never the `preempt` flag, which is
+//! 0 for most involuntary preemptions on preempt=none kernels). It ends when the task is switched
+//! in, and is charged to that task's cgroup — the task that waited, never `current`.
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_NOEXIST, BPF_RB_AVAIL_DATA},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use cgtrace_common::{
+    counters,
+    event::{EventHeader, KIND_RUNQ_WAIT},
+    hist::{NR_BUCKETS, bucket_of},
+    layout::Layout,
+    runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
+};
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use crate::{
+    CONFIG,
+    kernel::{layout, task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
+    maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, ZERO_HIST, count},
+};
+
+const TASK_RUNNING: u64 = 0;
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
+    wakeup(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
+    wakeup(&ctx);
+    0
+}
+
+/// `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    let prev_state: u32 = ctx.arg(3);
+    switch(&ctx, prev, next, Some(u64::from(prev_state)));
+    0
+}
+
+/// `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_noprevstate(ctx: BtfTracePointContext) -> u32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    switch(&ctx, prev, next, None);
+    0
+}
+
+#[inline(always)]
+fn wakeup(ctx: &BtfTracePointContext) {
+    count(counters::SCHED_WAKEUP);
+    let l = layout();
+    let p: *const u8 = ctx.arg(0);
+    if let Some(pid) = task_pid(&l, p).filter(|&pid| pid != 0) {
+        start_wait(pid, WaitKind::Wakeup);
+    }
+}
+
+#[inline(always)]
+fn start_wait(pid: u32, kind: WaitKind) {
+    let start = RunqStart {
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        kind: kind as u32,
+        _pad: 0,
+    };
+    if RUNQ_START.insert(&pid, &start, 0).is_err() {
+        count(counters::RUNQ_START_FULL);
+    }
+}
+
+#[inline(always)]
+fn switch<C: EbpfContext>(_ctx: &C, prev: *const u8, next: *const u8, prev_state: Option<u64>) {
+    count(counters::SCHED_SWITCH);
+    let l = layout();
+    // The idle task (pid 0) always switches out as runnable: never a wait.
+    if let Some(prev_pid) = task_pid(&l, prev).filter(|&pid| pid != 0) {
+        let state = match prev_state {
+            Some(s) => Some(s),
+            None => task_state(&l, prev),
+        };
+        if state == Some(TASK_RUNNING) {
+            start_wait(prev_pid, WaitKind::Preempt);
+        }
+    }
+    if let Some(next_pid) = task_pid(&l, next).filter(|&pid| pid != 0) {
+        end_wait(&l, next, next_pid);
+    }
+}
+
+#[inline(always)]
+fn end_wait(l: &Layout, next: *const u8, pid: u32) {
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
+        return;
+    };
+    let _ = RUNQ_START.remove(&pid);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now < start.ts_ns {
+        return;
+    }
+    let wait_ns = now - start.ts_ns;
+    let cgroup_id = match task_cgroup_id(l, next) {
+        Some(id) => id,
+        None => {
+            count(counters::CGROUP_UNREADABLE);
+            0
+        }
+    };
+    add_to_hist(cgroup_id, start.kind, wait_ns);
+    // SAFETY: CONFIG is a plain static in .rodata.
+    let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };
+    if wait_ns >= min_ns {
+        emit_event(l, next, pid, cgroup_id, start.kind, wait_ns, now);
+    }
+}
+
+#[inline(always)]
+fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
+    let key = RunqKey {
+        cgroup_id,
+        kind,
+        _pad: 0,
+    };
+    let hist = match RUNQ_HIST.get_ptr_mut(&key) {
+        Some(h) => h,
+        None => {
+            let Some(zero) = ZERO_HIST.get_ptr(0) else {
+                return;
+            };
+            // SAFETY: `zero` points at a map value of the right type.
+            let inserted = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+            match (inserted, RUNQ_HIST.get_ptr_mut(&key)) {
+                (_, Some(h)) => h,
+                (_, None) => {
+                    count(counters::RUNQ_HIST_FULL);
+                    return;
+                }
+            }
+        }
+    };
+    let idx = bucket_of(wait_ns) as usize;
+    if idx >= NR_BUCKETS {
+        return;
+    }
+    // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
+    // charge the same cgroup at once.
+    unsafe {
+        atomic_add(&raw mut (*hist).count, 1);
+        atomic_add(&raw mut (*hist).sum_ns, wait_ns);
+        atomic_add(&raw mut (*hist).buckets[idx], 1);
+        // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
+        // raising the same cgroup's max at the same instant can keep the smaller of the two.
+        let epoch = EPOCH.get(0).copied().unwrap_or(0);
+        let slot = (epoch & 1) as usize;
+        if (*hist).max_epoch[slot] != epoch {
+            (*hist).max_epoch[slot] = epoch;
+            (*hist).max_ns[slot] = wait_ns;
+        } else if wait_ns > (*hist).max_ns[slot] {
+            (*hist).max_ns[slot] = wait_ns;
+        }
+    }
+    count(counters::RUNQ_WAITS);
+}
+
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: caller guarantees `p` is a valid, aligned map-value field. The result is unused,
+    // so this is the plain BPF atomic add every kernel supports (no BPF_FETCH, 5.12+).
+    let _ = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+#[inline(always)]
+fn emit_event(l: &Layout, next: *const u8, pid: u32, cgroup_id: u64, kind: u32, wait_ns: u64, now: u64) {
+    let ev = RunqEvent {
+        header: EventHeader {
+            kind: KIND_RUNQ_WAIT,
+            // SAFETY: helper without preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            ts_ns: now,
+        },
+        cgroup_id,
+        wait_ns,
+        pid,
+        tgid: task_tgid(l, next).unwrap_or(0),
+        kind,
+        _pad: 0,
+        comm: task_comm(l, next),
+    };
+    if EVENTS.output(&ev, wakeup_flags()).is_err() {
+        count(counters::RINGBUF_FULL);
+    }
+}
+
+/// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
+/// timer), so its own wakeups cannot feed back into the events it reads.
+#[inline(always)]
+fn wakeup_flags() -> u64 {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    let threshold = unsafe { core::ptr::read_volatile(&raw const CONFIG.ringbuf_wakeup_bytes) };
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
+}

@@ -1,0 +1,196 @@
+//! The aggregator: turns each window's per-cgroup deltas into a [`Window`] snapshot, keeps
+//! since-start histograms, and owns the bounded cgroup table (paths, names, removal).
+
+use std::collections::HashMap;
+
+use cgtrace_common::runq::WaitKind;
+
+use crate::{
+    cgroup::{Resolver, name},
+    hist::Hist,
+    runq::KindHists,
+    snapshot::{CgroupWindow, EventCounts, RunqWindow, Window},
+};
+
+/// Cgroups checked for removal per window (round-robin over the table), so a table of 10 000
+/// cgroups costs a few hundred `stat`s per window, not ten thousand.
+const REMOVAL_CHECKS_PER_WINDOW: usize = 256;
+
+struct Entry {
+    path: Option<String>,
+    name: Option<name::Name>,
+    total: KindHists,
+    last_active_seq: u64,
+}
+
+/// Per-cgroup state across windows.
+pub struct Aggregator {
+    hierarchy: String,
+    resolver: Resolver,
+    table: HashMap<u64, Entry>,
+    max_cgroups: usize,
+    evicted: u64,
+    seq: u64,
+    sweep_cursor: usize,
+}
+
+/// A window and the cgroups found removed while building it (their kernel state can go).
+pub struct WindowOutput {
+    pub window: Window,
+    pub removed: Vec<u64>,
+}
+
+impl Aggregator {
+    pub fn new(hierarchy: String, resolver: Resolver, max_cgroups: usize) -> Self {
+        Self {
+            hierarchy,
+            resolver,
+            table: HashMap::new(),
+            max_cgroups: max_cgroups.max(1),
+            evicted: 0,
+            seq: 0,
+            sweep_cursor: 0,
+        }
+    }
+
+    /// Builds the next window from the cgroups' deltas.
+    pub fn window(&mut self, deltas: HashMap<u64, KindHists>, events: EventCounts, end_unix_ms: u64, duration_ms: u64) -> WindowOutput {
+        self.seq += 1;
+        let seq = self.seq;
+        let mut removed = Vec::new();
+        let mut cgroups = Vec::with_capacity(deltas.len());
+        for (id, kinds) in deltas {
+            let gone;
+            {
+                let entry = self.entry(id);
+                gone = entry.path.is_none();
+                for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
+                    t.merge(d);
+                }
+                entry.last_active_seq = seq;
+            }
+            let entry = &self.table[&id];
+            cgroups.push(CgroupWindow {
+                id,
+                hierarchy: self.hierarchy.clone(),
+                path: entry.path.clone(),
+                name: entry.name.as_ref().map(|n| n.display.clone()),
+                name_kind: entry.name.as_ref().map(|n| name_kind(n)),
+                removed: gone && id != 0,
+                runq: runq_window(&kinds),
+            });
+            if gone && id != 0 {
+                removed.push(id);
+            }
+        }
+        cgroups.sort_by(|a, b| b.runq.all.count.cmp(&a.runq.all.count).then(a.id.cmp(&b.id)));
+        removed.extend(self.sweep());
+        for id in &removed {
+            self.table.remove(id);
+            self.resolver.forget(*id);
+        }
+        self.enforce_bound();
+        WindowOutput {
+            window: Window {
+                kind: "window".into(),
+                seq: self.seq,
+                end_unix_ms,
+                duration_ms,
+                events,
+                cgroups_tracked: self.table.len(),
+                cgroups_evicted: self.evicted,
+                cgroups,
+            },
+            removed,
+        }
+    }
+
+    /// Since-start histograms of every tracked cgroup, for the closing summary.
+    pub fn totals(&self) -> Vec<CgroupWindow> {
+        let mut v: Vec<_> = self
+            .table
+            .iter()
+            .map(|(&id, e)| CgroupWindow {
+                id,
+                hierarchy: self.hierarchy.clone(),
+                path: e.path.clone(),
+                name: e.name.as_ref().map(|n| n.display.clone()),
+                name_kind: e.name.as_ref().map(|n| name_kind(n)),
+                removed: false,
+                runq: runq_window(&e.total),
+            })
+            .collect();
+        v.sort_by(|a, b| b.runq.all.count.cmp(&a.runq.all.count).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    fn entry(&mut self, id: u64) -> &mut Entry {
+        let resolver = &mut self.resolver;
+        self.table.entry(id).or_insert_with(|| {
+            let path = if id == 0 { None } else { resolver.path_of(id).map(|p| p.to_string()) };
+            let name = path.as_deref().and_then(name::derive);
+            Entry {
+                path,
+                name,
+                total: KindHists::default(),
+                last_active_seq: 0,
+            }
+        })
+    }
+
+    /// Checks a slice of the table for cgroups that no longer exist.
+    fn sweep(&mut self) -> Vec<u64> {
+        if self.table.is_empty() {
+            return Vec::new();
+        }
+        let mut ids: Vec<u64> = self.table.keys().copied().collect();
+        ids.sort_unstable();
+        let start = self.sweep_cursor % ids.len();
+        let n = REMOVAL_CHECKS_PER_WINDOW.min(ids.len());
+        self.sweep_cursor = start + n;
+        ids.iter()
+            .cycle()
+            .skip(start)
+            .take(n)
+            .copied()
+            .filter(|&id| id != 0 && self.table[&id].path.is_some() && !self.resolver.exists(id))
+            .collect()
+    }
+
+    /// Evicts the least recently active cgroups beyond `max_cgroups`.
+    fn enforce_bound(&mut self) {
+        if self.table.len() <= self.max_cgroups {
+            return;
+        }
+        let mut by_age: Vec<(u64, u64)> = self.table.iter().map(|(&id, e)| (e.last_active_seq, id)).collect();
+        by_age.sort_unstable();
+        let excess = self.table.len() - self.max_cgroups;
+        for &(_, id) in by_age.iter().take(excess) {
+            self.table.remove(&id);
+            self.resolver.forget(id);
+            self.evicted += 1;
+        }
+    }
+}
+
+/// Window summary of one cgroup: all kinds merged, and each non-empty kind.
+pub fn runq_window(kinds: &KindHists) -> RunqWindow {
+    let mut all = Hist::default();
+    let mut by_kind = std::collections::BTreeMap::new();
+    for kind in WaitKind::ALL {
+        let h = &kinds[kind as usize];
+        if h.is_empty() {
+            continue;
+        }
+        all.merge(h);
+        by_kind.insert(kind.name().to_string(), h.summary());
+    }
+    RunqWindow {
+        all: all.summary(),
+        kinds: by_kind,
+    }
+}
+
+fn name_kind(n: &name::Name) -> String {
+    format!("{:?}", n.kind).to_lowercase()
+}

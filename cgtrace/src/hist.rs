@@ -1,0 +1,251 @@
+//! Latency histograms in the daemon: deltas of the kernel's cumulative histograms, merging, and
+//! percentiles. Buckets are `cgtrace_common::hist` (4 per power of two, in ns).
+
+use cgtrace_common::hist::{NR_BUCKETS, bucket_lower, bucket_of, bucket_upper};
+use serde::{Deserialize, Serialize};
+
+/// A latency histogram over one window or since start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hist {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Largest value seen; 0 when unknown (then percentiles are capped by the top bucket only).
+    pub max_ns: u64,
+    pub buckets: Box<[u64; NR_BUCKETS]>,
+}
+
+impl Default for Hist {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+            buckets: Box::new([0; NR_BUCKETS]),
+        }
+    }
+}
+
+impl Hist {
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Adds one value.
+    pub fn record(&mut self, ns: u64) {
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.buckets[bucket_of(ns) as usize] += 1;
+    }
+
+    /// Adds another histogram into this one.
+    pub fn merge(&mut self, other: &Hist) {
+        self.count += other.count;
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+    }
+
+    /// `cur - prev` of two cumulative readings of the same kernel histogram. Counters that went
+    /// backwards (the entry was deleted and re-created in between) count from zero.
+    pub fn delta(cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS], prev: Option<(u64, u64, &[u64; NR_BUCKETS])>) -> Self {
+        let mut h = Self::default();
+        match prev {
+            Some((pc, ps, pb)) if pc <= cur_count => {
+                h.count = cur_count - pc;
+                h.sum_ns = cur_sum.saturating_sub(ps);
+                for i in 0..NR_BUCKETS {
+                    h.buckets[i] = cur[i].saturating_sub(pb[i]);
+                }
+            }
+            _ => {
+                h.count = cur_count;
+                h.sum_ns = cur_sum;
+                h.buckets.copy_from_slice(cur);
+            }
+        }
+        h
+    }
+
+    /// The value (ns) below which a fraction `q` of the samples fall, interpolated linearly
+    /// inside its bucket and never above the maximum. 0 for an empty histogram.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            if seen + n >= rank {
+                let lo = bucket_lower(i);
+                let hi = match bucket_upper(i) {
+                    u64::MAX => lo.max(self.max_ns),
+                    hi => hi,
+                };
+                let frac = (rank - seen) as f64 / n as f64;
+                let v = lo + ((hi - lo) as f64 * frac) as u64;
+                return if self.max_ns > 0 { v.min(self.max_ns) } else { v };
+            }
+            seen += n;
+        }
+        self.max_ns
+    }
+
+    /// Upper bound of the highest non-empty bucket: the max when the exact one is unknown.
+    pub fn top_bucket_upper_ns(&self) -> u64 {
+        self.buckets
+            .iter()
+            .rposition(|&n| n > 0)
+            .map(|i| match bucket_upper(i) {
+                u64::MAX => bucket_lower(i),
+                hi => hi - 1,
+            })
+            .unwrap_or(0)
+    }
+
+    /// The summary the stream and the view show.
+    pub fn summary(&self) -> HistSummary {
+        HistSummary {
+            count: self.count,
+            sum_us: self.sum_ns as f64 / 1e3,
+            mean_us: if self.count > 0 {
+                self.sum_ns as f64 / self.count as f64 / 1e3
+            } else {
+                0.0
+            },
+            p50_us: self.quantile_ns(0.50) as f64 / 1e3,
+            p90_us: self.quantile_ns(0.90) as f64 / 1e3,
+            p99_us: self.quantile_ns(0.99) as f64 / 1e3,
+            max_us: self.max_ns as f64 / 1e3,
+            buckets: self
+                .buckets
+                .iter()
+                .enumerate()
+                .filter(|&(_, &n)| n > 0)
+                .map(|(i, &n)| (bucket_lower(i), n))
+                .collect(),
+        }
+    }
+
+    /// Rebuilds a histogram from a summary's buckets (replay, tests).
+    pub fn from_summary(s: &HistSummary) -> Self {
+        let mut h = Self {
+            count: s.count,
+            sum_ns: (s.sum_us * 1e3).round() as u64,
+            max_ns: (s.max_us * 1e3).round() as u64,
+            ..Self::default()
+        };
+        for &(lower, n) in &s.buckets {
+            h.buckets[bucket_of(lower) as usize] += n;
+        }
+        h
+    }
+}
+
+/// Count, sum, percentiles, max and the non-empty buckets (`[lower_bound_ns, count]`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistSummary {
+    pub count: u64,
+    pub sum_us: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub buckets: Vec<(u64, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_bounds_are_contiguous_and_contain_their_values() {
+        for i in 0..NR_BUCKETS - 1 {
+            assert_eq!(bucket_upper(i), bucket_lower(i + 1), "bucket {i}");
+            assert_eq!(bucket_of(bucket_lower(i)) as usize, i);
+            assert_eq!(bucket_of(bucket_upper(i) - 1) as usize, i);
+        }
+        for v in [0u64, 1, 3, 4, 5, 7, 8, 9, 1000, 1023, 1024, 123_456_789, u64::MAX] {
+            let i = bucket_of(v) as usize;
+            assert!(bucket_lower(i) <= v, "{v}");
+            assert!(v < bucket_upper(i) || i == NR_BUCKETS - 1, "{v}");
+        }
+    }
+
+    #[test]
+    fn buckets_are_at_most_a_quarter_wide() {
+        for i in 4..NR_BUCKETS - 1 {
+            let (lo, hi) = (bucket_lower(i), bucket_upper(i));
+            assert!((hi - lo) * 4 <= lo, "bucket {i}: {lo}..{hi}");
+        }
+    }
+
+    #[test]
+    fn each_log2_bucket_is_a_union_of_whole_buckets() {
+        // runqlat's bucket [2^k, 2^(k+1)) starts and ends on our bucket boundaries.
+        for k in 2..35u32 {
+            let lo = 1u64 << k;
+            assert_eq!(bucket_lower(bucket_of(lo) as usize), lo);
+        }
+    }
+
+    #[test]
+    fn quantiles_of_a_known_distribution() {
+        let mut h = Hist::default();
+        for v in 1..=1000u64 {
+            h.record(v * 1000); // 1 µs .. 1 ms
+        }
+        let p50 = h.quantile_ns(0.5) as f64;
+        let p99 = h.quantile_ns(0.99) as f64;
+        assert!((p50 - 500_000.0).abs() / 500_000.0 < 0.13, "{p50}");
+        assert!((p99 - 990_000.0).abs() / 990_000.0 < 0.13, "{p99}");
+        assert_eq!(h.quantile_ns(1.0), 1_000_000);
+        assert_eq!(h.max_ns, 1_000_000);
+        assert_eq!(Hist::default().quantile_ns(0.5), 0);
+    }
+
+    #[test]
+    fn quantile_never_exceeds_max() {
+        let mut h = Hist::default();
+        h.record(1_000_001);
+        assert_eq!(h.quantile_ns(0.99), 1_000_001);
+    }
+
+    #[test]
+    fn delta_of_cumulative_readings() {
+        let mut a = [0u64; NR_BUCKETS];
+        a[10] = 5;
+        let mut b = a;
+        b[10] = 8;
+        b[20] = 2;
+        let d = Hist::delta(10, 1000, &b, Some((5, 400, &a)));
+        assert_eq!(d.count, 5);
+        assert_eq!(d.sum_ns, 600);
+        assert_eq!(d.buckets[10], 3);
+        assert_eq!(d.buckets[20], 2);
+        // Entry re-created: counts from zero.
+        let d = Hist::delta(3, 30, &b, Some((5, 400, &a)));
+        assert_eq!(d.count, 3);
+        assert_eq!(d.buckets[10], 8);
+    }
+
+    #[test]
+    fn summary_round_trips() {
+        let mut h = Hist::default();
+        for v in [10u64, 2000, 2100, 50_000, 7_000_000] {
+            h.record(v);
+        }
+        let back = Hist::from_summary(&h.summary());
+        assert_eq!(back, h);
+    }
+}

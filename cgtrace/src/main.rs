@@ -1,0 +1,110 @@
+//! cgtrace: per-cgroup run-queue latency traced with eBPF.
+//!
+//! `cgtrace stream` writes NDJSON; `cgtrace doctor` says what this kernel allows.
+
+mod aggregate;
+mod btf;
+mod cgroup;
+mod counters;
+mod doctor;
+mod hist;
+mod layout;
+mod loader;
+mod runq;
+mod session;
+mod snapshot;
+mod stream;
+
+use std::{process::ExitCode, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::session::SessionOptions;
+
+#[derive(Parser)]
+#[command(name = "cgtrace", version, about = "Per-cgroup scheduler latency, traced with eBPF")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write per-cgroup run-queue latency as NDJSON to stdout, one line per interval.
+    Stream(StreamArgs),
+    /// Probe the kernel and say which attach mode each feature would use.
+    Doctor,
+}
+
+#[derive(Args)]
+struct TraceArgs {
+    /// Window length in milliseconds (100 to 3600000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    interval: u64,
+    /// Most cgroups tracked at once (kernel maps and daemon table); least recently active are
+    /// evicted beyond it, and counted.
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    max_cgroups: u32,
+    /// Waits at least this long (ms) are also delivered as individual events.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    event_min_ms: u64,
+    /// Ring buffer size in KiB (a power of two, 64 to 262144).
+    #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
+    ringbuf_kib: u32,
+}
+
+#[derive(Args)]
+struct StreamArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM or stdout closes).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    duration: Option<u64>,
+    /// Do not print the closing `summary` line with since-start histograms.
+    #[arg(long)]
+    no_summary: bool,
+}
+
+fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|_| format!("{s:?} is not a number of KiB"))?;
+    if !(64..=262_144).contains(&v) || !v.is_power_of_two() {
+        return Err(format!("{v} KiB: must be a power of two between 64 and 262144"));
+    }
+    Ok(v)
+}
+
+impl TraceArgs {
+    fn session(&self) -> SessionOptions {
+        SessionOptions {
+            interval: Duration::from_millis(self.interval),
+            max_cgroups: self.max_cgroups,
+            event_min: Duration::from_millis(self.event_min_ms),
+            ringbuf_bytes: self.ringbuf_kib * 1024,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Stream(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| {
+                rt.block_on(stream::run(
+                    args.trace.session(),
+                    args.duration.map(Duration::from_secs),
+                    !args.no_summary,
+                ))
+            }),
+        Command::Doctor => doctor::run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cgtrace: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! A live tracing session: the tracer, the readers of its maps and ring buffer, and the
+//! aggregator, turning the kernel's data into one [`Window`] per call. The stream (and later the
+//! view and the recorder) drive it; none of them talks to BPF directly.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, anyhow};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use cgtrace_common::{
+    event::{EventHeader, KIND_RUNQ_WAIT, read_pod},
+    hist::{NR_BUCKETS, SUB_BITS},
+    layout::Config,
+};
+
+use crate::{
+    aggregate::Aggregator,
+    cgroup::{Cgroups, Resolver},
+    counters::{CounterReader, event_counts},
+    loader::{TraceOptions, Tracer},
+    runq::{RunqReader, decode_event},
+    snapshot::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
+};
+
+/// What the user chose.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    pub interval: Duration,
+    pub max_cgroups: u32,
+    /// Waits at least this long are also delivered as individual events.
+    pub event_min: Duration,
+    pub ringbuf_bytes: u32,
+}
+
+/// Losses and counts seen by the daemon itself while draining the ring buffer.
+#[derive(Default, Debug)]
+pub struct DrainStats {
+    pub undecodable: u64,
+    pub runq_events: u64,
+}
+
+pub struct Session {
+    _tracer: Tracer,
+    pub hello: Hello,
+    runq: RunqReader,
+    counters: CounterReader,
+    aggregator: Aggregator,
+    window_start: Instant,
+    drain: DrainStats,
+    drain_reported: u64,
+}
+
+/// The stream's name for a cgroup layout.
+pub fn layout_name(layout: crate::cgroup::CgroupLayout) -> &'static str {
+    match layout {
+        crate::cgroup::CgroupLayout::V1 => "v1",
+        crate::cgroup::CgroupLayout::V2 => "v2",
+        crate::cgroup::CgroupLayout::Hybrid => "hybrid",
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Session {
+    /// Discovers cgroups, loads and attaches the programs. Returns the session and the ring buffer,
+    /// which the caller polls (see [`drain_ring`]).
+    pub fn start(opts: &SessionOptions) -> anyhow::Result<(Self, RingBuf<MapData>)> {
+        let cgroups = Cgroups::discover("/proc/self/mountinfo".as_ref(), "/proc/cgroups".as_ref())
+            .context("discovering cgroup hierarchies")?;
+        let hier = cgroups.runq_hierarchy().ok_or_else(|| {
+            anyhow!("no cgroup hierarchy with the cpu controller and no cgroup2 mount found: mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup) or the v1 cpu controller")
+        })?;
+        let cgroup_v1 = matches!(hier.version, crate::cgroup::Version::V1);
+        let hier_name = if cgroup_v1 { "cpu" } else { "cgroup2" }.to_string();
+        let mount = hier.mount.clone();
+        let trace = TraceOptions {
+            max_cgroups: opts.max_cgroups,
+            config: Config {
+                runq_event_min_ns: opts.event_min.as_nanos() as u64,
+                ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
+            },
+            ringbuf_bytes: opts.ringbuf_bytes,
+            cgroup_v1,
+        };
+        let mut tracer = Tracer::start(&trace)?;
+        let ebpf = &mut tracer.ebpf;
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| ebpf.take_map(name).ok_or(crate::loader::LoadError::MissingMap(name));
+        let hist: HashMap<MapData, _, _> = take(ebpf, "RUNQ_HIST")?.try_into()?;
+        let epoch: Array<MapData, u64> = take(ebpf, "EPOCH")?.try_into()?;
+        let counters: PerCpuArray<MapData, u64> = take(ebpf, "COUNTERS")?.try_into()?;
+        let ring: RingBuf<MapData> = take(ebpf, "EVENTS")?.try_into()?;
+        let hello = Hello {
+            kind: "hello".into(),
+            schema: SCHEMA,
+            cgtrace: env!("CARGO_PKG_VERSION").into(),
+            host: read_trimmed("/proc/sys/kernel/hostname"),
+            kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+            // SAFETY: sysconf has no preconditions.
+            cpus: unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32,
+            start_unix_ms: now_unix_ms(),
+            interval_ms: opts.interval.as_millis() as u64,
+            cgroup: CgroupLayoutInfo {
+                layout: layout_name(cgroups.layout).to_string(),
+                runq_hierarchy: hier_name.clone(),
+                runq_mount: mount.display().to_string(),
+            },
+            families: tracer.families.clone(),
+            capabilities: tracer.capabilities.clone(),
+            hist: HistSpec {
+                unit: "ns".into(),
+                sub_bits: SUB_BITS,
+                buckets: NR_BUCKETS,
+            },
+        };
+        let session = Self {
+            runq: RunqReader::new(hist, epoch)?,
+            counters: CounterReader::new(counters),
+            aggregator: Aggregator::new(
+                hier_name,
+                Resolver::new(mount, opts.max_cgroups as usize * 2)?,
+                opts.max_cgroups as usize,
+            ),
+            _tracer: tracer,
+            hello,
+            window_start: Instant::now(),
+            drain: DrainStats::default(),
+            drain_reported: 0,
+        };
+        Ok((session, ring))
+    }
+
+    /// Daemon-side drain statistics, updated by [`drain_ring`].
+    pub fn drain_stats(&mut self) -> &mut DrainStats {
+        &mut self.drain
+    }
+
+    /// Ends the current window and returns it.
+    pub fn next_window(&mut self) -> anyhow::Result<Window> {
+        let deltas = self.runq.read_window()?;
+        let kernel = self.counters.read_window();
+        let undecodable = self.drain.undecodable - self.drain_reported;
+        self.drain_reported = self.drain.undecodable;
+        let now = Instant::now();
+        let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
+        self.window_start = now;
+        let out = self.aggregator.window(deltas, event_counts(&kernel, undecodable), now_unix_ms(), duration_ms);
+        for id in out.removed {
+            self.runq.forget(id);
+        }
+        Ok(out.window)
+    }
+
+    /// Since-start per-cgroup histograms.
+    pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
+        self.aggregator.totals()
+    }
+
+    /// Attach modes, for `doctor`.
+    pub fn families(&self) -> &BTreeMap<String, crate::snapshot::FamilyMode> {
+        &self.hello.families
+    }
+}
+
+/// Reads every pending record from the ring buffer.
+pub fn drain_ring(ring: &mut RingBuf<MapData>, stats: &mut DrainStats) {
+    while let Some(item) = ring.next() {
+        // SAFETY: EventHeader is #[repr(C)] integers.
+        let Some(header) = (unsafe { read_pod::<EventHeader>(&item) }) else {
+            stats.undecodable += 1;
+            continue;
+        };
+        match header.kind {
+            KIND_RUNQ_WAIT => match decode_event(&item) {
+                Ok(_) => stats.runq_events += 1,
+                Err(_) => stats.undecodable += 1,
+            },
+            _ => stats.undecodable += 1,
+        }
+    }
+}

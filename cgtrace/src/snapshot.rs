@@ -1,0 +1,127 @@
+//! What the daemon produces: the `hello` header and one `window` per interval. The stream writes
+//! them as NDJSON; the view, `record` and `replay` consume the same types.
+//!
+//! Schema version [`SCHEMA`]: fields are only ever added within a version.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hist::HistSummary;
+
+/// Version of the stream/recording schema.
+pub const SCHEMA: u32 = 1;
+
+/// First line of the stream: what is traced, how, and on what.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub schema: u32,
+    pub cgtrace: String,
+    pub host: String,
+    pub kernel: String,
+    pub cpus: u32,
+    /// Wall clock (Unix ms) when tracing started.
+    pub start_unix_ms: u64,
+    pub interval_ms: u64,
+    pub cgroup: CgroupLayoutInfo,
+    /// Attach mode per event family (`runq`, later `throttle`, `reads`).
+    pub families: BTreeMap<String, FamilyMode>,
+    /// What the kernel allows, probed once at start.
+    pub capabilities: Capabilities,
+    /// How histogram buckets are laid out.
+    pub hist: HistSpec,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CgroupLayoutInfo {
+    /// `v1`, `v2` or `hybrid`.
+    pub layout: String,
+    /// Hierarchy that run-queue waits are keyed by: `cpu` (v1) or `cgroup2`.
+    pub runq_hierarchy: String,
+    /// Mount point of that hierarchy.
+    pub runq_mount: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FamilyMode {
+    /// `tp_btf`, `fentry`, `kprobe`, `tracepoint`, or `unavailable`.
+    pub mode: String,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub btf: bool,
+    pub tp_btf: bool,
+    pub fentry: bool,
+    pub kprobe: bool,
+    /// Why a capability is missing, by name.
+    pub notes: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HistSpec {
+    pub unit: String,
+    /// Sub-buckets per power of two = 2^sub_bits.
+    pub sub_bits: u32,
+    pub buckets: usize,
+}
+
+/// One interval of data.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Window {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub seq: u64,
+    /// Wall clock (Unix ms) at the end of the window.
+    pub end_unix_ms: u64,
+    /// Actual length of the window (the last one may be short).
+    pub duration_ms: u64,
+    pub events: EventCounts,
+    /// Cgroups in the table / evicted from it so far (bounded by `--max-cgroups`).
+    pub cgroups_tracked: usize,
+    pub cgroups_evicted: u64,
+    /// Cgroups with activity in this window.
+    pub cgroups: Vec<CgroupWindow>,
+}
+
+/// Kernel events handled and lost in the window.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EventCounts {
+    /// Scheduler events the programs handled (`sched_switch` + `sched_wakeup*`).
+    pub seen: u64,
+    /// Events or waits lost (full maps or ring buffer, undecodable records).
+    pub dropped: u64,
+    /// Every kernel counter's delta, by name.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// One cgroup's data in a window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CgroupWindow {
+    /// `kernfs_node.id` (the directory's inode number) in `hierarchy`.
+    pub id: u64,
+    pub hierarchy: String,
+    /// Path relative to the hierarchy's mount (`/` for the root); `null` if it could not be
+    /// resolved (the cgroup was removed before it was seen).
+    pub path: Option<String>,
+    /// A human name derived from the path (pod, container, unit), if the layout made one obvious.
+    pub name: Option<String>,
+    /// What kind of thing `name` is: `pod`, `container`, `docker`, `systemd`, `session`.
+    pub name_kind: Option<String>,
+    /// The cgroup was removed during this window; this is its last appearance.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+    pub runq: RunqWindow,
+}
+
+/// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunqWindow {
+    #[serde(flatten)]
+    pub all: HistSummary,
+    /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
+    pub kinds: BTreeMap<String, HistSummary>,
+}

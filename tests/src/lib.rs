@@ -1,0 +1,1 @@
+//! Helpers for cgtrace's privileged integration tests (`tests/tests/*.rs`).
