@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
-    cgroup::{Resolver, name},
+    cgroup::{Names, Resolver, name},
     hist::Hist,
     runq::KindHists,
     snapshot::{CgroupWindow, EventCounts, RunqWindow, Window},
@@ -27,6 +27,7 @@ struct Entry {
 pub struct Aggregator {
     hierarchy: String,
     resolver: Resolver,
+    names: Names,
     table: HashMap<u64, Entry>,
     max_cgroups: usize,
     evicted: u64,
@@ -41,10 +42,11 @@ pub struct WindowOutput {
 }
 
 impl Aggregator {
-    pub fn new(hierarchy: String, resolver: Resolver, max_cgroups: usize) -> Self {
+    pub fn new(hierarchy: String, resolver: Resolver, names: Names, max_cgroups: usize) -> Self {
         Self {
             hierarchy,
             resolver,
+            names,
             table: HashMap::new(),
             max_cgroups: max_cgroups.max(1),
             evicted: 0,
@@ -75,7 +77,7 @@ impl Aggregator {
                 hierarchy: self.hierarchy.clone(),
                 path: entry.path.clone(),
                 name: entry.name.as_ref().map(|n| n.display.clone()),
-                name_kind: entry.name.as_ref().map(|n| name_kind(n)),
+                name_kind: entry.name.as_ref().map(|n| n.kind.as_str().to_string()),
                 removed: gone && id != 0,
                 runq: runq_window(&kinds),
             });
@@ -115,7 +117,7 @@ impl Aggregator {
                 hierarchy: self.hierarchy.clone(),
                 path: e.path.clone(),
                 name: e.name.as_ref().map(|n| n.display.clone()),
-                name_kind: e.name.as_ref().map(|n| name_kind(n)),
+                name_kind: e.name.as_ref().map(|n| n.kind.as_str().to_string()),
                 removed: false,
                 runq: runq_window(&e.total),
             })
@@ -125,10 +127,14 @@ impl Aggregator {
     }
 
     fn entry(&mut self, id: u64) -> &mut Entry {
-        let resolver = &mut self.resolver;
+        let (resolver, names) = (&mut self.resolver, &mut self.names);
         self.table.entry(id).or_insert_with(|| {
-            let path = if id == 0 { None } else { resolver.path_of(id).map(|p| p.to_string()) };
-            let name = path.as_deref().and_then(name::derive);
+            let path = if id == 0 {
+                None
+            } else {
+                resolver.path_of(id).map(|p| p.to_string())
+            };
+            let name = path.as_deref().and_then(|p| names.name(p));
             Entry {
                 path,
                 name,
@@ -189,8 +195,4 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
         all: all.summary(),
         kinds: by_kind,
     }
-}
-
-fn name_kind(n: &name::Name) -> String {
-    format!("{:?}", n.kind).to_lowercase()
 }

@@ -1,25 +1,11 @@
-//! cgtrace: per-cgroup run-queue latency traced with eBPF.
-//!
-//! `cgtrace stream` writes NDJSON; `cgtrace doctor` says what this kernel allows.
+//! The `cgtrace` command line.
 
-mod aggregate;
-mod btf;
-mod cgroup;
-mod counters;
-mod doctor;
-mod hist;
-mod layout;
-mod loader;
-mod runq;
-mod session;
-mod snapshot;
-mod stream;
 
 use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::session::SessionOptions;
+use cgtrace::{doctor, session::SessionOptions, stream};
 
 #[derive(Parser)]
 #[command(name = "cgtrace", version, about = "Per-cgroup scheduler latency, traced with eBPF")]
@@ -85,7 +71,22 @@ impl TraceArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: what was wrong and where to look.
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("cgtrace: error: {first} (see `cgtrace --help`)");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Stream(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -3,7 +3,6 @@
 //! view and the recorder) drive it; none of them talks to BPF directly.
 
 use std::{
-    collections::BTreeMap,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -17,7 +16,7 @@ use cgtrace_common::{
 
 use crate::{
     aggregate::Aggregator,
-    cgroup::{Cgroups, Resolver},
+    cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     loader::{TraceOptions, Tracer},
     runq::{RunqReader, decode_event},
@@ -131,6 +130,7 @@ impl Session {
             aggregator: Aggregator::new(
                 hier_name,
                 Resolver::new(mount, opts.max_cgroups as usize * 2)?,
+                Names::system(),
                 opts.max_cgroups as usize,
             ),
             _tracer: tracer,
@@ -166,11 +166,6 @@ impl Session {
     /// Since-start per-cgroup histograms.
     pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
         self.aggregator.totals()
-    }
-
-    /// Attach modes, for `doctor`.
-    pub fn families(&self) -> &BTreeMap<String, crate::snapshot::FamilyMode> {
-        &self.hello.families
     }
 }
 

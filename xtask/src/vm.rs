@@ -140,7 +140,7 @@ const KERNELS: [KernelSpec; 3] = [
         package_prefix: "linux-image-6.1.0-",
     },
     KernelSpec {
-        // Served by bookworm-security (and bookworm-backports) as linux-image-6.12.*+deb12-*.
+        // Served by bookworm-security as linux-image-6.12.*+deb12-cloud-amd64.
         name: "6.12",
         release: "bookworm",
         meta: "linux-image-6.12-cloud-amd64",
@@ -892,12 +892,15 @@ fn record_line(
     Ok(())
 }
 
-/// `line` without terminal escape sequences (SeaBIOS resets and clears the screen).
+/// `line` without carriage returns and terminal escape sequences (SeaBIOS resets and clears
+/// the screen).
 fn strip_escapes(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
-        if c != '\x1b' {
+        if c == '\r' {
+            continue;
+        } else if c != '\x1b' {
             out.push(c);
         } else if chars.next() == Some('[') {
             // CSI: parameters up to a final byte in '@'..='~'.
@@ -1246,7 +1249,7 @@ mod tests {
 
     #[test]
     fn strips_terminal_escapes() {
-        assert_eq!(strip_escapes("\x1bc\x1b[?7l\x1b[2JSeaBIOS"), "SeaBIOS");
+        assert_eq!(strip_escapes("\x1bc\x1b[?7l\x1b[2JSeaBIOS\r"), "SeaBIOS");
         assert_eq!(strip_escapes("plain [ 1.0] line"), "plain [ 1.0] line");
     }
 

@@ -153,10 +153,14 @@ fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
             }
         }
     };
-    let idx = bucket_of(wait_ns) as usize;
-    if idx >= NR_BUCKETS {
+    // Through black_box (a stack spill and fill), so the bounds check below is `reg >= imm` on the
+    // loaded value. Without it LLVM fused bucket_of's clamp into a `const > reg` compare that
+    // the 5.10 and 6.1 verifiers cannot decide, and they then lost the offset's alignment.
+    let idx = core::hint::black_box(u64::from(bucket_of(wait_ns)));
+    if idx >= NR_BUCKETS as u64 {
         return;
     }
+    let idx = idx as usize;
     // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
     // charge the same cgroup at once.
     unsafe {

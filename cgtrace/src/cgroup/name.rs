@@ -28,6 +28,19 @@ pub enum NameKind {
     Session,
 }
 
+impl NameKind {
+    /// The stream's name for the kind (the same as its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::Container => "container",
+            Self::Docker => "docker",
+            Self::Systemd => "systemd",
+            Self::Session => "session",
+        }
+    }
+}
+
 /// The name of a cgroup.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Name {

@@ -76,7 +76,8 @@ pub struct Resolver {
     negative_ttl: Duration,
     walk_interval: Duration,
     last_walk: Option<Instant>,
-    /// The last walk's full result, consulted until `walk_interval` has passed.
+    /// The last walk's full result, consulted until `walk_interval` has passed (kept, with
+    /// one entry per cgroup, until the next walk replaces it).
     snapshot: HashMap<u64, Arc<str>>,
 }
 
@@ -754,7 +755,7 @@ mod tests {
     /// privileges allow (root: file handles; others: walks).
     #[test]
     fn real_hierarchies_existing_cgroups() {
-        let Ok(cg) = crate::cgroup::Cgroups::discover_system() else {
+        let Ok(cg) = super::super::Cgroups::discover_system() else {
             eprintln!("skipping: no cgroups");
             return;
         };

@@ -1,0 +1,18 @@
+//! cgtrace: per-cgroup scheduler latency traced with eBPF.
+//!
+//! Data flows one way: the kernel programs (`cgtrace-ebpf`) fill maps and a ring buffer; the
+//! [`session`] reads them once per window ([`runq`], [`counters`]); the [`aggregate`] turns that
+//! into [`snapshot`]s, which the [`stream`] prints.
+
+pub mod aggregate;
+pub mod btf;
+pub mod cgroup;
+pub mod counters;
+pub mod doctor;
+pub mod hist;
+pub mod layout;
+pub mod loader;
+pub mod runq;
+pub mod session;
+pub mod snapshot;
+pub mod stream;

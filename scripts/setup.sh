@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# cgtrace set-up, build, run and test on a fresh Debian bookworm machine with rustup, as root.
+#
+#   scripts/setup.sh run [ARGS…]  install what is missing, build, start `cgtrace stream ARGS…`
+#   scripts/setup.sh test         install what is missing, build, run the whole test suite
+#   scripts/setup.sh deps         only install what is missing
+#
+# Idempotent: a second run skips everything already there. Nothing outside the repo is assumed.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+toolchain_of() { sed -n 's/^channel *= *"\(.*\)"/\1/p' "$1"; }
+STABLE=$(toolchain_of rust-toolchain.toml)
+NIGHTLY=$(toolchain_of cgtrace-ebpf/rust-toolchain.toml)
+BPF_LINKER_VERSION=0.13.0
+APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio)
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and loads eBPF programs): sudo $0 $*"
+command -v rustup >/dev/null || die "rustup not found: install it (https://rustup.rs) and re-run"
+export RUSTUP_AUTO_INSTALL=0
+
+install_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then say "Debian packages: all present"; return; fi
+  say "Debian packages: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_toolchain() { # name components…
+  local tc=$1; shift
+  if rustup run "$tc" rustc --version >/dev/null 2>&1; then
+    local have; have=$(rustup component list --installed --toolchain "$tc" 2>/dev/null)
+    local need=()
+    for c in "$@"; do grep -q "^$c" <<<"$have" || need+=("$c"); done
+    if [ ${#need[@]} -eq 0 ]; then say "toolchain $tc: present"; return; fi
+    say "toolchain $tc: adding ${need[*]}"
+    rustup component add --toolchain "$tc" "${need[@]}"
+    return
+  fi
+  say "toolchain $tc: installing"
+  local args=()
+  for c in "$@"; do args+=(--component "$c"); done
+  rustup toolchain install "$tc" --profile minimal --no-self-update "${args[@]}"
+}
+
+# bpf-linker must link the LLVM of the nightly that compiles the eBPF crate. The nightly ships
+# libLLVM with the C API; a persistent prefix of symlinks to it stands in for a system LLVM.
+install_bpf_linker() {
+  local libdir sofile major prefix
+  libdir=$(rustup run "$NIGHTLY" rustc --print sysroot)/lib
+  sofile=$(cd "$libdir" && ls libLLVM.so.*-rust-*-nightly 2>/dev/null | head -n1)
+  [ -n "$sofile" ] || die "no libLLVM in $libdir: is $NIGHTLY a complete toolchain?"
+  major=$(rustup run "$NIGHTLY" rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+  prefix=/opt/cgtrace/llvm-$major
+  mkdir -p "$prefix/lib"
+  ln -sfn "$libdir/$sofile" "$prefix/lib/$sofile"
+  ln -sfn "$libdir/$sofile" "$prefix/lib/libLLVM.so"
+  if command -v bpf-linker >/dev/null \
+     && bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION" \
+     && ldd "$(command -v bpf-linker)" | grep -q "$prefix/lib/$sofile"; then
+    say "bpf-linker $BPF_LINKER_VERSION (LLVM $major): present"
+    return
+  fi
+  say "bpf-linker $BPF_LINKER_VERSION: building against LLVM $major from $NIGHTLY"
+  LLVM_PREFIX=$prefix cargo +"$STABLE" install --locked --force "bpf-linker@$BPF_LINKER_VERSION" \
+    --no-default-features --features "llvm-$major"
+}
+
+deps() {
+  install_apt
+  install_toolchain "$STABLE" rustfmt clippy
+  install_toolchain "$NIGHTLY" rust-src rustfmt clippy
+  install_bpf_linker
+}
+
+build() {
+  say "building cgtrace (release)"
+  cargo build --release --locked -p cgtrace
+}
+
+run_tests() {
+  say "format and lints"
+  cargo fmt --all -- --check
+  (cd cgtrace-ebpf && cargo fmt -- --check)
+  cargo clippy --locked --workspace --all-targets -- -D warnings
+  (cd cgtrace-ebpf && cargo clippy --locked --release --target bpfel-unknown-none -Z build-std=core -- -D warnings)
+  say "unprivileged tests (cargo test)"
+  cargo test --locked
+  say "privileged tests on this kernel (real cgroups, real load)"
+  cargo test --locked --release -p cgtrace-tests -- --test-threads=1
+  say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2)"
+  cargo xtask vm fetch
+  cargo xtask vm matrix --bin target/release/cgtrace
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  run) shift; deps; build; say "starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
+  test) deps; build; run_tests ;;
+  *) die "usage: $0 run [ARGS…] | test | deps" ;;
+esac

@@ -1,0 +1,85 @@
+//! Test cgroups in the hierarchy cgtrace keys run-queue waits by (v1 `cpu`, else cgroup2),
+//! removed (after killing their tasks) when dropped.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+
+/// The mount of the hierarchy run-queue waits are keyed by, and its name in the stream.
+pub fn runq_mount() -> (PathBuf, &'static str) {
+    let v1 = Path::new("/sys/fs/cgroup/cpu");
+    if v1.join("cpu.shares").exists() {
+        (v1.to_path_buf(), "cpu")
+    } else {
+        (PathBuf::from("/sys/fs/cgroup"), "cgroup2")
+    }
+}
+
+pub struct TestCgroup {
+    pub dir: PathBuf,
+    /// Path relative to the mount, as the stream shows it (`/cgtrace-test-…`).
+    pub rel: String,
+    removed: bool,
+}
+
+impl TestCgroup {
+    /// Creates `<mount>/cgtrace-test-<name>-<pid>`.
+    pub fn new(name: &str) -> Result<Self> {
+        let (mount, _) = runq_mount();
+        let rel = format!("/cgtrace-test-{name}-{}", std::process::id());
+        let dir = mount.join(&rel[1..]);
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(Self { dir, rel, removed: false })
+    }
+
+    /// The directory's inode: the id the stream reports.
+    pub fn id(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(&self.dir).map(|m| m.ino()).unwrap_or(0)
+    }
+
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Kills every task in it and removes it.
+    pub fn remove(&mut self) -> Result<()> {
+        if self.removed {
+            return Ok(());
+        }
+        for _ in 0..50 {
+            let procs = fs::read_to_string(self.procs_file()).unwrap_or_default();
+            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for _ in 0..50 {
+            match fs::remove_dir(&self.dir) {
+                Ok(()) => {
+                    self.removed = true;
+                    return Ok(());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        fs::remove_dir(&self.dir).with_context(|| format!("rmdir {}", self.dir.display()))?;
+        self.removed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = self.remove();
+    }
+}

@@ -1,0 +1,183 @@
+//! Runs the real `cgtrace stream` and reads its NDJSON the way a pipeline would.
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// The release binary built by `scripts/setup.sh` (or `CGTRACE_BIN`).
+pub fn cgtrace_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CGTRACE_BIN") {
+        return p.into();
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    for profile in ["release", "debug"] {
+        let p = root.join("target").join(profile).join("cgtrace");
+        if p.exists() {
+            return p;
+        }
+    }
+    root.join("target/release/cgtrace")
+}
+
+/// A running `cgtrace stream`, its lines arriving on a channel.
+pub struct Stream {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub seen: Vec<Value>,
+}
+
+impl Stream {
+    /// Starts `cgtrace stream ARGS` and waits for the hello line.
+    pub fn start(args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(cgtrace_bin())
+            .arg("stream")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting cgtrace")?;
+        let out = child.stdout.take().context("stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut s = Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        let hello = s.next_line(Duration::from_secs(30))?.context("no hello line")?;
+        if hello["type"] != "hello" {
+            bail!("first line is not hello: {hello}");
+        }
+        Ok(s)
+    }
+
+    /// The next parsed line, or None when the stream ended.
+    pub fn next_line(&mut self, timeout: Duration) -> Result<Option<Value>> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) => {
+                let v: Value = serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?;
+                self.seen.push(v.clone());
+                Ok(Some(v))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Timeout) => bail!("no line from cgtrace within {timeout:?}"),
+        }
+    }
+
+    /// Waits for `n` more window lines.
+    pub fn windows(&mut self, n: usize) -> Result<Vec<Value>> {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30 + 5 * n as u64);
+        while got.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next_line(left)? {
+                Some(v) if v["type"] == "window" => got.push(v),
+                Some(_) => {}
+                None => bail!("stream ended after {} windows", got.len()),
+            }
+        }
+        Ok(got)
+    }
+
+    /// Sends a signal and collects the rest of the output; returns the exit status code.
+    pub fn stop(mut self, signal: i32) -> Result<(i32, Vec<Value>)> {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        while self.next_line(Duration::from_secs(30))?.is_some() {}
+        let status = self.child.wait()?;
+        Ok((status.code().unwrap_or(-1), std::mem::take(&mut self.seen)))
+    }
+
+    pub fn hello(&self) -> &Value {
+        &self.seen[0]
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A cgroup's run-queue data merged over windows: (lower_ns, count) buckets per kind.
+#[derive(Default, Debug, Clone)]
+pub struct Merged {
+    pub count: u64,
+    pub buckets: std::collections::BTreeMap<u64, u64>,
+    pub max_us: f64,
+}
+
+impl Merged {
+    /// The value below which fraction `q` of the waits fall, as the lower bound of its bucket (ns).
+    pub fn quantile_bucket_ns(&self, q: f64) -> u64 {
+        let total: u64 = self.buckets.values().sum();
+        let rank = ((q * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (&lo, &n) in &self.buckets {
+            seen += n;
+            if seen >= rank {
+                return lo;
+            }
+        }
+        0
+    }
+
+    /// Re-bucketed to runqlat's log2 µs buckets: (low_us, count), low_us = 0,1,2,4,8,…
+    pub fn log2_us(&self) -> std::collections::BTreeMap<u64, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for (&lo_ns, &n) in &self.buckets {
+            let us = lo_ns / 1000;
+            let low = if us == 0 { 0 } else { 1u64 << (63 - us.leading_zeros()) };
+            *out.entry(low).or_insert(0) += n;
+        }
+        out
+    }
+}
+
+/// Merges the `runq` (all kinds, or one `kind`) of the cgroup at `path` across windows.
+pub fn merge(windows: &[Value], path: &str, kind: Option<&str>) -> Merged {
+    let mut m = Merged::default();
+    for w in windows.iter().filter(|w| w["type"] == "window") {
+        for cg in w["cgroups"].as_array().into_iter().flatten() {
+            if cg["path"] != path {
+                continue;
+            }
+            let h = match kind {
+                Some(k) => &cg["runq"]["kinds"][k],
+                None => &cg["runq"],
+            };
+            if h.is_null() {
+                continue;
+            }
+            m.count += h["count"].as_u64().unwrap_or(0);
+            m.max_us = m.max_us.max(h["max_us"].as_f64().unwrap_or(0.0));
+            for b in h["buckets"].as_array().into_iter().flatten() {
+                let lo = b[0].as_u64().unwrap_or(0);
+                *m.buckets.entry(lo).or_insert(0) += b[1].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    m
+}
+
+/// Sum of a counter over windows.
+pub fn sum_counter(windows: &[Value], name: &str) -> u64 {
+    windows
+        .iter()
+        .filter(|w| w["type"] == "window")
+        .map(|w| w["events"]["counters"][name].as_u64().unwrap_or(0))
+        .sum()
+}

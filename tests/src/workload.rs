@@ -1,0 +1,82 @@
+//! Real workloads started inside a test cgroup, optionally pinned to one CPU, killed on drop.
+use std::{
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::{Context, Result};
+
+/// A test binary of this crate (`spin`, `sleeper`, `pipe_pair`), built next to the test.
+pub fn bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-hash -> target/<profile>/<name>
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|d| d.join(name))
+        .expect("target dir")
+}
+
+pub struct Task {
+    pub child: Child,
+}
+
+impl Task {
+    /// Starts `cmd` with its pid written to `procs` (a `cgroup.procs` file) before exec, pinned to
+    /// `cpu` if given, and with its own session if `setsid`.
+    pub fn spawn(mut cmd: Command, procs: Option<&Path>, cpu: Option<usize>, setsid: bool) -> Result<Self> {
+        let procs = procs.map(|p| p.to_path_buf());
+        // SAFETY: the closure only makes async-signal-safe calls (open/write/close,
+        // sched_setaffinity, setsid) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if setsid {
+                    libc::setsid();
+                }
+                if let Some(cpu) = cpu {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(p) = &procs {
+                    std::fs::write(p, b"0\n")?;
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.stdin(Stdio::null()).spawn().context("spawning workload")?;
+        Ok(Self { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `spin N` in a cgroup on a CPU.
+pub fn spin(threads: usize, procs: &Path, cpu: Option<usize>) -> Result<Task> {
+    let mut cmd = Command::new(bin("spin"));
+    cmd.arg(threads.to_string());
+    Task::spawn(cmd, Some(procs), cpu, false)
+}
+
+/// `sleeper USEC` in a cgroup on a CPU.
+pub fn sleeper(usec: u64, procs: Option<&Path>, cpu: Option<usize>, setsid: bool) -> Result<Task> {
+    let mut cmd = Command::new(bin("sleeper"));
+    cmd.arg(usec.to_string());
+    Task::spawn(cmd, procs, cpu, setsid)
+}
+
+/// Number of online CPUs.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

@@ -1,0 +1,237 @@
+//! Run-queue latency on the real kernel: real cgroups, real load, the real binary.
+//!
+//! Run as root, one test at a time (`--test-threads=1`): they share CPUs and the kernel.
+use std::{thread::sleep, time::Duration};
+
+use cgtrace_tests::{
+    can_trace,
+    cgroup::{TestCgroup, runq_mount},
+    stream::{Stream, merge, sum_counter},
+    workload::{self, Task, cpus},
+};
+
+const SIGINT: i32 = 2;
+const SIGTERM: i32 = 15;
+
+/// A sleeper woken every millisecond on a CPU crowded by busy threads of another cgroup waits far
+/// longer (median) than the same sleeper on a quiet CPU.
+#[test]
+fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        eprintln!("skipping: needs 2 CPUs");
+        return Ok(());
+    }
+    let busy = TestCgroup::new("busy")?;
+    let crowded = TestCgroup::new("crowded")?;
+    let quiet = TestCgroup::new("quiet")?;
+    let _spin = workload::spin(3, &busy.procs_file(), Some(1))?;
+    let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
+    let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let windows = s.windows(4)?;
+    let c = merge(&windows, &crowded.rel, None);
+    let q = merge(&windows, &quiet.rel, None);
+    let (c50, q50) = (c.quantile_bucket_ns(0.5), q.quantile_bucket_ns(0.5));
+    eprintln!("crowded: {} waits, p50 bucket {c50} ns; quiet: {} waits, p50 bucket {q50} ns", c.count, q.count);
+    assert!(c.count > 500 && q.count > 500, "both sleepers wake ~1000/s: {} {}", c.count, q.count);
+    assert!(c50 > 10 * q50.max(1), "crowded p50 {c50} ns not far above quiet p50 {q50} ns");
+    // The busy threads themselves wait too, after being preempted.
+    let b = merge(&windows, &busy.rel, Some("preempt"));
+    assert!(b.count > 0, "busy threads show preempt waits");
+    let hello = s.hello().clone();
+    assert_eq!(hello["cgroup"]["runq_hierarchy"], runq_mount().1);
+    assert_eq!(hello["families"]["runq"]["mode"], "tp_btf");
+    Ok(())
+}
+
+/// When the waker and the wakee are in different cgroups, the wait is the wakee's: the waker
+/// spins and never sleeps, so it can have no wakeup waits of its own.
+#[test]
+fn wait_is_charged_to_the_wakee_not_the_waker() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let waker_cg = TestCgroup::new("waker")?;
+    let wakee_cg = TestCgroup::new("wakee")?;
+    let busy = TestCgroup::new("busy2")?;
+    let cpu = Some(cpus() - 1);
+    let _spin = workload::spin(1, &busy.procs_file(), cpu)?;
+    let mut wakee_cmd = std::process::Command::new(workload::bin("pipe_pair"));
+    wakee_cmd.arg("wakee").stdin(std::process::Stdio::piped());
+    let mut waker_cmd = std::process::Command::new(workload::bin("pipe_pair"));
+    waker_cmd.arg("waker").stdout(std::process::Stdio::piped());
+    let mut waker = Task::spawn(waker_cmd, Some(&waker_cg.procs_file()), cpu, false)?;
+    let pipe = waker.child.stdout.take().expect("waker stdout");
+    wakee_cmd.stdin(pipe);
+    // Task::spawn sets stdin to null; spawn the wakee by hand to keep the pipe.
+    let wakee = spawn_with_stdin(wakee_cmd, &wakee_cg)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let windows = s.windows(3)?;
+    let ee = merge(&windows, &wakee_cg.rel, Some("wakeup"));
+    let er = merge(&windows, &waker_cg.rel, Some("wakeup"));
+    eprintln!("wakee wakeup waits {}, waker wakeup waits {}", ee.count, er.count);
+    assert!(ee.count > 300, "the wakee is woken ~1000/s: {}", ee.count);
+    assert!(er.count * 20 < ee.count, "waker charged with {} wakeup waits vs wakee {}", er.count, ee.count);
+    drop(wakee);
+    Ok(())
+}
+
+fn spawn_with_stdin(mut cmd: std::process::Command, cg: &TestCgroup) -> anyhow::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let procs = cg.procs_file();
+    let cpu = cpus() - 1;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+            std::fs::write(&procs, b"0\n")
+        });
+    }
+    Ok(cmd.spawn()?)
+}
+
+/// Cgroups created after the start are picked up with their path; removing one mid-run breaks
+/// nothing and it is reported as removed (or simply stops appearing).
+#[test]
+fn cgroups_created_and_removed_while_running() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let mut s = Stream::start(&["--interval", "500"])?;
+    s.windows(1)?;
+    let mut late = TestCgroup::new("late")?;
+    let sl = workload::sleeper(1000, Some(&late.procs_file()), None, false)?;
+    let windows = s.windows(3)?;
+    let m = merge(&windows, &late.rel, None);
+    assert!(m.count > 100, "late cgroup seen with its path: {} waits", m.count);
+    let id = late.id();
+    let found = windows.iter().flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default()).find(|c| c["path"] == late.rel.as_str());
+    assert_eq!(found.expect("late cgroup")["id"].as_u64(), Some(id), "id is the directory inode");
+    drop(sl);
+    late.remove()?;
+    let after = TestCgroup::new("after")?;
+    let _sl2 = workload::sleeper(1000, Some(&after.procs_file()), None, false)?;
+    let windows = s.windows(4)?;
+    assert!(merge(&windows, &after.rel, None).count > 100, "new cgroup after a removal");
+    let (code, _) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    Ok(())
+}
+
+/// Tasks in autogroups (setsid in the root cpu cgroup) still get a cgroup identity: no wait is
+/// ever charged to an unreadable cgroup.
+#[test]
+fn autogroup_tasks_have_a_cgroup() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let _sl = workload::sleeper(500, None, None, true)?;
+    let mut s = Stream::start(&["--interval", "500"])?;
+    let windows = s.windows(3)?;
+    assert_eq!(sum_counter(&windows, "cgroup_unreadable"), 0);
+    assert!(merge(&windows, "/", None).count > 0, "root cgroup has waits");
+    Ok(())
+}
+
+/// The stream stops cleanly on SIGTERM and on `--duration`, prints a closing summary, and leaves
+/// no BPF program attached.
+#[test]
+fn stops_cleanly_and_detaches() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let before = tracing_programs();
+    let mut s = Stream::start(&["--interval", "200"])?;
+    s.windows(2)?;
+    assert!(tracing_programs() > before, "programs attached while running");
+    let (code, lines) = s.stop(SIGTERM)?;
+    assert_eq!(code, 0);
+    assert_eq!(lines.last().map(|l| l["type"].clone()), Some("summary".into()));
+    sleep(Duration::from_millis(200));
+    assert_eq!(tracing_programs(), before, "programs left attached after SIGTERM");
+
+    let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
+        .args(["stream", "--interval", "200", "--duration", "1"])
+        .output()?;
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!(lines[0]["type"], "hello");
+    let windows = lines.iter().filter(|l| l["type"] == "window").count();
+    assert!((4..=7).contains(&windows), "{windows} windows in 1 s at 200 ms");
+    assert_eq!(tracing_programs(), before);
+    Ok(())
+}
+
+/// A reader that goes away (closed stdout) ends the stream without an error.
+#[test]
+fn closed_stdout_ends_the_stream() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let bin = cgtrace_tests::stream::cgtrace_bin();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' stream --interval 200 | head -n 2 >/dev/null; echo ${{PIPESTATUS[0]}}", bin.display()))
+        .output()?;
+    let _ = out;
+    let mut child = std::process::Command::new(&bin)
+        .args(["stream", "--interval", "200"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut buf = [0u8; 64];
+    std::io::Read::read(&mut stdout, &mut buf)?;
+    drop(stdout);
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "cgtrace kept running after stdout closed");
+        sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
+/// Without privileges: one line that says what is needed, exit 1.
+#[test]
+fn unprivileged_gets_one_line() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(cgtrace_tests::stream::cgtrace_bin())
+        .args(["stream", "--duration", "1"])
+        .output()?;
+    let err = String::from_utf8(out.stderr)?;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs root"), "{err}");
+    assert!(out.stdout.is_empty());
+    Ok(())
+}
+
+/// BPF programs of type tracing currently loaded (ours are removed when cgtrace exits).
+fn tracing_programs() -> usize {
+    let mut n = 0;
+    let mut id = 0u32;
+    loop {
+        let mut attr = [0u32; 32];
+        attr[0] = id;
+        // SAFETY: BPF_PROG_GET_NEXT_ID reads start_id and writes next_id in the attr union.
+        let r = unsafe { libc::syscall(libc::SYS_bpf, 11 /* BPF_PROG_GET_NEXT_ID */, attr.as_mut_ptr(), 128u32) };
+        if r != 0 {
+            break;
+        }
+        id = attr[1];
+        n += 1;
+    }
+    n
+}
