@@ -42,6 +42,16 @@ impl TestCgroup {
         fs::metadata(&self.dir).map(|m| m.ino()).unwrap_or(0)
     }
 
+    /// The smallest CPU weight: v1 `cpu.shares` 2, v2 `cpu.weight` 1.
+    pub fn set_lowest_weight(&self) -> Result<()> {
+        let (file, value) = if self.dir.join("cpu.shares").exists() {
+            ("cpu.shares", "2")
+        } else {
+            ("cpu.weight", "1")
+        };
+        fs::write(self.dir.join(file), value).with_context(|| format!("writing {file}"))
+    }
+
     pub fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
     }

@@ -14,7 +14,9 @@ const SIGINT: i32 = 2;
 const SIGTERM: i32 = 15;
 
 /// A sleeper woken every millisecond on a CPU crowded by busy threads of another cgroup waits far
-/// longer (median) than the same sleeper on a quiet CPU.
+/// longer (median) than the same sleeper on a quiet CPU. Both sleepers' cgroups get the lowest CPU
+/// weight (a best-effort pod): with a normal weight, wakeup preemption lets a 1 ms sleeper run
+/// within microseconds even next to spinners (measured: p50 3 µs crowded vs 4 µs quiet).
 #[test]
 fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     if !can_trace() {
@@ -27,6 +29,8 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     let busy = TestCgroup::new("busy")?;
     let crowded = TestCgroup::new("crowded")?;
     let quiet = TestCgroup::new("quiet")?;
+    crowded.set_lowest_weight()?;
+    quiet.set_lowest_weight()?;
     let _spin = workload::spin(3, &busy.procs_file(), Some(1))?;
     let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
     let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
@@ -36,7 +40,7 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     let q = merge(&windows, &quiet.rel, None);
     let (c50, q50) = (c.quantile_bucket_ns(0.5), q.quantile_bucket_ns(0.5));
     eprintln!("crowded: {} waits, p50 bucket {c50} ns; quiet: {} waits, p50 bucket {q50} ns", c.count, q.count);
-    assert!(c.count > 500 && q.count > 500, "both sleepers wake ~1000/s: {} {}", c.count, q.count);
+    assert!(c.count > 100 && q.count > 500, "both sleepers keep waking: {} {}", c.count, q.count);
     assert!(c50 > 10 * q50.max(1), "crowded p50 {c50} ns not far above quiet p50 {q50} ns");
     // The busy threads themselves wait too, after being preempted.
     let b = merge(&windows, &busy.rel, Some("preempt"));
@@ -145,15 +149,16 @@ fn stops_cleanly_and_detaches() -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let before = tracing_programs();
+    let before = program_ids();
     let mut s = Stream::start(&["--interval", "200"])?;
     s.windows(2)?;
-    assert!(tracing_programs() > before, "programs attached while running");
+    let ours: Vec<u32> = program_ids().into_iter().filter(|id| !before.contains(id)).collect();
+    assert!(ours.len() >= 3, "programs attached while running: {ours:?}");
     let (code, lines) = s.stop(SIGTERM)?;
     assert_eq!(code, 0);
     assert_eq!(lines.last().map(|l| l["type"].clone()), Some("summary".into()));
-    sleep(Duration::from_millis(200));
-    assert_eq!(tracing_programs(), before, "programs left attached after SIGTERM");
+    let after = wait_unloaded(&ours);
+    assert!(ours.iter().all(|id| !after.contains(id)), "programs left loaded after SIGTERM");
 
     let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
         .args(["stream", "--interval", "200", "--duration", "1"])
@@ -163,7 +168,10 @@ fn stops_cleanly_and_detaches() -> anyhow::Result<()> {
     assert_eq!(lines[0]["type"], "hello");
     let windows = lines.iter().filter(|l| l["type"] == "window").count();
     assert!((4..=7).contains(&windows), "{windows} windows in 1 s at 200 ms");
-    assert_eq!(tracing_programs(), before);
+    let new: Vec<u32> = program_ids().into_iter().filter(|id| !after.contains(id)).collect();
+    let now = wait_unloaded(&new);
+    let left: Vec<&u32> = new.iter().filter(|id| now.contains(id)).collect();
+    assert!(left.is_empty(), "programs left loaded after --duration: {left:?}");
     Ok(())
 }
 
@@ -174,11 +182,6 @@ fn closed_stdout_ends_the_stream() -> anyhow::Result<()> {
         return Ok(());
     }
     let bin = cgtrace_tests::stream::cgtrace_bin();
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("'{}' stream --interval 200 | head -n 2 >/dev/null; echo ${{PIPESTATUS[0]}}", bin.display()))
-        .output()?;
-    let _ = out;
     let mut child = std::process::Command::new(&bin)
         .args(["stream", "--interval", "200"])
         .stdout(std::process::Stdio::piped())
@@ -218,9 +221,22 @@ fn unprivileged_gets_one_line() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// BPF programs of type tracing currently loaded (ours are removed when cgtrace exits).
-fn tracing_programs() -> usize {
-    let mut n = 0;
+/// Program ids after waiting up to 3 s for `ids` to be freed (the kernel frees them after an
+/// RCU grace period once the last fd is closed).
+fn wait_unloaded(ids: &[u32]) -> Vec<u32> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = program_ids();
+        if ids.iter().all(|id| !now.contains(id)) || t0.elapsed() > Duration::from_secs(3) {
+            return now;
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ids of all BPF programs loaded in the kernel (ours go away when cgtrace exits).
+fn program_ids() -> Vec<u32> {
+    let mut ids = Vec::new();
     let mut id = 0u32;
     loop {
         let mut attr = [0u32; 32];
@@ -231,7 +247,7 @@ fn tracing_programs() -> usize {
             break;
         }
         id = attr[1];
-        n += 1;
+        ids.push(id);
     }
-    n
+    ids
 }
