@@ -15,7 +15,12 @@ fn main() {
     let root = manifest.parent().expect("workspace root").to_path_buf();
     let ebpf = root.join("cgtrace-ebpf");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("cgtrace.bpf.o");
-    for p in ["cgtrace-ebpf/src", "cgtrace-ebpf/Cargo.toml", "cgtrace-ebpf/rust-toolchain.toml", "cgtrace-common/src"] {
+    for p in [
+        "cgtrace-ebpf/src",
+        "cgtrace-ebpf/Cargo.toml",
+        "cgtrace-ebpf/rust-toolchain.toml",
+        "cgtrace-common/src",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     println!("cargo:rerun-if-env-changed=CGTRACE_EBPF_STUB");
@@ -31,20 +36,37 @@ fn main() {
     let target_dir = root.join("target").join("bpf");
     let mut cmd = Command::new("cargo");
     cmd.current_dir(&ebpf)
-        .args(["build", "-Z", "build-std=core", "--release", "--target", "bpfel-unknown-none"])
+        .args([
+            "build",
+            "-Z",
+            "build-std=core",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     // Let cgtrace-ebpf/rust-toolchain.toml pick the toolchain, not the outer build's.
     for (k, _) in env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if k.starts_with("CARGO_") && k != "CARGO_HOME" || k.starts_with("RUSTC") || k == "RUSTUP_TOOLCHAIN" || k.contains("RUSTFLAGS") {
+        if k.starts_with("CARGO_") && k != "CARGO_HOME"
+            || k.starts_with("RUSTC")
+            || k == "RUSTUP_TOOLCHAIN"
+            || k.contains("RUSTFLAGS")
+        {
             cmd.env_remove(k);
         }
     }
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo for cgtrace-ebpf: {e}"));
-    assert!(status.success(), "building cgtrace-ebpf failed ({status}); see the errors above");
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo for cgtrace-ebpf: {e}"));
+    assert!(
+        status.success(),
+        "building cgtrace-ebpf failed ({status}); see the errors above"
+    );
     let obj = target_dir.join("bpfel-unknown-none/release/cgtrace");
-    fs::copy(&obj, &out).unwrap_or_else(|e| panic!("copy {} -> {}: {e}", obj.display(), out.display()));
+    fs::copy(&obj, &out)
+        .unwrap_or_else(|e| panic!("copy {} -> {}: {e}", obj.display(), out.display()));
 }
 
 /// What is missing to build the eBPF object, if anything.

@@ -65,7 +65,9 @@ pub fn task_state(l: &Layout, task: *const u8) -> Option<u64> {
 pub fn task_cgroup_id(l: &Layout, task: *const u8) -> Option<u64> {
     let cset: *const u8 = read(task, l.task_cgroups)?;
     let cgrp: *const u8 = if l.cgroup_mode == CGROUP_MODE_V1 {
-        let slot = l.css_set_subsys.wrapping_add(l.cpu_subsys_id.wrapping_mul(8));
+        let slot = l
+            .css_set_subsys
+            .wrapping_add(l.cpu_subsys_id.wrapping_mul(8));
         let css: *const u8 = read(cset, slot)?;
         read(css, l.css_cgroup)?
     } else {

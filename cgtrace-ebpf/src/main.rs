@@ -5,7 +5,10 @@
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
-#![expect(internal_features, reason = "atomic_xadd: the BPF target has no AtomicU64::fetch_add")]
+#![expect(
+    internal_features,
+    reason = "atomic_xadd: the BPF target has no AtomicU64::fetch_add"
+)]
 
 mod kernel;
 mod maps;

@@ -56,7 +56,13 @@ impl Aggregator {
     }
 
     /// Builds the next window from the cgroups' deltas.
-    pub fn window(&mut self, deltas: HashMap<u64, KindHists>, events: EventCounts, end_unix_ms: u64, duration_ms: u64) -> WindowOutput {
+    pub fn window(
+        &mut self,
+        deltas: HashMap<u64, KindHists>,
+        events: EventCounts,
+        end_unix_ms: u64,
+        duration_ms: u64,
+    ) -> WindowOutput {
         self.seq += 1;
         let seq = self.seq;
         let mut removed = Vec::new();
@@ -85,7 +91,13 @@ impl Aggregator {
                 removed.push(id);
             }
         }
-        cgroups.sort_by(|a, b| b.runq.all.count.cmp(&a.runq.all.count).then(a.id.cmp(&b.id)));
+        cgroups.sort_by(|a, b| {
+            b.runq
+                .all
+                .count
+                .cmp(&a.runq.all.count)
+                .then(a.id.cmp(&b.id))
+        });
         removed.extend(self.sweep());
         for id in &removed {
             self.table.remove(id);
@@ -122,7 +134,13 @@ impl Aggregator {
                 runq: runq_window(&e.total),
             })
             .collect();
-        v.sort_by(|a, b| b.runq.all.count.cmp(&a.runq.all.count).then(a.id.cmp(&b.id)));
+        v.sort_by(|a, b| {
+            b.runq
+                .all
+                .count
+                .cmp(&a.runq.all.count)
+                .then(a.id.cmp(&b.id))
+        });
         v
     }
 
@@ -168,7 +186,11 @@ impl Aggregator {
         if self.table.len() <= self.max_cgroups {
             return;
         }
-        let mut by_age: Vec<(u64, u64)> = self.table.iter().map(|(&id, e)| (e.last_active_seq, id)).collect();
+        let mut by_age: Vec<(u64, u64)> = self
+            .table
+            .iter()
+            .map(|(&id, e)| (e.last_active_seq, id))
+            .collect();
         by_age.sort_unstable();
         let excess = self.table.len() - self.max_cgroups;
         for &(_, id) in by_age.iter().take(excess) {

@@ -126,7 +126,9 @@ impl Btf {
         let tsec = b
             .get(types_at..types_at + type_len)
             .ok_or(BtfError::BadHeader)?;
-        let ssec = b.get(strs_at..strs_at + str_len).ok_or(BtfError::BadHeader)?;
+        let ssec = b
+            .get(strs_at..strs_at + str_len)
+            .ok_or(BtfError::BadHeader)?;
         let name = |off: u32| -> String {
             let Some(rest) = ssec.get(off as usize..) else {
                 return String::new();
@@ -196,14 +198,22 @@ impl Btf {
                         });
                     }
                     pos += 12 * vlen;
-                    if raw_kind == 4 { Kind::Struct } else { Kind::Union }
+                    if raw_kind == 4 {
+                        Kind::Struct
+                    } else {
+                        Kind::Union
+                    }
                 }
                 6 => {
                     need(pos, 8 * vlen)?;
                     for i in 0..vlen {
                         let e = pos + 8 * i;
                         let v = u32_at(tsec, e + 4).unwrap_or(0);
-                        let v = if kind_flag { i64::from(v as i32) } else { i64::from(v) };
+                        let v = if kind_flag {
+                            i64::from(v as i32)
+                        } else {
+                            i64::from(v)
+                        };
                         t.enumerators.push((name(u32_at(tsec, e).unwrap_or(0)), v));
                     }
                     pos += 8 * vlen;
@@ -306,9 +316,12 @@ impl Btf {
                     .array
                     .map(|(elem, n)| self.size_of(elem).saturating_mul(n))
                     .unwrap_or(0),
-                Kind::Int | Kind::Struct | Kind::Union | Kind::Enum | Kind::Enum64 | Kind::Float => {
-                    t.size_or_type
-                }
+                Kind::Int
+                | Kind::Struct
+                | Kind::Union
+                | Kind::Enum
+                | Kind::Enum64
+                | Kind::Float => t.size_or_type,
                 _ => 0,
             },
             None => 0,
@@ -428,7 +441,10 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(Btf::parse(b"not btf at all, no"), Err(BtfError::BadHeader)));
+        assert!(matches!(
+            Btf::parse(b"not btf at all, no"),
+            Err(BtfError::BadHeader)
+        ));
         assert!(matches!(Btf::parse(&[]), Err(BtfError::BadHeader)));
     }
 
@@ -437,7 +453,13 @@ mod tests {
         let mut b = Vec::new();
         b.extend_from_slice(&MAGIC.to_le_bytes());
         b.extend_from_slice(&[1, 0]);
-        for v in [24u32, 0, types.len() as u32, types.len() as u32, strs.len() as u32] {
+        for v in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strs.len() as u32,
+        ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
         b.extend_from_slice(types);
@@ -462,7 +484,17 @@ mod tests {
         for v in [5u32, 1 << 24, 4, 0x20] {
             t.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [9u32, (4 << 24) | (1 << 31) | 2, 8, 11, 1, 0, 13, 1, (3 << 24) | 35] {
+        for v in [
+            9u32,
+            (4 << 24) | (1 << 31) | 2,
+            8,
+            11,
+            1,
+            0,
+            13,
+            1,
+            (3 << 24) | 35,
+        ] {
             t.extend_from_slice(&v.to_le_bytes());
         }
         let btf = Btf::parse(&blob(&t, b"\0\0\0\0\0int\0s\0a\0b\0")).expect("parse");
@@ -492,7 +524,9 @@ mod tests {
         assert_eq!(btf.tracepoint_args("sched_wakeup"), Some(1));
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());
         // A field inside an embedded struct.
-        let cfs_rq = btf.field_path("task_struct", "se.cfs_rq").expect("se.cfs_rq");
+        let cfs_rq = btf
+            .field_path("task_struct", "se.cfs_rq")
+            .expect("se.cfs_rq");
         assert_eq!(cfs_rq.size, 8);
     }
 }

@@ -24,7 +24,9 @@ impl CounterReader {
     pub fn read_window(&mut self) -> [u64; NR_COUNTERS as usize] {
         let mut delta = [0u64; NR_COUNTERS as usize];
         for i in 0..NR_COUNTERS {
-            let Ok(values) = self.map.get(&i, 0) else { continue };
+            let Ok(values) = self.map.get(&i, 0) else {
+                continue;
+            };
             let total: u64 = values.iter().sum();
             delta[i as usize] = total.saturating_sub(self.prev[i as usize]);
             self.prev[i as usize] = total;

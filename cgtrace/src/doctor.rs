@@ -14,21 +14,45 @@ fn line(what: &str, value: impl std::fmt::Display) {
 }
 
 pub fn run() -> anyhow::Result<()> {
-    line("kernel", std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
+    line(
+        "kernel",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim(),
+    );
     let cgroups = Cgroups::discover("/proc/self/mountinfo".as_ref(), "/proc/cgroups".as_ref());
     let mut cgroup_v1 = false;
     match &cgroups {
         Ok(c) => {
             line("cgroup layout", crate::session::layout_name(c.layout));
             for h in &c.hierarchies {
-                line("  hierarchy", format!("{:?} id={} [{}] at {}", h.version, h.id, h.controllers.join(","), h.mount.display()));
+                line(
+                    "  hierarchy",
+                    format!(
+                        "{:?} id={} [{}] at {}",
+                        h.version,
+                        h.id,
+                        h.controllers.join(","),
+                        h.mount.display()
+                    ),
+                );
             }
             match c.runq_hierarchy() {
                 Some(h) => {
                     cgroup_v1 = matches!(h.version, crate::cgroup::Version::V1);
-                    line("runq keyed by", format!("{} ({})", if cgroup_v1 { "cpu" } else { "cgroup2" }, h.mount.display()));
+                    line(
+                        "runq keyed by",
+                        format!(
+                            "{} ({})",
+                            if cgroup_v1 { "cpu" } else { "cgroup2" },
+                            h.mount.display()
+                        ),
+                    );
                 }
-                None => line("runq keyed by", "nothing: no cpu controller and no cgroup2 mount"),
+                None => line(
+                    "runq keyed by",
+                    "nothing: no cpu controller and no cgroup2 mount",
+                ),
             }
         }
         Err(e) => line("cgroup layout", format!("unreadable: {e}")),
@@ -39,10 +63,19 @@ pub fn run() -> anyhow::Result<()> {
             line("BTF", "yes (/sys/kernel/btf/vmlinux)");
             for tp in ["sched_switch", "sched_wakeup", "sched_wakeup_new"] {
                 let args = b.tracepoint_args(tp);
-                line(&format!("  tp_btf {tp}"), args.map_or("absent".to_string(), |n| format!("present ({n} args)")));
+                line(
+                    &format!("  tp_btf {tp}"),
+                    args.map_or("absent".to_string(), |n| format!("present ({n} args)")),
+                );
             }
             match layout::resolve(b, cgroup_v1) {
-                Ok(l) => line("  field offsets", format!("resolved (task_struct.cgroups at {}, kernfs_node.id at {})", l.task_cgroups, l.kn_id)),
+                Ok(l) => line(
+                    "  field offsets",
+                    format!(
+                        "resolved (task_struct.cgroups at {}, kernfs_node.id at {})",
+                        l.task_cgroups, l.kn_id
+                    ),
+                ),
                 Err(e) => line("  field offsets", e),
             }
         }
@@ -63,11 +96,22 @@ pub fn run() -> anyhow::Result<()> {
     match Tracer::start(&opts) {
         Ok(t) => {
             let c = &t.capabilities;
-            let note = |k: &str| c.notes.get(k).map(|n| format!(" ({n})")).unwrap_or_default();
-            line("fentry/fexit", format!("{}{}", yes(c.fentry), note("fentry")));
+            let note = |k: &str| {
+                c.notes
+                    .get(k)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            };
+            line(
+                "fentry/fexit",
+                format!("{}{}", yes(c.fentry), note("fentry")),
+            );
             line("kprobe", format!("{}{}", yes(c.kprobe), note("kprobe")));
             for (family, mode) in &t.families {
-                line(&format!("family {family}"), format!("{}: {}", mode.mode, mode.detail));
+                line(
+                    &format!("family {family}"),
+                    format!("{}: {}", mode.mode, mode.detail),
+                );
             }
         }
         Err(e) => line("runq", format!("unavailable: {e}")),

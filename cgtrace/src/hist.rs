@@ -50,7 +50,12 @@ impl Hist {
 
     /// `cur - prev` of two cumulative readings of the same kernel histogram. Counters that went
     /// backwards (the entry was deleted and re-created in between) count from zero.
-    pub fn delta(cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS], prev: Option<(u64, u64, &[u64; NR_BUCKETS])>) -> Self {
+    pub fn delta(
+        cur_count: u64,
+        cur_sum: u64,
+        cur: &[u64; NR_BUCKETS],
+        prev: Option<(u64, u64, &[u64; NR_BUCKETS])>,
+    ) -> Self {
         let mut h = Self::default();
         match prev {
             Some((pc, ps, pb)) if pc <= cur_count => {
@@ -93,7 +98,11 @@ impl Hist {
                 };
                 let frac = (rank - seen) as f64 / n as f64;
                 let v = lo + ((hi - lo) as f64 * frac) as u64;
-                return if self.max_ns > 0 { v.min(self.max_ns) } else { v };
+                return if self.max_ns > 0 {
+                    v.min(self.max_ns)
+                } else {
+                    v
+                };
             }
             seen += n;
         }
@@ -175,7 +184,21 @@ mod tests {
             assert_eq!(bucket_of(bucket_lower(i)) as usize, i);
             assert_eq!(bucket_of(bucket_upper(i) - 1) as usize, i);
         }
-        for v in [0u64, 1, 3, 4, 5, 7, 8, 9, 1000, 1023, 1024, 123_456_789, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            3,
+            4,
+            5,
+            7,
+            8,
+            9,
+            1000,
+            1023,
+            1024,
+            123_456_789,
+            u64::MAX,
+        ] {
             let i = bucket_of(v) as usize;
             assert!(bucket_lower(i) <= v, "{v}");
             assert!(v < bucket_upper(i) || i == NR_BUCKETS - 1, "{v}");

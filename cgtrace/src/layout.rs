@@ -13,10 +13,12 @@ pub struct MissingField {
 }
 
 fn off(btf: &Btf, s: &str, f: &str) -> Result<u32, MissingField> {
-    btf.field(s, f).map(|i| i.offset).ok_or_else(|| MissingField {
-        what: format!("{s}.{f}"),
-        family: "runq",
-    })
+    btf.field(s, f)
+        .map(|i| i.offset)
+        .ok_or_else(|| MissingField {
+            what: format!("{s}.{f}"),
+            family: "runq",
+        })
 }
 
 /// Offsets for the `runq` family. `cgroup_v1` selects the cpu controller's v1 cgroup as identity;
@@ -39,10 +41,12 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             family: "runq",
         });
     }
-    let switch_args = btf.tracepoint_args("sched_switch").ok_or_else(|| MissingField {
-        what: "tracepoint sched_switch".into(),
-        family: "runq",
-    })?;
+    let switch_args = btf
+        .tracepoint_args("sched_switch")
+        .ok_or_else(|| MissingField {
+            what: "tracepoint sched_switch".into(),
+            family: "runq",
+        })?;
     let layout = Layout {
         task_pid: off(btf, "task_struct", "pid")?,
         task_tgid: off(btf, "task_struct", "tgid")?,

@@ -21,11 +21,17 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cg
 /// Why tracing could not start. Each message is one line that says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cgtrace needs root (or CAP_BPF + CAP_PERFMON + CAP_DAC_READ_SEARCH) to load eBPF programs: run it with sudo")]
+    #[error(
+        "cgtrace needs root (or CAP_BPF + CAP_PERFMON + CAP_DAC_READ_SEARCH) to load eBPF programs: run it with sudo"
+    )]
     NotPrivileged,
-    #[error("this cgtrace binary was built without its eBPF programs (no bpf-linker or BPF nightly at build time): run scripts/setup.sh and rebuild")]
+    #[error(
+        "this cgtrace binary was built without its eBPF programs (no bpf-linker or BPF nightly at build time): run scripts/setup.sh and rebuild"
+    )]
     NoObject,
-    #[error("kernel BTF is unavailable ({0}): cgtrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (5.10+ distribution kernels have it)")]
+    #[error(
+        "kernel BTF is unavailable ({0}): cgtrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (5.10+ distribution kernels have it)"
+    )]
     Btf(#[from] BtfError),
     #[error(transparent)]
     Layout(#[from] MissingField),
@@ -97,13 +103,19 @@ impl Tracer {
             .btf(&aya_btf)
             .override_global("LAYOUT", &layout, true)
             .override_global("CONFIG", &opts.config, true)
-            .map_max_entries("RUNQ_HIST", opts.max_cgroups.saturating_mul(kinds).max(kinds))
+            .map_max_entries(
+                "RUNQ_HIST",
+                opts.max_cgroups.saturating_mul(kinds).max(kinds),
+            )
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(OBJECT)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);
         let mut families = BTreeMap::new();
-        families.insert("runq".to_string(), attach_runq(&mut ebpf, &aya_btf, &layout)?);
+        families.insert(
+            "runq".to_string(),
+            attach_runq(&mut ebpf, &aya_btf, &layout)?,
+        );
         Ok(Self {
             ebpf,
             families,
@@ -140,7 +152,12 @@ fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyM
     })
 }
 
-fn attach_tp_btf(ebpf: &mut Ebpf, btf: &AyaBtf, program: &'static str, tracepoint: &str) -> Result<(), LoadError> {
+fn attach_tp_btf(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    program: &'static str,
+    tracepoint: &str,
+) -> Result<(), LoadError> {
     let err = |source| LoadError::Program { program, source };
     let prog: &mut BtfTracePoint = ebpf
         .program_mut(program)

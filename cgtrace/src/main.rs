@@ -1,6 +1,5 @@
 //! The `cgtrace` command line.
 
-
 use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
@@ -8,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use cgtrace::{doctor, session::SessionOptions, stream};
 
 #[derive(Parser)]
-#[command(name = "cgtrace", version, about = "Per-cgroup scheduler latency, traced with eBPF")]
+#[command(
+    name = "cgtrace",
+    version,
+    about = "Per-cgroup scheduler latency, traced with eBPF"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,9 +55,13 @@ struct StreamArgs {
 }
 
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|_| format!("{s:?} is not a number of KiB"))?;
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of KiB"))?;
     if !(64..=262_144).contains(&v) || !v.is_power_of_two() {
-        return Err(format!("{v} KiB: must be a power of two between 64 and 262144"));
+        return Err(format!(
+            "{v} KiB: must be a power of two between 64 and 262144"
+        ));
     }
     Ok(v)
 }

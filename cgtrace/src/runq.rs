@@ -32,7 +32,10 @@ pub struct RunqReader {
 }
 
 impl RunqReader {
-    pub fn new(hist: HashMap<MapData, RunqKey, RunqHist>, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
+    pub fn new(
+        hist: HashMap<MapData, RunqKey, RunqHist>,
+        mut epoch_map: Array<MapData, u64>,
+    ) -> anyhow::Result<Self> {
         let epoch = 1;
         epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
         Ok(Self {
@@ -48,13 +51,20 @@ impl RunqReader {
     pub fn read_window(&mut self) -> anyhow::Result<StdHashMap<u64, KindHists>> {
         let ended = self.epoch;
         self.epoch += 1;
-        self.epoch_map.set(0, &self.epoch, 0).context("bumping EPOCH")?;
+        self.epoch_map
+            .set(0, &self.epoch, 0)
+            .context("bumping EPOCH")?;
         let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
         for entry in self.hist.iter() {
             // An entry deleted while iterating ends the walk early for that key only.
             let Ok((key, cur)) = entry else { continue };
-            let Ok(kind) = WaitKind::try_from(key.kind) else { continue };
-            let prev = self.prev.get(&key).map(|p| (p.count, p.sum_ns, &*p.buckets));
+            let Ok(kind) = WaitKind::try_from(key.kind) else {
+                continue;
+            };
+            let prev = self
+                .prev
+                .get(&key)
+                .map(|p| (p.count, p.sum_ns, &*p.buckets));
             if prev.is_some_and(|(c, _, _)| c == cur.count) {
                 continue;
             }

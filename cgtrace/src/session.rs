@@ -2,9 +2,7 @@
 //! aggregator, turning the kernel's data into one [`Window`] per call. The stream (and later the
 //! view and the recorder) drive it; none of them talks to BPF directly.
 
-use std::{
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
@@ -96,7 +94,10 @@ impl Session {
         };
         let mut tracer = Tracer::start(&trace)?;
         let ebpf = &mut tracer.ebpf;
-        let take = |ebpf: &mut aya::Ebpf, name: &'static str| ebpf.take_map(name).ok_or(crate::loader::LoadError::MissingMap(name));
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+            ebpf.take_map(name)
+                .ok_or(crate::loader::LoadError::MissingMap(name))
+        };
         let hist: HashMap<MapData, _, _> = take(ebpf, "RUNQ_HIST")?.try_into()?;
         let epoch: Array<MapData, u64> = take(ebpf, "EPOCH")?.try_into()?;
         let counters: PerCpuArray<MapData, u64> = take(ebpf, "COUNTERS")?.try_into()?;
@@ -156,7 +157,12 @@ impl Session {
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
-        let out = self.aggregator.window(deltas, event_counts(&kernel, undecodable), now_unix_ms(), duration_ms);
+        let out = self.aggregator.window(
+            deltas,
+            event_counts(&kernel, undecodable),
+            now_unix_ms(),
+            duration_ms,
+        );
         for id in out.removed {
             self.runq.forget(id);
         }

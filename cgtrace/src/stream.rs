@@ -45,12 +45,17 @@ enum Wake {
 }
 
 /// Runs the stream until `duration` (if any), a signal, or a closed stdout.
-pub async fn run(opts: SessionOptions, duration: Option<Duration>, summary: bool) -> anyhow::Result<()> {
+pub async fn run(
+    opts: SessionOptions,
+    duration: Option<Duration>,
+    summary: bool,
+) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let (mut session, ring) = Session::start(&opts)?;
     // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring` drops.
-    let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+    let mut ring = unsafe { AsyncFd::register(ring) }
+        .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
     let mut out = io::BufWriter::new(io::stdout().lock());
     if !emit(&mut out, &session.hello)? {
         return Ok(());

@@ -33,7 +33,11 @@ impl TestCgroup {
         let dir = mount.join(&rel[1..]);
         let _ = fs::remove_dir(&dir);
         fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        Ok(Self { dir, rel, removed: false })
+        Ok(Self {
+            dir,
+            rel,
+            removed: false,
+        })
     }
 
     /// The directory's inode: the id the stream reports.
@@ -63,7 +67,10 @@ impl TestCgroup {
         }
         for _ in 0..50 {
             let procs = fs::read_to_string(self.procs_file()).unwrap_or_default();
-            let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            let pids: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
             if pids.is_empty() {
                 break;
             }

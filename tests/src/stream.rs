@@ -56,7 +56,9 @@ impl Stream {
             lines,
             seen: Vec::new(),
         };
-        let hello = s.next_line(Duration::from_secs(30))?.context("no hello line")?;
+        let hello = s
+            .next_line(Duration::from_secs(30))?
+            .context("no hello line")?;
         if hello["type"] != "hello" {
             bail!("first line is not hello: {hello}");
         }
@@ -67,12 +69,15 @@ impl Stream {
     pub fn next_line(&mut self, timeout: Duration) -> Result<Option<Value>> {
         match self.lines.recv_timeout(timeout) {
             Ok(l) => {
-                let v: Value = serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?;
+                let v: Value =
+                    serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?;
                 self.seen.push(v.clone());
                 Ok(Some(v))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Ok(None),
-            Err(mpsc::RecvTimeoutError::Timeout) => bail!("no line from cgtrace within {timeout:?}"),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                bail!("no line from cgtrace within {timeout:?}")
+            }
         }
     }
 
@@ -140,7 +145,11 @@ impl Merged {
         let mut out = std::collections::BTreeMap::new();
         for (&lo_ns, &n) in &self.buckets {
             let us = lo_ns / 1000;
-            let low = if us == 0 { 0 } else { 1u64 << (63 - us.leading_zeros()) };
+            let low = if us == 0 {
+                0
+            } else {
+                1u64 << (63 - us.leading_zeros())
+            };
             *out.entry(low).or_insert(0) += n;
         }
         out

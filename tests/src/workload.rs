@@ -24,7 +24,12 @@ pub struct Task {
 impl Task {
     /// Starts `cmd` with its pid written to `procs` (a `cgroup.procs` file) before exec, pinned to
     /// `cpu` if given, and with its own session if `setsid`.
-    pub fn spawn(mut cmd: Command, procs: Option<&Path>, cpu: Option<usize>, setsid: bool) -> Result<Self> {
+    pub fn spawn(
+        mut cmd: Command,
+        procs: Option<&Path>,
+        cpu: Option<usize>,
+        setsid: bool,
+    ) -> Result<Self> {
         let procs = procs.map(|p| p.to_path_buf());
         // SAFETY: the closure only makes async-signal-safe calls (open/write/close,
         // sched_setaffinity, setsid) between fork and exec.
@@ -46,7 +51,10 @@ impl Task {
                 Ok(())
             });
         }
-        let child = cmd.stdin(Stdio::null()).spawn().context("spawning workload")?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .context("spawning workload")?;
         Ok(Self { child })
     }
 
@@ -78,5 +86,7 @@ pub fn sleeper(usec: u64, procs: Option<&Path>, cpu: Option<usize>, setsid: bool
 
 /// Number of online CPUs.
 pub fn cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }

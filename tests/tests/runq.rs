@@ -39,9 +39,20 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     let c = merge(&windows, &crowded.rel, None);
     let q = merge(&windows, &quiet.rel, None);
     let (c50, q50) = (c.quantile_bucket_ns(0.5), q.quantile_bucket_ns(0.5));
-    eprintln!("crowded: {} waits, p50 bucket {c50} ns; quiet: {} waits, p50 bucket {q50} ns", c.count, q.count);
-    assert!(c.count > 100 && q.count > 500, "both sleepers keep waking: {} {}", c.count, q.count);
-    assert!(c50 > 10 * q50.max(1), "crowded p50 {c50} ns not far above quiet p50 {q50} ns");
+    eprintln!(
+        "crowded: {} waits, p50 bucket {c50} ns; quiet: {} waits, p50 bucket {q50} ns",
+        c.count, q.count
+    );
+    assert!(
+        c.count > 100 && q.count > 500,
+        "both sleepers keep waking: {} {}",
+        c.count,
+        q.count
+    );
+    assert!(
+        c50 > 10 * q50.max(1),
+        "crowded p50 {c50} ns not far above quiet p50 {q50} ns"
+    );
     // The busy threads themselves wait too, after being preempted.
     let b = merge(&windows, &busy.rel, Some("preempt"));
     assert!(b.count > 0, "busy threads show preempt waits");
@@ -76,14 +87,25 @@ fn wait_is_charged_to_the_wakee_not_the_waker() -> anyhow::Result<()> {
     let windows = s.windows(3)?;
     let ee = merge(&windows, &wakee_cg.rel, Some("wakeup"));
     let er = merge(&windows, &waker_cg.rel, Some("wakeup"));
-    eprintln!("wakee wakeup waits {}, waker wakeup waits {}", ee.count, er.count);
+    eprintln!(
+        "wakee wakeup waits {}, waker wakeup waits {}",
+        ee.count, er.count
+    );
     assert!(ee.count > 300, "the wakee is woken ~1000/s: {}", ee.count);
-    assert!(er.count * 20 < ee.count, "waker charged with {} wakeup waits vs wakee {}", er.count, ee.count);
+    assert!(
+        er.count * 20 < ee.count,
+        "waker charged with {} wakeup waits vs wakee {}",
+        er.count,
+        ee.count
+    );
     drop(wakee);
     Ok(())
 }
 
-fn spawn_with_stdin(mut cmd: std::process::Command, cg: &TestCgroup) -> anyhow::Result<std::process::Child> {
+fn spawn_with_stdin(
+    mut cmd: std::process::Command,
+    cg: &TestCgroup,
+) -> anyhow::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let procs = cg.procs_file();
     let cpu = cpus() - 1;
@@ -112,16 +134,30 @@ fn cgroups_created_and_removed_while_running() -> anyhow::Result<()> {
     let sl = workload::sleeper(1000, Some(&late.procs_file()), None, false)?;
     let windows = s.windows(3)?;
     let m = merge(&windows, &late.rel, None);
-    assert!(m.count > 100, "late cgroup seen with its path: {} waits", m.count);
+    assert!(
+        m.count > 100,
+        "late cgroup seen with its path: {} waits",
+        m.count
+    );
     let id = late.id();
-    let found = windows.iter().flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default()).find(|c| c["path"] == late.rel.as_str());
-    assert_eq!(found.expect("late cgroup")["id"].as_u64(), Some(id), "id is the directory inode");
+    let found = windows
+        .iter()
+        .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["path"] == late.rel.as_str());
+    assert_eq!(
+        found.expect("late cgroup")["id"].as_u64(),
+        Some(id),
+        "id is the directory inode"
+    );
     drop(sl);
     late.remove()?;
     let after = TestCgroup::new("after")?;
     let _sl2 = workload::sleeper(1000, Some(&after.procs_file()), None, false)?;
     let windows = s.windows(4)?;
-    assert!(merge(&windows, &after.rel, None).count > 100, "new cgroup after a removal");
+    assert!(
+        merge(&windows, &after.rel, None).count > 100,
+        "new cgroup after a removal"
+    );
     let (code, _) = s.stop(SIGINT)?;
     assert_eq!(code, 0);
     Ok(())
@@ -138,7 +174,10 @@ fn autogroup_tasks_have_a_cgroup() -> anyhow::Result<()> {
     let mut s = Stream::start(&["--interval", "500"])?;
     let windows = s.windows(3)?;
     assert_eq!(sum_counter(&windows, "cgroup_unreadable"), 0);
-    assert!(merge(&windows, "/", None).count > 0, "root cgroup has waits");
+    assert!(
+        merge(&windows, "/", None).count > 0,
+        "root cgroup has waits"
+    );
     Ok(())
 }
 
@@ -152,26 +191,47 @@ fn stops_cleanly_and_detaches() -> anyhow::Result<()> {
     let before = program_ids();
     let mut s = Stream::start(&["--interval", "200"])?;
     s.windows(2)?;
-    let ours: Vec<u32> = program_ids().into_iter().filter(|id| !before.contains(id)).collect();
+    let ours: Vec<u32> = program_ids()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
     assert!(ours.len() >= 3, "programs attached while running: {ours:?}");
     let (code, lines) = s.stop(SIGTERM)?;
     assert_eq!(code, 0);
-    assert_eq!(lines.last().map(|l| l["type"].clone()), Some("summary".into()));
+    assert_eq!(
+        lines.last().map(|l| l["type"].clone()),
+        Some("summary".into())
+    );
     let after = wait_unloaded(&ours);
-    assert!(ours.iter().all(|id| !after.contains(id)), "programs left loaded after SIGTERM");
+    assert!(
+        ours.iter().all(|id| !after.contains(id)),
+        "programs left loaded after SIGTERM"
+    );
 
     let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
         .args(["stream", "--interval", "200", "--duration", "1"])
         .output()?;
     assert!(out.status.success());
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
     assert_eq!(lines[0]["type"], "hello");
     let windows = lines.iter().filter(|l| l["type"] == "window").count();
-    assert!((4..=7).contains(&windows), "{windows} windows in 1 s at 200 ms");
-    let new: Vec<u32> = program_ids().into_iter().filter(|id| !after.contains(id)).collect();
+    assert!(
+        (4..=7).contains(&windows),
+        "{windows} windows in 1 s at 200 ms"
+    );
+    let new: Vec<u32> = program_ids()
+        .into_iter()
+        .filter(|id| !after.contains(id))
+        .collect();
     let now = wait_unloaded(&new);
     let left: Vec<&u32> = new.iter().filter(|id| now.contains(id)).collect();
-    assert!(left.is_empty(), "programs left loaded after --duration: {left:?}");
+    assert!(
+        left.is_empty(),
+        "programs left loaded after --duration: {left:?}"
+    );
     Ok(())
 }
 
@@ -195,7 +255,10 @@ fn closed_stdout_ends_the_stream() -> anyhow::Result<()> {
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "cgtrace kept running after stdout closed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "cgtrace kept running after stdout closed"
+        );
         sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}");
@@ -209,7 +272,12 @@ fn unprivileged_gets_one_line() -> anyhow::Result<()> {
         return Ok(());
     }
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(cgtrace_tests::stream::cgtrace_bin())
         .args(["stream", "--duration", "1"])
         .output()?;
@@ -242,7 +310,14 @@ fn program_ids() -> Vec<u32> {
         let mut attr = [0u32; 32];
         attr[0] = id;
         // SAFETY: BPF_PROG_GET_NEXT_ID reads start_id and writes next_id in the attr union.
-        let r = unsafe { libc::syscall(libc::SYS_bpf, 11 /* BPF_PROG_GET_NEXT_ID */, attr.as_mut_ptr(), 128u32) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                11, /* BPF_PROG_GET_NEXT_ID */
+                attr.as_mut_ptr(),
+                128u32,
+            )
+        };
         if r != 0 {
             break;
         }

@@ -6,7 +6,7 @@
 //! in, and is charged to that task's cgroup — the task that waited, never `current`.
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_NOEXIST, BPF_RB_AVAIL_DATA},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
@@ -189,7 +189,15 @@ unsafe fn atomic_add(p: *mut u64, v: u64) {
 }
 
 #[inline(always)]
-fn emit_event(l: &Layout, next: *const u8, pid: u32, cgroup_id: u64, kind: u32, wait_ns: u64, now: u64) {
+fn emit_event(
+    l: &Layout,
+    next: *const u8,
+    pid: u32,
+    cgroup_id: u64,
+    kind: u32,
+    wait_ns: u64,
+    now: u64,
+) {
     let ev = RunqEvent {
         header: EventHeader {
             kind: KIND_RUNQ_WAIT,
