@@ -119,6 +119,19 @@ impl Aggregator {
         }
     }
 
+    /// Path and name of a cgroup, from the table or resolved now (without adding it).
+    pub fn describe(&mut self, id: u64) -> (Option<String>, Option<name::Name>) {
+        if let Some(e) = self.table.get(&id) {
+            return (e.path.clone(), e.name.clone());
+        }
+        if id == 0 {
+            return (None, None);
+        }
+        let path = self.resolver.path_of(id).map(|p| p.to_string());
+        let name = path.as_deref().and_then(|p| self.names.name(p));
+        (path, name)
+    }
+
     /// Since-start histograms of every tracked cgroup, for the closing summary.
     pub fn totals(&self) -> Vec<CgroupWindow> {
         let mut v: Vec<_> = self

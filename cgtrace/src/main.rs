@@ -34,7 +34,7 @@ struct TraceArgs {
     /// evicted beyond it, and counted.
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
     max_cgroups: u32,
-    /// Waits at least this long (ms) are also delivered as individual events.
+    /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
@@ -52,6 +52,9 @@ struct StreamArgs {
     /// Do not print the closing `summary` line with since-start histograms.
     #[arg(long)]
     no_summary: bool,
+    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line.
+    #[arg(long)]
+    events: bool,
 }
 
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
                     args.trace.session(),
                     args.duration.map(Duration::from_secs),
                     !args.no_summary,
+                    args.events,
                 ))
             }),
         Command::Doctor => doctor::run(),

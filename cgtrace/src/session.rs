@@ -10,6 +10,7 @@ use cgtrace_common::{
     event::{EventHeader, KIND_RUNQ_WAIT, read_pod},
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
+    runq::{RunqEvent, WaitKind},
 };
 
 use crate::{
@@ -17,8 +18,8 @@ use crate::{
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     loader::{TraceOptions, Tracer},
-    runq::{RunqReader, decode_event},
-    snapshot::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
+    runq::{RunqReader, comm_str, decode_event},
+    snapshot::{CgroupLayoutInfo, Hello, HistSpec, RunqWait, SCHEMA, Window},
 };
 
 /// What the user chose.
@@ -169,14 +170,39 @@ impl Session {
         Ok(out.window)
     }
 
+    /// The event line of one run-queue wait.
+    pub fn runq_wait(&mut self, ev: &RunqEvent) -> RunqWait {
+        let (path, name) = self.aggregator.describe(ev.cgroup_id);
+        RunqWait {
+            kind: "runq_wait".into(),
+            ts_ns: ev.header.ts_ns,
+            cpu: ev.header.cpu,
+            cgroup_id: ev.cgroup_id,
+            path,
+            name: name.map(|n| n.display),
+            pid: ev.pid,
+            tgid: ev.tgid,
+            comm: comm_str(&ev.comm),
+            wait_kind: WaitKind::try_from(ev.kind)
+                .map_or("unknown", |k| k.name())
+                .to_string(),
+            wait_us: ev.wait_ns as f64 / 1e3,
+        }
+    }
+
     /// Since-start per-cgroup histograms.
     pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
         self.aggregator.totals()
     }
 }
 
-/// Reads every pending record from the ring buffer.
-pub fn drain_ring(ring: &mut RingBuf<MapData>, stats: &mut DrainStats) {
+/// Reads every pending record from the ring buffer; run-queue waits are appended to `waits`
+/// when it is given.
+pub fn drain_ring(
+    ring: &mut RingBuf<MapData>,
+    stats: &mut DrainStats,
+    mut waits: Option<&mut Vec<RunqEvent>>,
+) {
     while let Some(item) = ring.next() {
         // SAFETY: EventHeader is #[repr(C)] integers.
         let Some(header) = (unsafe { read_pod::<EventHeader>(&item) }) else {
@@ -185,7 +211,12 @@ pub fn drain_ring(ring: &mut RingBuf<MapData>, stats: &mut DrainStats) {
         };
         match header.kind {
             KIND_RUNQ_WAIT => match decode_event(&item) {
-                Ok(_) => stats.runq_events += 1,
+                Ok(ev) => {
+                    stats.runq_events += 1;
+                    if let Some(w) = waits.as_deref_mut() {
+                        w.push(ev);
+                    }
+                }
                 Err(_) => stats.undecodable += 1,
             },
             _ => stats.undecodable += 1,

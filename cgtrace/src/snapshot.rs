@@ -125,3 +125,22 @@ pub struct RunqWindow {
     /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
     pub kinds: BTreeMap<String, HistSummary>,
 }
+
+/// A single run-queue wait at or above `--event-min-ms` (`--events`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunqWait {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the wait ended.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// `wakeup`, `preempt` or `throttled`.
+    pub wait_kind: String,
+    pub wait_us: f64,
+}

@@ -49,6 +49,7 @@ pub async fn run(
     opts: SessionOptions,
     duration: Option<Duration>,
     summary: bool,
+    events: bool,
 ) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -68,6 +69,7 @@ pub async fn run(
     tokio::pin!(deadline);
     let mut windows = 0u64;
     let mut open = true;
+    let mut waits = Vec::new();
     loop {
         let wake = tokio::select! {
             r = ring.readable_mut() => {
@@ -82,7 +84,20 @@ pub async fn run(
             _ = sigterm.recv() => Wake::Stop,
             () = &mut deadline => Wake::Stop,
         };
-        drain_ring(ring.get_mut(), session.drain_stats());
+        drain_ring(
+            ring.get_mut(),
+            session.drain_stats(),
+            events.then_some(&mut waits),
+        );
+        for ev in waits.drain(..) {
+            let line = session.runq_wait(&ev);
+            if !emit(&mut out, &line)? {
+                open = false;
+            }
+        }
+        if !open {
+            break;
+        }
         match wake {
             Wake::Ring => {}
             Wake::Window => {
