@@ -231,3 +231,110 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
         kinds: by_kind,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{os::unix::fs::MetadataExt, path::Path};
+
+    use super::*;
+
+    fn ino(p: &Path) -> u64 {
+        std::fs::metadata(p).expect("stat").ino()
+    }
+
+    fn waits(n: u64, ns: u64) -> KindHists {
+        let mut k = KindHists::default();
+        for _ in 0..n {
+            k[WaitKind::Wakeup as usize].record(ns);
+        }
+        k[WaitKind::Preempt as usize].record(ns * 10);
+        k
+    }
+
+    fn aggregator(root: &Path, max: usize) -> Aggregator {
+        let resolver = Resolver::new(root.to_path_buf(), 64).expect("resolver");
+        let names = Names::new(root.join("no-logs"), root.join("no-docker"));
+        Aggregator::new("cgroup2".into(), resolver, names, max)
+    }
+
+    #[test]
+    fn windows_carry_paths_names_and_the_kind_split() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let unit = tmp.path().join("system.slice/nginx.service");
+        std::fs::create_dir_all(&unit).expect("mkdir");
+        let mut agg = aggregator(tmp.path(), 16);
+        let id = ino(&unit);
+        let out = agg.window(
+            [(id, waits(9, 5_000))].into(),
+            EventCounts::default(),
+            0,
+            1000,
+        );
+        let cg = &out.window.cgroups[0];
+        assert_eq!(cg.path.as_deref(), Some("/system.slice/nginx.service"));
+        assert_eq!(cg.name.as_deref(), Some("nginx.service"));
+        assert_eq!(cg.name_kind.as_deref(), Some("systemd"));
+        assert_eq!(cg.runq.all.count, 10);
+        assert_eq!(cg.runq.kinds["wakeup"].count, 9);
+        assert_eq!(cg.runq.kinds["preempt"].count, 1);
+        assert_eq!(cg.runq.all.max_us, 50.0);
+        assert!(!cg.runq.kinds.contains_key("throttled"));
+        // Since-start totals add up over windows.
+        agg.window(
+            [(id, waits(1, 5_000))].into(),
+            EventCounts::default(),
+            0,
+            1000,
+        );
+        assert_eq!(agg.totals()[0].runq.all.count, 12);
+    }
+
+    #[test]
+    fn removed_cgroups_leave_the_table() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let a = tmp.path().join("a");
+        std::fs::create_dir(&a).expect("mkdir");
+        let mut agg = aggregator(tmp.path(), 16);
+        let id = ino(&a);
+        agg.window(
+            [(id, waits(1, 1000))].into(),
+            EventCounts::default(),
+            0,
+            1000,
+        );
+        assert_eq!(agg.table.len(), 1);
+        std::fs::remove_dir(&a).expect("rmdir");
+        let out = agg.window(HashMap::new(), EventCounts::default(), 0, 1000);
+        assert_eq!(out.removed, vec![id]);
+        assert_eq!(out.window.cgroups_tracked, 0);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_evictions_are_counted() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let d = tmp.path().join(format!("c{i}"));
+            std::fs::create_dir(&d).expect("mkdir");
+            ids.push(ino(&d));
+        }
+        let mut agg = aggregator(tmp.path(), 3);
+        for &id in &ids {
+            let out = agg.window(
+                [(id, waits(1, 1000))].into(),
+                EventCounts::default(),
+                0,
+                1000,
+            );
+            assert!(out.window.cgroups_tracked <= 3);
+        }
+        let out = agg.window(HashMap::new(), EventCounts::default(), 0, 1000);
+        assert_eq!(out.window.cgroups_tracked, 3);
+        assert_eq!(out.window.cgroups_evicted, 2);
+        // The most recently active survive.
+        let kept: Vec<u64> = agg.totals().iter().map(|c| c.id).collect();
+        for id in &ids[2..] {
+            assert!(kept.contains(id));
+        }
+    }
+}
