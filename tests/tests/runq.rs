@@ -35,7 +35,11 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
     let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
     let mut s = Stream::start(&["--interval", "1000"])?;
+    let idle0 = workload::cpu_idle_ticks(0);
+    let t0 = std::time::Instant::now();
     let windows = s.windows(4)?;
+    let idle_share = workload::cpu_idle_ticks(0).saturating_sub(idle0) as f64
+        / (t0.elapsed().as_secs_f64() * workload::clock_ticks() as f64);
     let c = merge(&windows, &crowded.rel, None);
     let q = merge(&windows, &quiet.rel, None);
     let (c50, q50) = (c.quantile_bucket_ns(0.5), q.quantile_bucket_ns(0.5));
