@@ -90,3 +90,26 @@ pub fn cpus() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+/// Idle + iowait ticks of one CPU from `/proc/stat`.
+pub fn cpu_idle_ticks(cpu: usize) -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let tag = format!("cpu{cpu} ");
+    stat.lines()
+        .find(|l| l.starts_with(&tag))
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// `USER_HZ`, the unit of `/proc/stat`.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
