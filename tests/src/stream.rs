@@ -140,19 +140,34 @@ impl Merged {
         0
     }
 
-    /// Re-bucketed to runqlat's log2 µs buckets: (low_us, count), low_us = 0,1,2,4,8,…
-    pub fn log2_us(&self) -> std::collections::BTreeMap<u64, u64> {
+    /// Re-bucketed to runqlat's log2 µs slots (slot 0 = 0..1 µs, slot k = 2^k..2^(k+1)-1 µs):
+    /// each cgtrace bucket goes to the slot of its midpoint (a cgtrace bucket is 25 % wide, so
+    /// one that straddles a slot boundary is split by where most of it lies).
+    pub fn log2_us_slots(&self) -> std::collections::BTreeMap<u32, u64> {
         let mut out = std::collections::BTreeMap::new();
         for (&lo_ns, &n) in &self.buckets {
-            let us = lo_ns / 1000;
-            let low = if us == 0 {
-                0
+            let width = if lo_ns < 4 {
+                1
             } else {
-                1u64 << (63 - us.leading_zeros())
+                1u64 << (63 - lo_ns.leading_zeros() - 2)
             };
-            *out.entry(low).or_insert(0) += n;
+            let us = (lo_ns + width / 2) / 1000;
+            let slot = if us < 2 { 0 } else { 63 - us.leading_zeros() };
+            *out.entry(slot).or_insert(0) += n;
         }
         out
+    }
+
+    /// The log2 µs slot holding the `q`-quantile.
+    pub fn quantile_slot(&self, q: f64) -> Option<u32> {
+        let slots = self.log2_us_slots();
+        let total: u64 = slots.values().sum();
+        let rank = ((q * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        slots.into_iter().find_map(|(slot, n)| {
+            seen += n;
+            (seen >= rank).then_some(slot)
+        })
     }
 }
 

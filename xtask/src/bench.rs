@@ -766,11 +766,10 @@ fn one_line_summary(plan: &Plan, summary: &[Summary]) -> String {
 }
 
 fn describe(s: &Summary) -> String {
-    let mut line = format!(
-        "{} {} bare",
-        s.config.name(),
-        opt(s.slowdown, |x| format!("{x:.2}×"))
-    );
+    let mut line = s.config.name().to_string();
+    if let Some(x) = s.slowdown {
+        line += &format!(" {x:.2}× bare");
+    }
     if let Some(rate) = s.median_events_per_s {
         line += &format!(", {:.0} k events/s", rate / 1e3);
     }

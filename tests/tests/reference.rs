@@ -1,0 +1,49 @@
+//! Agreement with an independent reference on the same run: libbpf-tools `runqlat -p PID` and
+//! cgtrace's histogram of a cgroup holding only that process give the same median log2 bucket and
+//! p99 buckets at most one apart.
+use cgtrace_tests::{
+    can_trace,
+    cgroup::TestCgroup,
+    runqlat::{Runqlat, find_runqlat},
+    stream::{Stream, merge},
+    workload::{self, cpus},
+};
+
+#[test]
+fn runqlat_agrees_on_median_and_p99() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if let Err(e) = find_runqlat() {
+        panic!("the reference is part of the suite: {e}");
+    }
+    let cpu = Some(cpus() - 1);
+    let busy = TestCgroup::new("ref-busy")?;
+    let solo = TestCgroup::new("ref-solo")?;
+    // A spinner on the same CPU gives the sleeper a real distribution of waits.
+    let _spin = workload::spin(1, &busy.procs_file(), cpu)?;
+    let sleeper = workload::sleeper(700, Some(&solo.procs_file()), cpu, false)?;
+    let reference = Runqlat::start_for_pid(sleeper.pid())?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let windows = s.windows(5)?;
+    drop(s);
+    let theirs = reference.stop()?;
+    let ours = merge(&windows, &solo.rel, None);
+    let (om, o99) = (ours.quantile_slot(0.5), ours.quantile_slot(0.99));
+    let (tm, t99) = (theirs.median_bucket(), theirs.percentile_bucket(0.99));
+    eprintln!(
+        "cgtrace: {} waits, median slot {om:?}, p99 slot {o99:?}; runqlat: {} waits, median slot {tm:?}, p99 slot {t99:?}",
+        ours.count,
+        theirs.total()
+    );
+    eprintln!("cgtrace slots {:?}", ours.log2_us_slots());
+    eprintln!("runqlat slots {:?}", theirs.buckets);
+    assert!(
+        ours.count > 1000 && theirs.total() > 1000,
+        "both saw the sleeper"
+    );
+    assert_eq!(om.map(|s| s as usize), tm, "median bucket");
+    let (o99, t99) = (o99.expect("p99") as i64, t99.expect("p99") as i64);
+    assert!((o99 - t99).abs() <= 1, "p99 buckets {o99} vs {t99}");
+    Ok(())
+}
