@@ -30,3 +30,14 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "cgroup_unreadable",
     "reserved7",
 ];
+
+/// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub v: [u64; NR_COUNTERS as usize],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)] array of integers.
+unsafe impl aya::Pod for Counters {}

@@ -68,7 +68,7 @@ pub struct RunqKey {
     pub _pad: u32,
 }
 
-/// Value of `RUNQ_HIST`: count, sum and buckets are cumulative since the entry was created (the
+/// Value of `RUNQ_HIST`: sum and buckets are cumulative since the entry was created (the
 /// daemon takes deltas); the maximum is per window.
 ///
 /// Window maxima use two slots: while the `EPOCH` map holds `e`, writers keep the max of epoch `e`
@@ -78,7 +78,7 @@ pub struct RunqKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqHist {
-    pub count: u64,
+    /// Sum of all waits (ns). The count is the sum of `buckets`: one atomic add fewer per wait.
     pub sum_ns: u64,
     pub max_ns: [u64; 2],
     pub max_epoch: [u64; 2],
@@ -87,7 +87,6 @@ pub struct RunqHist {
 
 impl RunqHist {
     pub const ZERO: Self = Self {
-        count: 0,
         sum_ns: 0,
         max_ns: [0; 2],
         max_epoch: [0; 2],
@@ -95,6 +94,10 @@ impl RunqHist {
     };
 
     /// The maximum of window `epoch`, if that slot was written in it.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
     pub fn window_max(&self, epoch: u64) -> Option<u64> {
         let slot = (epoch & 1) as usize;
         (self.max_epoch[slot] == epoch).then_some(self.max_ns[slot])

@@ -1,48 +1,64 @@
 //! Reads of kernel struct fields at offsets taken from `LAYOUT` (resolved from the running
 //! kernel's BTF by the daemon), so the same object is right on every kernel.
+//!
+//! Two ways to read, chosen per program at load time:
+//! - `DIRECT = true`: plain loads from the BTF-typed pointers tracepoints hand us. `LAYOUT` lives
+//!   in frozen read-only `.rodata`, so the verifier knows each offset as a constant and checks the
+//!   access against the kernel's BTF; loaded pointer fields stay typed, so chains like
+//!   `task->cgroups->dfl_cgrp->kn->id` need no helper call. Faults read as 0.
+//! - `DIRECT = false`: `bpf_probe_read_kernel` for every field, for verifiers that refuse the above.
+//!
+//! Offsets are widened to `usize` before use so that a spill to the stack keeps them constant for
+//! verifiers that only track 64-bit spills (5.10).
 use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_buf};
-use cgtrace_common::layout::{ABSENT, CGROUP_MODE_V1, Layout};
+use cgtrace_common::layout::{ABSENT, CGROUP_MODE_V1};
 
-use crate::LAYOUT;
-
-/// The layout, read through a volatile load so the compiler cannot fold the placeholder values.
-#[inline(always)]
-pub fn layout() -> Layout {
-    // SAFETY: LAYOUT is a plain static in .rodata.
-    unsafe { core::ptr::read_volatile(&raw const LAYOUT) }
+/// One `LAYOUT` field, read through a volatile load so the compiler cannot fold the placeholder.
+macro_rules! layout {
+    ($field:ident) => {
+        // SAFETY: LAYOUT is a plain static in .rodata.
+        unsafe { core::ptr::read_volatile(&raw const crate::LAYOUT.$field) }
+    };
 }
 
-/// Reads a `T` at `base + off`; `None` if the field is absent on this kernel or the read faults.
+/// Reads a `T` at `base + off`; `None` if the field is absent on this kernel or `base` is null.
 #[inline(always)]
-pub fn read<T>(base: *const u8, off: u32) -> Option<T> {
+pub fn read<T: Copy, const DIRECT: bool>(base: *const u8, off: u32) -> Option<T> {
     if off == ABSENT || base.is_null() {
         return None;
     }
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad one is an error, not a fault.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize).cast::<T>()).ok() }
+    let p = base.wrapping_add(off as usize).cast::<T>();
+    if DIRECT {
+        // SAFETY: `base` is a BTF-typed kernel pointer and `off` a field offset from the kernel's
+        // own BTF; the verifier checks the access and turns faults into zeros.
+        Some(unsafe { core::ptr::read_volatile(p) })
+    } else {
+        // SAFETY: bpf_probe_read_kernel checks the address; a bad one is an error, not a fault.
+        unsafe { bpf_probe_read_kernel(p).ok() }
+    }
 }
 
 /// A task's pid (thread id).
 #[inline(always)]
-pub fn task_pid(l: &Layout, task: *const u8) -> Option<u32> {
-    read::<u32>(task, l.task_pid)
+pub fn task_pid<const DIRECT: bool>(task: *const u8) -> Option<u32> {
+    read::<u32, DIRECT>(task, layout!(task_pid))
 }
 
 /// A task's tgid (process id).
 #[inline(always)]
-pub fn task_tgid(l: &Layout, task: *const u8) -> Option<u32> {
-    read::<u32>(task, l.task_tgid)
+pub fn task_tgid<const DIRECT: bool>(task: *const u8) -> Option<u32> {
+    read::<u32, DIRECT>(task, layout!(task_tgid))
 }
 
-/// A task's comm (zeroed if unreadable).
+/// A task's comm (zeroed if unreadable). Always through the helper: it is only read for rare
+/// events, and a 16-byte array is not a single load.
 #[inline(always)]
-pub fn task_comm(l: &Layout, task: *const u8) -> [u8; 16] {
+pub fn task_comm(task: *const u8) -> [u8; 16] {
     let mut comm = [0u8; 16];
-    if l.task_comm != ABSENT && !task.is_null() {
+    let off = layout!(task_comm);
+    if off != ABSENT && !task.is_null() {
         // SAFETY: as in `read`.
-        let _ = unsafe {
-            bpf_probe_read_kernel_buf(task.wrapping_add(l.task_comm as usize), &mut comm)
-        };
+        let _ = unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(off as usize), &mut comm) };
     }
     comm
 }
@@ -50,11 +66,11 @@ pub fn task_comm(l: &Layout, task: *const u8) -> [u8; 16] {
 /// A task's scheduling state (`__state` or `state`), for kernels whose `sched_switch` has no
 /// `prev_state` argument.
 #[inline(always)]
-pub fn task_state(l: &Layout, task: *const u8) -> Option<u64> {
-    if l.task_state_size == 8 {
-        read::<u64>(task, l.task_state)
+pub fn task_state<const DIRECT: bool>(task: *const u8) -> Option<u64> {
+    if layout!(task_state_size) == 8 {
+        read::<u64, DIRECT>(task, layout!(task_state))
     } else {
-        read::<u32>(task, l.task_state).map(u64::from)
+        read::<u32, DIRECT>(task, layout!(task_state)).map(u64::from)
     }
 }
 
@@ -62,17 +78,15 @@ pub fn task_state(l: &Layout, task: *const u8) -> Option<u64> {
 /// cgroup (`cgroups->subsys[cpu]->cgroup`), v2 its own cgroup (`cgroups->dfl_cgrp`). Never derived
 /// from `sched_task_group`, whose `css.cgroup` is NULL for autogroups.
 #[inline(always)]
-pub fn task_cgroup_id(l: &Layout, task: *const u8) -> Option<u64> {
-    let cset: *const u8 = read(task, l.task_cgroups)?;
-    let cgrp: *const u8 = if l.cgroup_mode == CGROUP_MODE_V1 {
-        let slot = l
-            .css_set_subsys
-            .wrapping_add(l.cpu_subsys_id.wrapping_mul(8));
-        let css: *const u8 = read(cset, slot)?;
-        read(css, l.css_cgroup)?
+pub fn task_cgroup_id<const DIRECT: bool>(task: *const u8) -> Option<u64> {
+    let cset: *const u8 = read::<_, DIRECT>(task, layout!(task_cgroups))?;
+    let cgrp: *const u8 = if layout!(cgroup_mode) == CGROUP_MODE_V1 {
+        let slot = layout!(css_set_subsys).wrapping_add(layout!(cpu_subsys_id).wrapping_mul(8));
+        let css: *const u8 = read::<_, DIRECT>(cset, slot)?;
+        read::<_, DIRECT>(css, layout!(css_cgroup))?
     } else {
-        read(cset, l.css_set_dfl_cgrp)?
+        read::<_, DIRECT>(cset, layout!(css_set_dfl_cgrp))?
     };
-    let kn: *const u8 = read(cgrp, l.cgroup_kn)?;
-    read::<u64>(kn, l.kn_id)
+    let kn: *const u8 = read::<_, DIRECT>(cgrp, layout!(cgroup_kn))?;
+    read::<u64, DIRECT>(kn, layout!(kn_id))
 }

@@ -1,25 +1,26 @@
 //! Maps shared by all probes. Sizes are defaults; the loader resizes them from the command line.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use cgtrace_common::{
-    counters::NR_COUNTERS,
+    counters::Counters,
     runq::{RunqHist, RunqKey, RunqStart},
 };
 
 /// Per-CPU event and loss counters, indexed by `cgtrace_common::counters`.
 #[map]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NR_COUNTERS, 0);
+pub static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 
 /// Notable events for the daemon (`cgtrace_common::event`).
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// tid -> start of its current run-queue wait. LRU so that tasks that exit with a wait open
-/// (woken while still running, then gone) cannot fill it.
+/// tid -> start of its current run-queue wait: entries live from wakeup (or preemption) to the
+/// next switch-in, or to the task's exit. A plain preallocated hash (an LRU one costs more per
+/// update); when full, new waits are counted as lost (`runq_start_full`).
 #[map]
-pub static RUNQ_START: LruHashMap<u32, RunqStart> = LruHashMap::with_max_entries(65536, 0);
+pub static RUNQ_START: HashMap<u32, RunqStart> = HashMap::with_max_entries(65536, 0);
 
 /// (cgroup, wait kind) -> cumulative latency histogram.
 #[map]
@@ -33,11 +34,21 @@ pub static EPOCH: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub static ZERO_HIST: PerCpuArray<RunqHist> = PerCpuArray::with_max_entries(1, 0);
 
-/// Adds one to counter `idx` on this CPU.
+/// This CPU's counters, looked up once per program run.
 #[inline(always)]
-pub fn count(idx: u32) {
-    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+pub fn counters() -> *mut Counters {
+    COUNTERS.get_ptr_mut(0).unwrap_or(core::ptr::null_mut())
+}
+
+/// Adds one to counter `idx` of `c` (from [`counters`]).
+#[inline(always)]
+pub fn count(c: *mut Counters, idx: u32) {
+    if c.is_null() {
+        return;
+    }
+    let idx = idx as usize;
+    if idx < cgtrace_common::counters::NR_COUNTERS as usize {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
-        unsafe { *p += 1 };
+        unsafe { (*c).v[idx] += 1 };
     }
 }

@@ -3,17 +3,17 @@
 use std::collections::BTreeMap;
 
 use aya::maps::{MapData, PerCpuArray};
-use cgtrace_common::counters::{self, NAMES, NR_COUNTERS};
+use cgtrace_common::counters::{self, Counters, NAMES, NR_COUNTERS};
 
 use crate::snapshot::EventCounts;
 
 pub struct CounterReader {
-    map: PerCpuArray<MapData, u64>,
+    map: PerCpuArray<MapData, Counters>,
     prev: [u64; NR_COUNTERS as usize],
 }
 
 impl CounterReader {
-    pub fn new(map: PerCpuArray<MapData, u64>) -> Self {
+    pub fn new(map: PerCpuArray<MapData, Counters>) -> Self {
         Self {
             map,
             prev: [0; NR_COUNTERS as usize],
@@ -23,13 +23,13 @@ impl CounterReader {
     /// Sums over CPUs and returns the change since the last call.
     pub fn read_window(&mut self) -> [u64; NR_COUNTERS as usize] {
         let mut delta = [0u64; NR_COUNTERS as usize];
-        for i in 0..NR_COUNTERS {
-            let Ok(values) = self.map.get(&i, 0) else {
-                continue;
-            };
-            let total: u64 = values.iter().sum();
-            delta[i as usize] = total.saturating_sub(self.prev[i as usize]);
-            self.prev[i as usize] = total;
+        let Ok(per_cpu) = self.map.get(&0, 0) else {
+            return delta;
+        };
+        for i in 0..NR_COUNTERS as usize {
+            let total: u64 = per_cpu.iter().map(|c| c.v[i]).sum();
+            delta[i] = total.saturating_sub(self.prev[i]);
+            self.prev[i] = total;
         }
         delta
     }

@@ -126,23 +126,61 @@ impl Tracer {
 }
 
 /// Attaches the run-queue programs: tp_btf on sched_wakeup, sched_wakeup_new, sched_switch.
+/// The variants that read kernel fields directly are tried first; if this kernel's verifier
+/// refuses them, the `bpf_probe_read_kernel` variants.
 fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyMode, LoadError> {
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
     } else {
         "sched_switch_noprevstate"
     };
-    for (program, tracepoint) in [
+    let direct = [
         ("sched_wakeup", "sched_wakeup"),
         ("sched_wakeup_new", "sched_wakeup_new"),
         (switch, "sched_switch"),
-    ] {
-        attach_tp_btf(ebpf, btf, program, tracepoint)?;
-    }
+    ];
+    let probe = [
+        ("sched_wakeup_probe", "sched_wakeup"),
+        ("sched_wakeup_new_probe", "sched_wakeup_new"),
+        (
+            if layout.switch_has_prev_state == 1 {
+                "sched_switch_probe"
+            } else {
+                "sched_switch_noprevstate_probe"
+            },
+            "sched_switch",
+        ),
+    ];
+    // CGTRACE_FIELD_ACCESS=probe forces the fallback (tests, and a way out should a kernel's
+    // verifier accept the direct variants but misbehave).
+    let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
+    let first = if forced_probe {
+        Err(LoadError::Program {
+            program: "(direct variants)",
+            source: ProgramError::NotLoaded,
+        })
+    } else {
+        load_tp_btf(ebpf, btf, &direct)
+    };
+    let access = match first {
+        Ok(()) => {
+            attach_tp_btf(ebpf, &direct)?;
+            "direct BTF field access".to_string()
+        }
+        Err(direct_err) => {
+            load_tp_btf(ebpf, btf, &probe)?;
+            attach_tp_btf(ebpf, &probe)?;
+            if forced_probe {
+                "bpf_probe_read_kernel (forced by CGTRACE_FIELD_ACCESS=probe)".to_string()
+            } else {
+                format!("bpf_probe_read_kernel (direct access refused: {direct_err})")
+            }
+        }
+    };
     Ok(FamilyMode {
         mode: "tp_btf".into(),
         detail: format!(
-            "sched_wakeup, sched_wakeup_new, sched_switch ({})",
+            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}",
             if layout.switch_has_prev_state == 1 {
                 "prev_state argument"
             } else {
@@ -152,21 +190,45 @@ fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyM
     })
 }
 
-fn attach_tp_btf(
+/// Loads every (program, tracepoint) or none: on failure the ones loaded are unloaded again.
+fn load_tp_btf(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
-    program: &'static str,
-    tracepoint: &str,
+    set: &[(&'static str, &str)],
 ) -> Result<(), LoadError> {
+    for (i, &(program, tracepoint)) in set.iter().enumerate() {
+        let err = |source| LoadError::Program { program, source };
+        let loaded = tp_btf(ebpf, program).and_then(|p| p.load(tracepoint, btf).map_err(err));
+        if let Err(e) = loaded {
+            for &(done, _) in &set[..i] {
+                if let Ok(p) = tp_btf(ebpf, done) {
+                    let _ = p.unload();
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf, set: &[(&'static str, &str)]) -> Result<(), LoadError> {
+    for &(program, _) in set {
+        tp_btf(ebpf, program)?
+            .attach()
+            .map_err(|source| LoadError::Program { program, source })?;
+    }
+    Ok(())
+}
+
+fn tp_btf<'a>(
+    ebpf: &'a mut Ebpf,
+    program: &'static str,
+) -> Result<&'a mut BtfTracePoint, LoadError> {
     let err = |source| LoadError::Program { program, source };
-    let prog: &mut BtfTracePoint = ebpf
-        .program_mut(program)
+    ebpf.program_mut(program)
         .ok_or(err(ProgramError::NotLoaded))?
         .try_into()
-        .map_err(err)?;
-    prog.load(tracepoint, btf).map_err(err)?;
-    prog.attach().map_err(err)?;
-    Ok(())
+        .map_err(err)
 }
 
 /// Tries the empty capability programs once: can fentry programs load, can kprobes attach?

@@ -61,21 +61,22 @@ impl RunqReader {
             let Ok(kind) = WaitKind::try_from(key.kind) else {
                 continue;
             };
+            let count = cur.count();
             let prev = self
                 .prev
                 .get(&key)
                 .map(|p| (p.count, p.sum_ns, &*p.buckets));
-            if prev.is_some_and(|(c, _, _)| c == cur.count) {
+            if prev.is_some_and(|(c, _, _)| c == count) {
                 continue;
             }
-            let mut delta = Hist::delta(cur.count, cur.sum_ns, &cur.buckets, prev);
+            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, prev);
             delta.max_ns = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
             self.prev.insert(
                 key,
                 Prev {
-                    count: cur.count,
+                    count,
                     sum_ns: cur.sum_ns,
                     buckets: Box::new(cur.buckets),
                 },
@@ -156,7 +157,7 @@ mod tests {
     #[test]
     fn abi_sizes_are_stable() {
         assert_eq!(size_of::<RunqKey>(), 16);
-        assert_eq!(size_of::<RunqHist>(), 8 * (6 + NR_BUCKETS));
+        assert_eq!(size_of::<RunqHist>(), 8 * (5 + NR_BUCKETS));
         assert_eq!(size_of::<RunqEvent>(), 16 + 8 + 8 + 16 + 16);
     }
 }

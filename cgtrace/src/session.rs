@@ -101,7 +101,8 @@ impl Session {
         };
         let hist: HashMap<MapData, _, _> = take(ebpf, "RUNQ_HIST")?.try_into()?;
         let epoch: Array<MapData, u64> = take(ebpf, "EPOCH")?.try_into()?;
-        let counters: PerCpuArray<MapData, u64> = take(ebpf, "COUNTERS")?.try_into()?;
+        let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
+            take(ebpf, "COUNTERS")?.try_into()?;
         let ring: RingBuf<MapData> = take(ebpf, "EVENTS")?.try_into()?;
         let hello = Hello {
             kind: "hello".into(),

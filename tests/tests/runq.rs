@@ -332,3 +332,32 @@ fn program_ids() -> Vec<u32> {
     }
     ids
 }
+
+/// The `bpf_probe_read_kernel` fallback (used where a verifier refuses direct field access)
+/// reports the same cgroups.
+#[test]
+fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let cg = TestCgroup::new("probe")?;
+    let _sl = workload::sleeper(1000, Some(&cg.procs_file()), None, false)?;
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var("CGTRACE_FIELD_ACCESS", "probe") };
+    let started = Stream::start(&["--interval", "500"]);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("CGTRACE_FIELD_ACCESS") };
+    let mut s = started?;
+    let detail = s.hello()["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(detail.contains("bpf_probe_read_kernel"), "{detail}");
+    let windows = s.windows(3)?;
+    assert!(
+        merge(&windows, &cg.rel, None).count > 300,
+        "sleeper's waits in its cgroup"
+    );
+    assert_eq!(sum_counter(&windows, "cgroup_unreadable"), 0);
+    Ok(())
+}

@@ -4,73 +4,96 @@
 //! still runnable (kind preempt: `prev_state == TASK_RUNNING`, never the `preempt` flag, which is
 //! 0 for most involuntary preemptions on preempt=none kernels). It ends when the task is switched
 //! in, and is charged to that task's cgroup — the task that waited, never `current`.
+//!
+//! Every program exists twice: reading kernel fields directly through BTF-typed pointers (the
+//! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback).
 use aya_ebpf::{
-    EbpfContext,
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
 use cgtrace_common::{
-    counters,
+    counters::{self, Counters},
     event::{EventHeader, KIND_RUNQ_WAIT},
     hist::{NR_BUCKETS, bucket_of},
-    layout::Layout,
     runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
-    kernel::{layout, task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
-    maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, ZERO_HIST, count},
+    kernel::{task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
+    maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, ZERO_HIST, count, counters},
 };
 
 const TASK_RUNNING: u64 = 0;
+/// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
+const TASK_DEAD: u64 = 0x80;
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
-    wakeup(&ctx);
+    wakeup::<true>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_probe(ctx: BtfTracePointContext) -> u32 {
+    wakeup::<false>(ctx.arg(0));
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
-    wakeup(&ctx);
+    wakeup::<true>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn sched_wakeup_new_probe(ctx: BtfTracePointContext) -> u32 {
+    wakeup::<false>(ctx.arg(0));
     0
 }
 
 /// `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
     let prev_state: u32 = ctx.arg(3);
-    switch(&ctx, prev, next, Some(u64::from(prev_state)));
+    switch::<true>(ctx.arg(1), ctx.arg(2), Some(u64::from(prev_state)));
+    0
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_probe(ctx: BtfTracePointContext) -> u32 {
+    let prev_state: u32 = ctx.arg(3);
+    switch::<false>(ctx.arg(1), ctx.arg(2), Some(u64::from(prev_state)));
     0
 }
 
 /// `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch_noprevstate(ctx: BtfTracePointContext) -> u32 {
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
-    switch(&ctx, prev, next, None);
+    switch::<true>(ctx.arg(1), ctx.arg(2), None);
+    0
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_noprevstate_probe(ctx: BtfTracePointContext) -> u32 {
+    switch::<false>(ctx.arg(1), ctx.arg(2), None);
     0
 }
 
 #[inline(always)]
-fn wakeup(ctx: &BtfTracePointContext) {
-    count(counters::SCHED_WAKEUP);
-    let l = layout();
-    let p: *const u8 = ctx.arg(0);
-    if let Some(pid) = task_pid(&l, p).filter(|&pid| pid != 0) {
-        start_wait(pid, WaitKind::Wakeup);
+fn wakeup<const DIRECT: bool>(p: *const u8) {
+    let c = counters();
+    count(c, counters::SCHED_WAKEUP);
+    if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
+        start_wait(c, pid, WaitKind::Wakeup);
     }
 }
 
 #[inline(always)]
-fn start_wait(pid: u32, kind: WaitKind) {
+fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind) {
     let start = RunqStart {
         // SAFETY: helper without preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
@@ -78,31 +101,36 @@ fn start_wait(pid: u32, kind: WaitKind) {
         _pad: 0,
     };
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
-        count(counters::RUNQ_START_FULL);
+        count(c, counters::RUNQ_START_FULL);
     }
 }
 
 #[inline(always)]
-fn switch<C: EbpfContext>(_ctx: &C, prev: *const u8, next: *const u8, prev_state: Option<u64>) {
-    count(counters::SCHED_SWITCH);
-    let l = layout();
+fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
+    let c = counters();
+    count(c, counters::SCHED_SWITCH);
     // The idle task (pid 0) always switches out as runnable: never a wait.
-    if let Some(prev_pid) = task_pid(&l, prev).filter(|&pid| pid != 0) {
+    if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         let state = match prev_state {
             Some(s) => Some(s),
-            None => task_state(&l, prev),
+            None => task_state::<DIRECT>(prev),
         };
-        if state == Some(TASK_RUNNING) {
-            start_wait(prev_pid, WaitKind::Preempt);
+        match state {
+            Some(TASK_RUNNING) => start_wait(c, prev_pid, WaitKind::Preempt),
+            // A task woken while still running can exit with a wait recorded that never ends.
+            Some(s) if s & TASK_DEAD != 0 => {
+                let _ = RUNQ_START.remove(&prev_pid);
+            }
+            _ => {}
         }
     }
-    if let Some(next_pid) = task_pid(&l, next).filter(|&pid| pid != 0) {
-        end_wait(&l, next, next_pid);
+    if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
+        end_wait::<DIRECT>(c, next, next_pid);
     }
 }
 
 #[inline(always)]
-fn end_wait(l: &Layout, next: *const u8, pid: u32) {
+fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32) {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
         return;
@@ -114,23 +142,23 @@ fn end_wait(l: &Layout, next: *const u8, pid: u32) {
         return;
     }
     let wait_ns = now - start.ts_ns;
-    let cgroup_id = match task_cgroup_id(l, next) {
+    let cgroup_id = match task_cgroup_id::<DIRECT>(next) {
         Some(id) => id,
         None => {
-            count(counters::CGROUP_UNREADABLE);
+            count(c, counters::CGROUP_UNREADABLE);
             0
         }
     };
-    add_to_hist(cgroup_id, start.kind, wait_ns);
+    add_to_hist(c, cgroup_id, start.kind, wait_ns);
     // SAFETY: CONFIG is a plain static in .rodata.
     let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };
     if wait_ns >= min_ns {
-        emit_event(l, next, pid, cgroup_id, start.kind, wait_ns, now);
+        emit_event::<DIRECT>(c, next, pid, cgroup_id, start.kind, wait_ns, now);
     }
 }
 
 #[inline(always)]
-fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
+fn add_to_hist(c: *mut Counters, cgroup_id: u64, kind: u32, wait_ns: u64) {
     let key = RunqKey {
         cgroup_id,
         kind,
@@ -143,11 +171,11 @@ fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
                 return;
             };
             // SAFETY: `zero` points at a map value of the right type.
-            let inserted = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
-            match (inserted, RUNQ_HIST.get_ptr_mut(&key)) {
-                (_, Some(h)) => h,
-                (_, None) => {
-                    count(counters::RUNQ_HIST_FULL);
+            let _ = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+            match RUNQ_HIST.get_ptr_mut(&key) {
+                Some(h) => h,
+                None => {
+                    count(c, counters::RUNQ_HIST_FULL);
                     return;
                 }
             }
@@ -164,7 +192,6 @@ fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
     // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
     // charge the same cgroup at once.
     unsafe {
-        atomic_add(&raw mut (*hist).count, 1);
         atomic_add(&raw mut (*hist).sum_ns, wait_ns);
         atomic_add(&raw mut (*hist).buckets[idx], 1);
         // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
@@ -178,7 +205,7 @@ fn add_to_hist(cgroup_id: u64, kind: u32, wait_ns: u64) {
             (*hist).max_ns[slot] = wait_ns;
         }
     }
-    count(counters::RUNQ_WAITS);
+    count(c, counters::RUNQ_WAITS);
 }
 
 #[inline(always)]
@@ -189,8 +216,8 @@ unsafe fn atomic_add(p: *mut u64, v: u64) {
 }
 
 #[inline(always)]
-fn emit_event(
-    l: &Layout,
+fn emit_event<const DIRECT: bool>(
+    c: *mut Counters,
     next: *const u8,
     pid: u32,
     cgroup_id: u64,
@@ -208,13 +235,13 @@ fn emit_event(
         cgroup_id,
         wait_ns,
         pid,
-        tgid: task_tgid(l, next).unwrap_or(0),
+        tgid: task_tgid::<DIRECT>(next).unwrap_or(0),
         kind,
         _pad: 0,
-        comm: task_comm(l, next),
+        comm: task_comm(next),
     };
     if EVENTS.output(&ev, wakeup_flags()).is_err() {
-        count(counters::RINGBUF_FULL);
+        count(c, counters::RINGBUF_FULL);
     }
 }
 
