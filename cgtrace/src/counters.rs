@@ -26,10 +26,10 @@ impl CounterReader {
         let Ok(per_cpu) = self.map.get(&0, 0) else {
             return delta;
         };
-        for i in 0..NR_COUNTERS as usize {
+        for (i, (d, prev)) in delta.iter_mut().zip(self.prev.iter_mut()).enumerate() {
             let total: u64 = per_cpu.iter().map(|c| c.v[i]).sum();
-            delta[i] = total.saturating_sub(self.prev[i]);
-            self.prev[i] = total;
+            *d = total.saturating_sub(*prev);
+            *prev = total;
         }
         delta
     }
