@@ -2,7 +2,7 @@
 //!
 //! `perf bench sched pipe` (~200 k context switches/s on the 2-vCPU dev VM) runs in interleaved
 //! rounds: bare, under `cgtrace stream`, under libbpf-tools `runqlat` (A B C, A B C, …), so drift
-//! over the session hits all three alike. Nothing is pinned. Each tracer is attached before perf
+//! over the session hits all three alike. `--pin CPU` pins perf's tasks to one CPU. Each tracer is attached before perf
 //! starts (cgtrace: its `hello` line and a first `window` line; runqlat: its SIGINT handler is
 //! installed, which it does right after attaching) and stopped with SIGINT after perf exits.
 //!
@@ -62,6 +62,10 @@ struct RunqArgs {
     /// Smoke run: one round of short runs.
     #[arg(long)]
     quick: bool,
+    /// Pin perf's two tasks to this CPU. Unpinned, where the scheduler places them moves the bare
+    /// time by up to 2x between runs here, more than the overhead being measured.
+    #[arg(long)]
+    pin: Option<usize>,
     /// The cgtrace binary [default: <workspace>/target/release/cgtrace].
     #[arg(long)]
     cgtrace: Option<PathBuf>,
@@ -115,6 +119,7 @@ struct Plan {
     configs: Vec<Config>,
     cgtrace: PathBuf,
     interval_ms: u64,
+    pin: Option<usize>,
     #[serde(skip)]
     out: PathBuf,
     #[serde(skip)]
@@ -138,6 +143,7 @@ impl Plan {
                 .cgtrace
                 .unwrap_or_else(|| root.join("target/release/cgtrace")),
             interval_ms: args.interval_ms,
+            pin: args.pin,
             out: args
                 .out
                 .unwrap_or_else(|| root.join("target/bench/runq.json")),
@@ -330,11 +336,24 @@ struct Perf {
 
 fn run_perf(plan: &Plan) -> Result<Perf> {
     let start = Instant::now();
-    let out = Command::new(&plan.perf)
-        .args(["bench", "sched", "pipe", "-l", &plan.loops.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .context("running perf bench")?;
+    let mut cmd = Command::new(&plan.perf);
+    cmd.args(["bench", "sched", "pipe", "-l", &plan.loops.to_string()])
+        .stdin(Stdio::null());
+    if let Some(cpu) = plan.pin {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only sched_setaffinity between fork and exec; perf's children inherit it.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().context("running perf bench")?;
     let wall_s = start.elapsed().as_secs_f64();
     ensure!(
         out.status.success(),
