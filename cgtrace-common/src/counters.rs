@@ -16,8 +16,12 @@ pub const RUNQ_HIST_FULL: u32 = 4;
 pub const RINGBUF_FULL: u32 = 5;
 /// The waiting task's cgroup could not be read (charged to cgroup id 0).
 pub const CGROUP_UNREADABLE: u32 = 6;
+/// A throttle episode could not be opened: all per-CPU slots in use (the episode is lost).
+pub const THROTTLE_SLOTS_FULL: u32 = 7;
+/// Throttle episodes closed late (seen unthrottled at a context switch, not at the unthrottle).
+pub const THROTTLE_LATE_CLOSE: u32 = 8;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 8;
+pub const NR_COUNTERS: u32 = 12;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -28,7 +32,11 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "runq_hist_full",
     "ringbuf_full",
     "cgroup_unreadable",
-    "reserved7",
+    "throttle_slots_full",
+    "throttle_late_close",
+    "reserved9",
+    "reserved10",
+    "reserved11",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

@@ -17,6 +17,8 @@ pub struct EventHeader {
 
 /// A run-queue wait above the event threshold: [`crate::runq::RunqEvent`].
 pub const KIND_RUNQ_WAIT: u32 = 0x100;
+/// A closed CFS throttle episode: [`crate::throttle::ThrottleEvent`].
+pub const KIND_THROTTLE: u32 = 0x200;
 
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

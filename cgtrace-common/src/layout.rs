@@ -46,6 +46,44 @@ pub struct Layout {
     pub cgroup_mode: u32,
     /// 1 if `sched_switch` passes `prev_state` as its 4th argument (5.18+).
     pub switch_has_prev_state: u32,
+
+    // --- throttle family (all ABSENT when it is unavailable) ---
+    /// `task_struct.throttled` (task-based throttling, 6.18+).
+    pub task_throttled: u32,
+    /// `task_struct.se.cfs_rq`
+    pub task_se_cfs_rq: u32,
+    /// `task_struct.se`
+    pub task_se: u32,
+    /// `sched_entity.parent`
+    pub se_parent: u32,
+    /// `sched_entity.cfs_rq`
+    pub se_cfs_rq: u32,
+    /// Byte holding `cfs_rq.throttled`, and the bit shift and width of the flag in it (width 0
+    /// when it is a plain `int`, read as 4 bytes).
+    pub cfs_rq_throttled: u32,
+    pub cfs_rq_throttled_shift: u32,
+    pub cfs_rq_throttled_bits: u32,
+    /// `cfs_rq.throttle_count`
+    pub cfs_rq_throttle_count: u32,
+    /// `cfs_rq.h_nr_queued` (6.14+) or `cfs_rq.h_nr_running`
+    pub cfs_rq_h_nr: u32,
+    /// `cfs_rq.tg`
+    pub cfs_rq_tg: u32,
+    /// `task_group.css`
+    pub tg_css: u32,
+    /// `task_group.cfs_bandwidth`
+    pub tg_cfs_bandwidth: u32,
+    /// `cfs_bandwidth.period_timer`
+    pub cfs_b_period_timer: u32,
+    /// `cfs_bandwidth.throttled_cfs_rq` (a `list_head`)
+    pub cfs_b_throttled_list: u32,
+    /// `hrtimer.function`
+    pub hrtimer_function: u32,
+    /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
+    /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
+    pub period_timer_fn: u64,
+    pub slack_timer_fn: u64,
+    pub csd_unthrottle_fn: u64,
 }
 
 impl Layout {
@@ -65,6 +103,25 @@ impl Layout {
         cpu_subsys_id: ABSENT,
         cgroup_mode: CGROUP_MODE_V2,
         switch_has_prev_state: 0,
+        task_throttled: ABSENT,
+        task_se_cfs_rq: ABSENT,
+        task_se: ABSENT,
+        se_parent: ABSENT,
+        se_cfs_rq: ABSENT,
+        cfs_rq_throttled: ABSENT,
+        cfs_rq_throttled_shift: 0,
+        cfs_rq_throttled_bits: 0,
+        cfs_rq_throttle_count: ABSENT,
+        cfs_rq_h_nr: ABSENT,
+        cfs_rq_tg: ABSENT,
+        tg_css: ABSENT,
+        tg_cfs_bandwidth: ABSENT,
+        cfs_b_period_timer: ABSENT,
+        cfs_b_throttled_list: ABSENT,
+        hrtimer_function: ABSENT,
+        period_timer_fn: 0,
+        slack_timer_fn: 0,
+        csd_unthrottle_fn: 0,
     };
 }
 
@@ -88,7 +145,7 @@ impl Config {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: plain #[repr(C)] integers with no padding holes.
+    // SAFETY: plain #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::Layout {}
     // SAFETY: plain #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::Config {}

@@ -10,3 +10,4 @@ pub mod event;
 pub mod hist;
 pub mod layout;
 pub mod runq;
+pub mod throttle;

@@ -55,6 +55,9 @@ pub struct RunqStart {
     pub ts_ns: u64,
     pub kind: u32,
     pub _pad: u32,
+    /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
+    /// throttled part and the queueing after it.
+    pub throttle_cfs_rq: u64,
 }
 
 /// Key of `RUNQ_HIST`.

@@ -15,11 +15,14 @@ use cgtrace_common::layout::{ABSENT, CGROUP_MODE_V1};
 
 /// One `LAYOUT` field, read through a volatile load so the compiler cannot fold the placeholder.
 macro_rules! layout {
-    ($field:ident) => {
+    ($field:ident) => {{
+        #[allow(unused_unsafe)]
         // SAFETY: LAYOUT is a plain static in .rodata.
-        unsafe { core::ptr::read_volatile(&raw const crate::LAYOUT.$field) }
-    };
+        let v = unsafe { core::ptr::read_volatile(&raw const crate::LAYOUT.$field) };
+        v
+    }};
 }
+pub(crate) use layout;
 
 /// Reads a `T` at `base + off`; `None` if the field is absent on this kernel or `base` is null.
 #[inline(always)]

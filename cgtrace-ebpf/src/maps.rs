@@ -1,11 +1,12 @@
 //! Maps shared by all probes. Sizes are defaults; the loader resizes them from the command line.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use cgtrace_common::{
     counters::Counters,
     runq::{RunqHist, RunqKey, RunqStart},
+    throttle::{OpenEpisodes, ThrottleStats},
 };
 
 /// Per-CPU event and loss counters, indexed by `cgtrace_common::counters`.
@@ -25,6 +26,19 @@ pub static RUNQ_START: HashMap<u32, RunqStart> = HashMap::with_max_entries(65536
 /// (cgroup, wait kind) -> cumulative latency histogram.
 #[map]
 pub static RUNQ_HIST: HashMap<RunqKey, RunqHist> = HashMap::with_max_entries(3 * 8192, 0);
+
+/// Open throttle episodes of this CPU (see `probes::throttle`).
+#[map]
+pub static THROTTLE_OPEN: PerCpuArray<OpenEpisodes> = PerCpuArray::with_max_entries(1, 0);
+
+/// cgroup id -> period counters of its bandwidth timer.
+#[map]
+pub static THROTTLE_STATS: HashMap<u64, ThrottleStats> = HashMap::with_max_entries(8192, 0);
+
+/// throttled `cfs_rq` -> when its last episode closed: splits a throttled task's wait into the
+/// throttled part and the queueing after the unthrottle.
+#[map]
+pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// The daemon's window number, bumped at the end of each window (see `RunqHist`).
 #[map]

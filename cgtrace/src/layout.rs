@@ -66,6 +66,7 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             CGROUP_MODE_V2
         },
         switch_has_prev_state: u32::from(switch_args >= 4),
+        ..Layout::UNSET
     };
     if layout.switch_has_prev_state == 0 && layout.task_state == ABSENT {
         return Err(MissingField {
@@ -74,6 +75,77 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
         });
     }
     Ok(layout)
+}
+
+/// Kernel functions the tracepoint-only throttle mode recognises by address.
+pub const THROTTLE_SYMBOLS: [&str; 3] = [
+    "sched_cfs_period_timer",
+    "sched_cfs_slack_timer",
+    "__cfsb_csd_unthrottle",
+];
+
+/// Fills in the `throttle` family's fields (tracepoint-only mode), or says what is missing.
+pub fn resolve_throttle(
+    btf: &Btf,
+    syms: &std::collections::HashMap<String, u64>,
+    layout: &mut Layout,
+) -> Result<(), MissingField> {
+    let miss = |what: &str| MissingField {
+        what: what.to_string(),
+        family: "throttle",
+    };
+    let f = |s: &str, f: &str| btf.field(s, f).ok_or_else(|| miss(&format!("{s}.{f}")));
+    for tp in [
+        "hrtimer_expire_entry",
+        "hrtimer_expire_exit",
+        "sched_switch",
+    ] {
+        btf.tracepoint_args(tp)
+            .ok_or_else(|| miss(&format!("tracepoint {tp}")))?;
+    }
+    let throttled = f("cfs_rq", "throttled")?;
+    layout.cfs_rq_throttled = throttled.offset;
+    match throttled.bitfield {
+        Some((shift, bits)) => {
+            layout.cfs_rq_throttled_shift = shift;
+            layout.cfs_rq_throttled_bits = bits;
+        }
+        None => layout.cfs_rq_throttled_bits = 0,
+    }
+    layout.task_throttled = btf
+        .field("task_struct", "throttled")
+        .map_or(ABSENT, |i| i.offset);
+    layout.task_se = f("task_struct", "se")?.offset;
+    layout.task_se_cfs_rq = btf
+        .field_path("task_struct", "se.cfs_rq")
+        .ok_or_else(|| miss("task_struct.se.cfs_rq"))?
+        .offset;
+    layout.se_parent = f("sched_entity", "parent")?.offset;
+    layout.se_cfs_rq = f("sched_entity", "cfs_rq")?.offset;
+    layout.cfs_rq_throttle_count = f("cfs_rq", "throttle_count")?.offset;
+    layout.cfs_rq_h_nr = btf
+        .field("cfs_rq", "h_nr_queued")
+        .or_else(|| btf.field("cfs_rq", "h_nr_running"))
+        .ok_or_else(|| miss("cfs_rq.h_nr_queued or h_nr_running"))?
+        .offset;
+    layout.cfs_rq_tg = f("cfs_rq", "tg")?.offset;
+    layout.tg_css = f("task_group", "css")?.offset;
+    layout.tg_cfs_bandwidth = f("task_group", "cfs_bandwidth")?.offset;
+    layout.cfs_b_period_timer = f("cfs_bandwidth", "period_timer")?.offset;
+    layout.cfs_b_throttled_list = f("cfs_bandwidth", "throttled_cfs_rq")?.offset;
+    layout.hrtimer_function = f("hrtimer", "function")?.offset;
+    let sym = |name: &str| {
+        syms.get(name).copied().ok_or_else(|| {
+            miss(&format!(
+                "address of {name} in /proc/kallsyms (hidden by kernel.kptr_restrict, or inlined)"
+            ))
+        })
+    };
+    layout.period_timer_fn = sym("sched_cfs_period_timer")?;
+    layout.slack_timer_fn = syms.get("sched_cfs_slack_timer").copied().unwrap_or(0);
+    // Before 6.2 remote unthrottles run inside the period timer: no CSD to watch.
+    layout.csd_unthrottle_fn = syms.get("__cfsb_csd_unthrottle").copied().unwrap_or(0);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -94,5 +166,26 @@ mod tests {
         assert!(v1.task_pid < v1.task_comm || v1.task_comm < v1.task_pid);
         assert!(v1.cpu_subsys_id < 16);
         assert!(v1.task_state_size == 4 || v1.task_state_size == 8);
+    }
+
+    #[test]
+    fn host_throttle_layout_resolves() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("skipping: no readable kernel BTF");
+            return;
+        };
+        let mut l = resolve(&btf, true).expect("layout");
+        let syms: std::collections::HashMap<String, u64> = THROTTLE_SYMBOLS
+            .iter()
+            .map(|s| (s.to_string(), 0xffff_ffff_8100_0000))
+            .collect();
+        resolve_throttle(&btf, &syms, &mut l).expect("throttle layout");
+        assert_ne!(l.cfs_rq_throttled, ABSENT);
+        assert_ne!(l.cfs_b_period_timer, ABSENT);
+        assert_eq!(l.period_timer_fn, 0xffff_ffff_8100_0000);
+        // 6.18 has a one-bit bitfield; older kernels an int.
+        assert!(l.cfs_rq_throttled_bits == 0 || l.cfs_rq_throttled_bits == 1);
+        let missing = resolve_throttle(&btf, &Default::default(), &mut l).expect_err("no symbols");
+        assert!(missing.what.contains("sched_cfs_period_timer"), "{missing}");
     }
 }

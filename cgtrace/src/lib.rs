@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod counters;
 pub mod doctor;
 pub mod hist;
+pub mod kallsyms;
 pub mod layout;
 pub mod loader;
 pub mod runq;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use aya::{
     Btf as AyaBtf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, KProbe, ProgramError},
+    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, RawTracePoint},
 };
 use cgtrace_common::layout::{Config, Layout};
 
@@ -91,7 +91,14 @@ impl Tracer {
             return Err(LoadError::NoObject);
         }
         let btf = Btf::from_sys_fs()?;
-        let layout = layout::resolve(&btf, opts.cgroup_v1)?;
+        let mut layout = layout::resolve(&btf, opts.cgroup_v1)?;
+        let syms = crate::kallsyms::lookup("/proc/kallsyms".as_ref(), &layout::THROTTLE_SYMBOLS)
+            .unwrap_or_default();
+        let throttle_ok = layout::resolve_throttle(&btf, &syms, &mut layout);
+        if throttle_ok.is_err() {
+            // Leave every throttle field absent: the runq programs then skip the throttle checks.
+            layout = layout::resolve(&btf, opts.cgroup_v1)?;
+        }
         let aya_btf = AyaBtf::from_sys_fs().map_err(|e| {
             LoadError::Btf(BtfError::Read {
                 path: "/sys/kernel/btf/vmlinux".into(),
@@ -116,6 +123,14 @@ impl Tracer {
             "runq".to_string(),
             attach_runq(&mut ebpf, &aya_btf, &layout)?,
         );
+        let throttle = match throttle_ok {
+            Ok(()) => attach_throttle(&mut ebpf, &aya_btf, &layout),
+            Err(missing) => FamilyMode {
+                mode: "unavailable".into(),
+                detail: missing.to_string(),
+            },
+        };
+        families.insert("throttle".to_string(), throttle);
         Ok(Self {
             ebpf,
             families,
@@ -188,6 +203,76 @@ fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyM
             }
         ),
     })
+}
+
+/// Attaches the tracepoint-only throttle programs (hrtimer expiry, CSD exit); the episode starts
+/// are seen by the runq `sched_switch` program. Never fails the whole tracer: a family that cannot
+/// attach is reported unavailable with the reason.
+fn attach_throttle(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> FamilyMode {
+    let direct = vec![
+        ("throttle_period", "hrtimer_expire_entry"),
+        ("throttle_timer_exit", "hrtimer_expire_exit"),
+    ];
+    let probe = vec![
+        ("throttle_period_probe", "hrtimer_expire_entry"),
+        ("throttle_timer_exit_probe", "hrtimer_expire_exit"),
+    ];
+
+    let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
+    let loaded = if forced_probe {
+        load_tp_btf(ebpf, btf, &probe).map(|()| probe)
+    } else {
+        load_tp_btf(ebpf, btf, &direct)
+            .map(|()| direct)
+            .or_else(|_| load_tp_btf(ebpf, btf, &probe).map(|()| probe))
+    };
+    let attached = loaded
+        .and_then(|set| attach_tp_btf(ebpf, &set).map(|()| set))
+        .and_then(|mut set| {
+            if layout.csd_unthrottle_fn != 0 {
+                attach_raw_tp(ebpf, "throttle_csd_exit", "csd_function_exit")?;
+                set.push(("throttle_csd_exit", "csd_function_exit (raw_tp)"));
+            }
+            Ok(set)
+        });
+    match attached {
+        Ok(set) => FamilyMode {
+            mode: "tracepoint".into(),
+            detail: format!(
+                "episodes from sched_switch (limbo tasks{}), closed at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
+                if layout.task_throttled != cgtrace_common::layout::ABSENT {
+                    ", task-based throttling"
+                } else {
+                    ", throttle_count"
+                },
+                set.iter()
+                    .skip(1)
+                    .map(|(_, tp)| *tp)
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+            ),
+        },
+        Err(e) => FamilyMode {
+            mode: "unavailable".into(),
+            detail: format!("tracepoint mode failed to attach: {}", chain(&e)),
+        },
+    }
+}
+
+fn attach_raw_tp(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    tracepoint: &str,
+) -> Result<(), LoadError> {
+    let err = |source| LoadError::Program { program, source };
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .ok_or(err(ProgramError::NotLoaded))?
+        .try_into()
+        .map_err(err)?;
+    prog.load().map_err(err)?;
+    prog.attach(tracepoint).map_err(err)?;
+    Ok(())
 }
 
 /// Loads every (program, tracepoint) or none: on failure the ones loaded are unloaded again.

@@ -1,3 +1,4 @@
 //! One module per event family; the same names as `cgtrace-common` and the daemon.
 pub mod capability;
 pub mod runq;
+pub mod throttle;

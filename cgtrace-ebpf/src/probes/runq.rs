@@ -24,7 +24,8 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     CONFIG,
     kernel::{task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
-    maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, ZERO_HIST, count, counters},
+    maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count, counters},
+    probes::throttle::{close_late, task_throttled, throttled_cfs_rq_of},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -88,17 +89,18 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
     let c = counters();
     count(c, counters::SCHED_WAKEUP);
     if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
-        start_wait(c, pid, WaitKind::Wakeup);
+        // SAFETY: helper without preconditions.
+        start_wait(c, pid, WaitKind::Wakeup, unsafe { bpf_ktime_get_ns() }, 0);
     }
 }
 
 #[inline(always)]
-fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind) {
+fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs_rq: u64) {
     let start = RunqStart {
-        // SAFETY: helper without preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns: now,
         kind: kind as u32,
         _pad: 0,
+        throttle_cfs_rq,
     };
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
@@ -109,6 +111,7 @@ fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind) {
 fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
     let c = counters();
     count(c, counters::SCHED_SWITCH);
+    close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         let state = match prev_state {
@@ -116,7 +119,17 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
             None => task_state::<DIRECT>(prev),
         };
         match state {
-            Some(TASK_RUNNING) => start_wait(c, prev_pid, WaitKind::Preempt),
+            Some(TASK_RUNNING) => {
+                // SAFETY: helper without preconditions.
+                let now = unsafe { bpf_ktime_get_ns() };
+                match throttled_cfs_rq_of::<DIRECT>(prev) {
+                    Some(cfs_rq) => {
+                        task_throttled::<DIRECT>(c, cfs_rq, now);
+                        start_wait(c, prev_pid, WaitKind::Throttled, now, cfs_rq as u64);
+                    }
+                    None => start_wait(c, prev_pid, WaitKind::Preempt, now, 0),
+                }
+            }
             // A task woken while still running can exit with a wait recorded that never ends.
             Some(s) if s & TASK_DEAD != 0 => {
                 let _ = RUNQ_START.remove(&prev_pid);
@@ -149,7 +162,20 @@ fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32) {
             0
         }
     };
-    add_to_hist(c, cgroup_id, start.kind, wait_ns);
+    if start.kind == WaitKind::Throttled as u32 {
+        // Split at the unthrottle: the throttled part, then queueing behind other tasks.
+        // SAFETY: the value is copied out.
+        let closed = unsafe { THROTTLE_LAST_CLOSE.get(&start.throttle_cfs_rq) }.copied();
+        match closed {
+            Some(at) if at > start.ts_ns && at < now => {
+                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, at - start.ts_ns);
+                add_to_hist(c, cgroup_id, WaitKind::Preempt as u32, now - at);
+            }
+            _ => add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, wait_ns),
+        }
+    } else {
+        add_to_hist(c, cgroup_id, start.kind, wait_ns);
+    }
     // SAFETY: CONFIG is a plain static in .rodata.
     let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };
     if wait_ns >= min_ns {
@@ -248,7 +274,7 @@ fn emit_event<const DIRECT: bool>(
 /// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
 /// timer), so its own wakeups cannot feed back into the events it reads.
 #[inline(always)]
-fn wakeup_flags() -> u64 {
+pub fn wakeup_flags() -> u64 {
     // SAFETY: CONFIG is a plain static in .rodata.
     let threshold = unsafe { core::ptr::read_volatile(&raw const CONFIG.ringbuf_wakeup_bytes) };
     if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {

@@ -1,0 +1,79 @@
+//! `throttle`: CFS bandwidth throttling, one episode per throttled `cfs_rq` (one cgroup on one
+//! CPU), plus per-cgroup period counters.
+//!
+//! Tracepoint-only mode (kernels without fentry/kprobes, task-based throttling 6.18+): an episode
+//! opens when the first task of a throttled hierarchy switches out into the limbo list
+//! (`prev_state == TASK_RUNNING`, `prev->throttled`), on that CPU; it closes on the same CPU when
+//! the `cfs_rq` is seen unthrottled: at the exit of the bandwidth period/slack hrtimer (local
+//! unthrottle), at the exit of the `__cfsb_csd_unthrottle` CSD (remote unthrottle, run on the owning
+//! CPU), or, as a fallback for other paths (a quota write), at the next context switch there.
+//! Periods are counted at the period timer's entry; a period is throttled when the kernel's
+//! `throttled_cfs_rq` list is non-empty then — the kernel's own definition of `nr_throttled`.
+
+use crate::event::EventHeader;
+
+/// Open episodes one CPU can hold at once (nested quotas, several throttled groups per CPU).
+pub const MAX_OPEN_PER_CPU: usize = 32;
+
+/// One open episode, in the per-CPU `THROTTLE_OPEN` slots. `cfs_rq == 0` marks a free slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OpenEpisode {
+    /// The throttled `struct cfs_rq *` (unique per cgroup and CPU).
+    pub cfs_rq: u64,
+    pub start_ns: u64,
+    /// `kernfs_node.id` of the throttled group's cgroup (the css owner of the quota).
+    pub cgroup_id: u64,
+    /// Tasks that went into the limbo list during the episode.
+    pub tasks: u32,
+    /// `h_nr_queued`/`h_nr_running` of the `cfs_rq` when the episode opened.
+    pub runnable: u32,
+}
+
+/// The per-CPU `THROTTLE_OPEN` value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OpenEpisodes {
+    /// Slots in use, so the common case (none) costs one load.
+    pub n_open: u32,
+    pub _pad: u32,
+    pub slots: [OpenEpisode; MAX_OPEN_PER_CPU],
+}
+
+/// Per-cgroup counters in `THROTTLE_STATS`, cumulative; the daemon takes deltas.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThrottleStats {
+    /// Period timer expiries of the group's bandwidth timer.
+    pub nr_periods: u64,
+    /// Expiries that found the group throttled (`throttled_cfs_rq` non-empty).
+    pub nr_throttled: u64,
+}
+
+/// A closed episode, through the `EVENTS` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThrottleEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    pub tasks: u32,
+    pub runnable: u32,
+    /// How the end was seen: one of the `CLOSE_*` constants.
+    pub closed_by: u32,
+    pub _pad: u32,
+}
+
+/// Closed at the exit of the period or slack timer on this CPU.
+pub const CLOSE_TIMER: u32 = 0;
+/// Closed at the exit of the remote-unthrottle CSD on this CPU.
+pub const CLOSE_CSD: u32 = 1;
+/// Seen unthrottled at a later context switch (another unthrottle path, e.g. a quota write).
+pub const CLOSE_LATE: u32 = 2;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::ThrottleStats {}
+}

@@ -1,0 +1,262 @@
+//! `throttle`: CFS bandwidth throttle episodes and periods, tracepoint-only mode (see
+//! `cgtrace_common::throttle` for the design). Open episodes live in per-CPU slots: an episode
+//! belongs to one `cfs_rq`, hence one CPU, and is only ever opened and closed on that CPU, so no
+//! two CPUs race on it.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, raw_tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext},
+};
+use cgtrace_common::{
+    counters::{self, Counters},
+    event::{EventHeader, KIND_THROTTLE},
+    layout::ABSENT,
+    throttle::{
+        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, ThrottleEvent, ThrottleStats,
+    },
+};
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use crate::{
+    kernel::{layout, read},
+    maps::{EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_STATS, count, counters},
+    probes::runq::wakeup_flags,
+};
+
+/// Hierarchy levels walked from a task up to its throttled `cfs_rq`.
+const MAX_DEPTH: usize = 8;
+
+/// Whether `cfs_rq->throttled` is set (a bitfield on 6.18, an `int` before).
+#[inline(always)]
+pub fn cfs_rq_throttled<const DIRECT: bool>(cfs_rq: *const u8) -> bool {
+    let off = layout!(cfs_rq_throttled);
+    let bits = layout!(cfs_rq_throttled_bits);
+    if bits == 0 {
+        read::<u32, DIRECT>(cfs_rq, off).unwrap_or(0) != 0
+    } else {
+        let byte = read::<u8, DIRECT>(cfs_rq, off).unwrap_or(0);
+        let shift = layout!(cfs_rq_throttled_shift) & 7;
+        let mask: u8 = if bits >= 8 { 0xff } else { (1u8 << bits) - 1 };
+        (byte >> shift) & mask != 0
+    }
+}
+
+/// `kernfs_node.id` of a task group's cgroup (`tg->css.cgroup->kn->id`).
+#[inline(always)]
+fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
+    let off = layout!(tg_css).wrapping_add(layout!(css_cgroup));
+    let cgrp: *const u8 = read::<_, DIRECT>(tg, off)?;
+    let kn: *const u8 = read::<_, DIRECT>(cgrp, layout!(cgroup_kn))?;
+    read::<u64, DIRECT>(kn, layout!(kn_id))
+}
+
+/// The throttled `cfs_rq` above a task that was just switched out still runnable, if its
+/// hierarchy is throttled (6.18+: the task is in the limbo list, `p->throttled`; before: some
+/// ancestor has `throttle_count`).
+#[inline(always)]
+pub fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const u8> {
+    if layout!(cfs_rq_throttled) == ABSENT {
+        return None;
+    }
+    let mut cfs_rq: *const u8 = read::<_, DIRECT>(task, layout!(task_se_cfs_rq))?;
+    if layout!(task_throttled) != ABSENT {
+        if read::<u8, DIRECT>(task, layout!(task_throttled)).unwrap_or(0) == 0 {
+            return None;
+        }
+    } else if read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_throttle_count)).unwrap_or(0) <= 0 {
+        return None;
+    }
+    // Walk up: this task's cfs_rq, then the cfs_rq of each ancestor group entity.
+    let mut se: *const u8 = task.wrapping_add(layout!(task_se) as usize);
+    for _ in 0..MAX_DEPTH {
+        if cfs_rq.is_null() {
+            return None;
+        }
+        if cfs_rq_throttled::<DIRECT>(cfs_rq) {
+            return Some(cfs_rq);
+        }
+        se = read::<_, DIRECT>(se, layout!(se_parent))?;
+        cfs_rq = read::<_, DIRECT>(se, layout!(se_cfs_rq))?;
+    }
+    None
+}
+
+/// Called from `sched_switch` for a task switched out still runnable whose hierarchy is
+/// throttled: opens the episode of `cfs_rq` on this CPU, or counts the task into it.
+#[inline(always)]
+pub fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: u64) {
+    let Some(open) = THROTTLE_OPEN.get_ptr_mut(0) else {
+        return;
+    };
+    let key = cfs_rq as u64;
+    let mut free = MAX_OPEN_PER_CPU;
+    // SAFETY: per-CPU map value, only touched from this CPU.
+    unsafe {
+        for i in 0..MAX_OPEN_PER_CPU {
+            let slot = &mut (*open).slots[i];
+            if slot.cfs_rq == key {
+                slot.tasks += 1;
+                return;
+            }
+            if slot.cfs_rq == 0 && free == MAX_OPEN_PER_CPU {
+                free = i;
+            }
+        }
+        if free >= MAX_OPEN_PER_CPU {
+            count(c, counters::THROTTLE_SLOTS_FULL);
+            return;
+        }
+        let tg: *const u8 =
+            read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+        let slot = &mut (*open).slots[free];
+        slot.cfs_rq = key;
+        slot.start_ns = now;
+        slot.cgroup_id = tg_cgroup_id::<DIRECT>(tg).unwrap_or(0);
+        slot.tasks = 1;
+        slot.runnable = read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0);
+        (*open).n_open += 1;
+    }
+}
+
+/// Closes this CPU's episodes whose `cfs_rq` is no longer throttled.
+#[inline(always)]
+fn close_unthrottled(c: *mut Counters, closed_by: u32) {
+    let Some(open) = THROTTLE_OPEN.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU map value, only touched from this CPU.
+    unsafe {
+        if (*open).n_open == 0 {
+            return;
+        }
+        // SAFETY: helper without preconditions.
+        let now = bpf_ktime_get_ns();
+        for i in 0..MAX_OPEN_PER_CPU {
+            let slot = &mut (*open).slots[i];
+            // Slot pointers come from a map: untyped for the verifier, so read with the helper.
+            if slot.cfs_rq == 0 || cfs_rq_throttled::<false>(slot.cfs_rq as *const u8) {
+                continue;
+            }
+            let ev = ThrottleEvent {
+                header: EventHeader {
+                    kind: KIND_THROTTLE,
+                    cpu: bpf_get_smp_processor_id(),
+                    ts_ns: now,
+                },
+                cgroup_id: slot.cgroup_id,
+                start_ns: slot.start_ns,
+                duration_ns: now.saturating_sub(slot.start_ns),
+                tasks: slot.tasks,
+                runnable: slot.runnable,
+                closed_by,
+                _pad: 0,
+            };
+            let _ = THROTTLE_LAST_CLOSE.insert(&slot.cfs_rq, &now, 0);
+            slot.cfs_rq = 0;
+            (*open).n_open = (*open).n_open.saturating_sub(1);
+            if closed_by == CLOSE_LATE {
+                count(c, counters::THROTTLE_LATE_CLOSE);
+            }
+            if EVENTS.output(&ev, wakeup_flags()).is_err() {
+                count(c, counters::RINGBUF_FULL);
+            }
+        }
+    }
+}
+
+/// From `sched_switch`: episodes whose unthrottle no hook saw (a quota write) end here.
+#[inline(always)]
+pub fn close_late<const DIRECT: bool>(c: *mut Counters) {
+    close_unthrottled(c, CLOSE_LATE);
+}
+
+#[inline(always)]
+fn timer_function<const DIRECT: bool>(timer: *const u8) -> u64 {
+    read::<u64, DIRECT>(timer, layout!(hrtimer_function)).unwrap_or(0)
+}
+
+/// Period timer entry: count the period, and whether the group is throttled right now.
+#[inline(always)]
+fn period_entry<const DIRECT: bool>(timer: *const u8) {
+    let period_fn = layout!(period_timer_fn);
+    if period_fn == 0 || timer_function::<DIRECT>(timer) != period_fn {
+        return;
+    }
+    // container_of(timer, struct cfs_bandwidth, period_timer), then of the task_group: these
+    // pointers are not BTF-typed, so everything from here is read with the helper.
+    let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
+    let tg = cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize);
+    let Some(cgroup_id) = tg_cgroup_id::<false>(tg) else {
+        return;
+    };
+    let list = cfs_b.wrapping_add(layout!(cfs_b_throttled_list) as usize);
+    let next: u64 = read::<u64, false>(list, 0).unwrap_or(list as u64);
+    let throttled = next != list as u64;
+    let stats = match THROTTLE_STATS.get_ptr_mut(&cgroup_id) {
+        Some(s) => s,
+        None => {
+            let _ = THROTTLE_STATS.insert(
+                &cgroup_id,
+                &ThrottleStats::default(),
+                u64::from(BPF_NOEXIST),
+            );
+            let Some(s) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
+                return;
+            };
+            s
+        }
+    };
+    // SAFETY: live map value; one timer per group, but entries may be read concurrently.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_periods, 1);
+        if throttled {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_throttled, 1);
+        }
+    }
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn throttle_period(ctx: BtfTracePointContext) -> u32 {
+    period_entry::<true>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn throttle_period_probe(ctx: BtfTracePointContext) -> u32 {
+    period_entry::<false>(ctx.arg(0));
+    0
+}
+
+#[inline(always)]
+fn timer_exit<const DIRECT: bool>(timer: *const u8) {
+    let f = timer_function::<DIRECT>(timer);
+    if f == 0 || (f != layout!(period_timer_fn) && f != layout!(slack_timer_fn)) {
+        return;
+    }
+    close_unthrottled(counters(), CLOSE_TIMER);
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn throttle_timer_exit(ctx: BtfTracePointContext) -> u32 {
+    timer_exit::<true>(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn throttle_timer_exit_probe(ctx: BtfTracePointContext) -> u32 {
+    timer_exit::<false>(ctx.arg(0));
+    0
+}
+
+/// Remote unthrottles (6.2+) run `__cfsb_csd_unthrottle` as a CSD on the owning CPU. A raw
+/// tracepoint: tp_btf cannot read `csd_function_exit`'s function-pointer argument.
+#[raw_tracepoint(tracepoint = "csd_function_exit")]
+pub fn throttle_csd_exit(ctx: RawTracePointContext) -> u32 {
+    let func: u64 = ctx.arg(0);
+    let csd_fn = layout!(csd_unthrottle_fn);
+    if csd_fn != 0 && func == csd_fn {
+        close_unthrottled(counters(), CLOSE_CSD);
+    }
+    0
+}
