@@ -1,15 +1,20 @@
 //! The aggregator: turns each window's per-cgroup deltas into a [`Window`] snapshot, keeps
-//! since-start histograms, and owns the bounded cgroup table (paths, names, removal).
+//! since-start histograms, and owns the bounded cgroup table (paths, names, removal, the last
+//! reading of each throttled cgroup's kernel counters).
 
-use std::collections::HashMap;
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+};
 
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
-    cgroup::{Names, Resolver, name},
+    cgroup::{Names, Resolver, Version, name},
     hist::Hist,
     runq::KindHists,
     snapshot::{CgroupWindow, EventCounts, RunqWindow, Window},
+    throttle::{self, Episodes, KernelCpu, PeriodDelta},
 };
 
 /// Cgroups checked for removal per window (round-robin over the table), so a table of 10 000
@@ -21,6 +26,36 @@ struct Entry {
     name: Option<name::Name>,
     total: KindHists,
     last_active_seq: u64,
+    /// The kernel's CPU counters at the end of the last window that read them.
+    kernel_cpu: Option<KernelCpu>,
+}
+
+/// Where the kernel's CPU counter files of a cgroup are.
+#[derive(Clone, Debug)]
+pub struct CpuFiles {
+    /// Mount of the hierarchy the ids belong to (v1 `cpu`, or cgroup2).
+    pub mount: PathBuf,
+    pub version: Version,
+    /// v1: the `cpuacct` hierarchy's mount (usage), which may be the cpu mount itself.
+    pub cpuacct_mount: Option<PathBuf>,
+}
+
+impl CpuFiles {
+    fn read(&self, rel: &str) -> Option<KernelCpu> {
+        let rel = rel.trim_start_matches('/');
+        let dir = self.mount.join(rel);
+        let acct = self.cpuacct_mount.as_ref().map(|m| m.join(rel));
+        throttle::read_kernel_cpu(&dir, self.version, acct.as_deref())
+    }
+}
+
+/// Everything the kernel delivered for one window.
+#[derive(Default)]
+pub struct WindowInput {
+    pub runq: HashMap<u64, KindHists>,
+    pub periods: HashMap<u64, PeriodDelta>,
+    pub episodes: HashMap<u64, Episodes>,
+    pub events: EventCounts,
 }
 
 /// Per-cgroup state across windows.
@@ -28,6 +63,7 @@ pub struct Aggregator {
     hierarchy: String,
     resolver: Resolver,
     names: Names,
+    cpu_files: Option<CpuFiles>,
     table: HashMap<u64, Entry>,
     max_cgroups: usize,
     evicted: u64,
@@ -42,11 +78,18 @@ pub struct WindowOutput {
 }
 
 impl Aggregator {
-    pub fn new(hierarchy: String, resolver: Resolver, names: Names, max_cgroups: usize) -> Self {
+    pub fn new(
+        hierarchy: String,
+        resolver: Resolver,
+        names: Names,
+        cpu_files: Option<CpuFiles>,
+        max_cgroups: usize,
+    ) -> Self {
         Self {
             hierarchy,
             resolver,
             names,
+            cpu_files,
             table: HashMap::new(),
             max_cgroups: max_cgroups.max(1),
             evicted: 0,
@@ -55,37 +98,106 @@ impl Aggregator {
         }
     }
 
-    /// Builds the next window from the cgroups' deltas.
+    /// Reads the kernel counters of every cgroup that has a CPU quota now, so their first window
+    /// already has a baseline. One walk of the hierarchy, at start.
+    pub fn prime_quota_baselines(&mut self) {
+        let Some(files) = self.cpu_files.clone() else {
+            return;
+        };
+        let mut stack = vec![files.mount.clone()];
+        let mut seen = 0usize;
+        while let Some(dir) = stack.pop() {
+            seen += 1;
+            if seen > self.max_cgroups * 4 {
+                break;
+            }
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+            let rel = rel_path(&files.mount, &dir);
+            let Some(k) = files.read(&rel).filter(|k| k.quota_us.is_some()) else {
+                continue;
+            };
+            use std::os::unix::fs::MetadataExt;
+            let Ok(id) = std::fs::metadata(&dir).map(|m| m.ino()) else {
+                continue;
+            };
+            if self.table.len() < self.max_cgroups {
+                self.entry(id).kernel_cpu = Some(k);
+            }
+        }
+    }
+
+    /// Builds the next window.
     pub fn window(
         &mut self,
-        deltas: HashMap<u64, KindHists>,
-        events: EventCounts,
+        input: WindowInput,
         end_unix_ms: u64,
         duration_ms: u64,
     ) -> WindowOutput {
         self.seq += 1;
         let seq = self.seq;
+        let WindowInput {
+            mut runq,
+            periods,
+            episodes,
+            events,
+        } = input;
+        let ids: HashSet<u64> = runq
+            .keys()
+            .chain(periods.keys())
+            .chain(episodes.keys())
+            .copied()
+            .collect();
         let mut removed = Vec::new();
-        let mut cgroups = Vec::with_capacity(deltas.len());
-        for (id, kinds) in deltas {
-            let gone;
-            {
-                let entry = self.entry(id);
-                gone = entry.path.is_none();
-                for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
-                    t.merge(d);
-                }
-                entry.last_active_seq = seq;
+        let mut cgroups = Vec::with_capacity(ids.len());
+        let hierarchy = self.hierarchy.clone();
+        for id in ids {
+            let kinds = runq.remove(&id).unwrap_or_default();
+            let throttled = periods.contains_key(&id) || episodes.contains_key(&id);
+            let files = self.cpu_files.clone();
+            let entry = self.entry(id);
+            let gone = entry.path.is_none();
+            for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
+                t.merge(d);
             }
-            let entry = &self.table[&id];
+            entry.last_active_seq = seq;
+            let throttle = match (&files, throttled, entry.path.as_deref()) {
+                (Some(files), true, Some(path)) => {
+                    let cur = files.read(path);
+                    let w = throttle::window(
+                        periods.get(&id).copied().unwrap_or_default(),
+                        episodes.get(&id),
+                        entry.kernel_cpu.as_ref(),
+                        cur.as_ref(),
+                        duration_ms,
+                    );
+                    entry.kernel_cpu = cur;
+                    Some(w)
+                }
+                (_, true, _) => Some(throttle::window(
+                    periods.get(&id).copied().unwrap_or_default(),
+                    episodes.get(&id),
+                    None,
+                    None,
+                    duration_ms,
+                )),
+                _ => None,
+            };
             cgroups.push(CgroupWindow {
                 id,
-                hierarchy: self.hierarchy.clone(),
+                hierarchy: hierarchy.clone(),
                 path: entry.path.clone(),
                 name: entry.name.as_ref().map(|n| n.display.clone()),
                 name_kind: entry.name.as_ref().map(|n| n.kind.as_str().to_string()),
                 removed: gone && id != 0,
                 runq: runq_window(&kinds),
+                throttle,
             });
             if gone && id != 0 {
                 removed.push(id);
@@ -145,6 +257,7 @@ impl Aggregator {
                 name_kind: e.name.as_ref().map(|n| n.kind.as_str().to_string()),
                 removed: false,
                 runq: runq_window(&e.total),
+                throttle: None,
             })
             .collect();
         v.sort_by(|a, b| {
@@ -171,6 +284,7 @@ impl Aggregator {
                 name,
                 total: KindHists::default(),
                 last_active_seq: 0,
+                kernel_cpu: None,
             }
         })
     }
@@ -214,6 +328,15 @@ impl Aggregator {
     }
 }
 
+/// `dir` relative to `mount`, as `/a/b` (`/` for the mount itself).
+fn rel_path(mount: &Path, dir: &Path) -> String {
+    match dir.strip_prefix(mount) {
+        Ok(r) if r.as_os_str().is_empty() => "/".to_string(),
+        Ok(r) => format!("/{}", r.display()),
+        Err(_) => dir.display().to_string(),
+    }
+}
+
 /// Window summary of one cgroup: all kinds merged, and each non-empty kind.
 pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
@@ -251,10 +374,17 @@ mod tests {
         k
     }
 
+    fn runq_input<const N: usize>(runq: [(u64, KindHists); N]) -> WindowInput {
+        WindowInput {
+            runq: runq.into(),
+            ..WindowInput::default()
+        }
+    }
+
     fn aggregator(root: &Path, max: usize) -> Aggregator {
         let resolver = Resolver::new(root.to_path_buf(), 64).expect("resolver");
         let names = Names::new(root.join("no-logs"), root.join("no-docker"));
-        Aggregator::new("cgroup2".into(), resolver, names, max)
+        Aggregator::new("cgroup2".into(), resolver, names, None, max)
     }
 
     #[test]
@@ -304,7 +434,7 @@ mod tests {
         );
         assert_eq!(agg.table.len(), 1);
         std::fs::remove_dir(&a).expect("rmdir");
-        let out = agg.window(HashMap::new(), EventCounts::default(), 0, 1000);
+        let out = agg.window(WindowInput::default(), 0, 1000);
         assert_eq!(out.removed, vec![id]);
         assert_eq!(out.window.cgroups_tracked, 0);
     }
@@ -328,7 +458,7 @@ mod tests {
             );
             assert!(out.window.cgroups_tracked <= 3);
         }
-        let out = agg.window(HashMap::new(), EventCounts::default(), 0, 1000);
+        let out = agg.window(WindowInput::default(), 0, 1000);
         assert_eq!(out.window.cgroups_tracked, 3);
         assert_eq!(out.window.cgroups_evicted, 2);
         // The most recently active survive.

@@ -17,3 +17,4 @@ pub mod runq;
 pub mod session;
 pub mod snapshot;
 pub mod stream;
+pub mod throttle;

@@ -13,13 +13,23 @@ use cgtrace_common::{
     runq::{RunqEvent, WaitKind},
 };
 
+use std::collections::HashMap as StdHashMap;
+
+use cgtrace_common::{
+    event::KIND_THROTTLE,
+    throttle::{CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, ThrottleEvent},
+};
+
 use crate::{
     aggregate::Aggregator,
+    aggregate::{CpuFiles, WindowInput},
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     loader::{TraceOptions, Tracer},
     runq::{RunqReader, comm_str, decode_event},
+    snapshot::ThrottleLine,
     snapshot::{CgroupLayoutInfo, Hello, HistSpec, RunqWait, SCHEMA, Window},
+    throttle::{self, Episodes, ThrottleReader},
 };
 
 /// What the user chose.
@@ -32,17 +42,25 @@ pub struct SessionOptions {
     pub ringbuf_bytes: u32,
 }
 
-/// Losses and counts seen by the daemon itself while draining the ring buffer.
+/// What draining the ring buffer produced between windows: the daemon's own losses and counts,
+/// and the throttle episodes the next window aggregates.
 #[derive(Default, Debug)]
 pub struct DrainStats {
     pub undecodable: u64,
     pub runq_events: u64,
+    /// Episodes since the last window, by cgroup.
+    pub episodes: StdHashMap<u64, Episodes>,
+    /// Also keep each episode for event lines (`stream --events`).
+    pub keep_throttle_lines: bool,
+    pub throttle_lines: Vec<ThrottleEvent>,
 }
 
 pub struct Session {
     _tracer: Tracer,
     pub hello: Hello,
     runq: RunqReader,
+    /// `None` when the throttle family is unavailable on this kernel.
+    throttle: Option<ThrottleReader>,
     counters: CounterReader,
     aggregator: Aggregator,
     window_start: Instant,
@@ -94,12 +112,22 @@ impl Session {
             cgroup_v1,
         };
         let mut tracer = Tracer::start(&trace)?;
+        let throttle_on = tracer
+            .families
+            .get("throttle")
+            .is_some_and(|m| m.mode != "unavailable");
         let ebpf = &mut tracer.ebpf;
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name)
                 .ok_or(crate::loader::LoadError::MissingMap(name))
         };
         let hist: HashMap<MapData, _, _> = take(ebpf, "RUNQ_HIST")?.try_into()?;
+        let throttle = if throttle_on {
+            let stats: HashMap<MapData, u64, _> = take(ebpf, "THROTTLE_STATS")?.try_into()?;
+            Some(ThrottleReader::new(stats))
+        } else {
+            None
+        };
         let epoch: Array<MapData, u64> = take(ebpf, "EPOCH")?.try_into()?;
         let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
             take(ebpf, "COUNTERS")?.try_into()?;
@@ -127,15 +155,31 @@ impl Session {
                 buckets: NR_BUCKETS,
             },
         };
+        let cpu_files = CpuFiles {
+            mount: mount.clone(),
+            version: hier.version,
+            cpuacct_mount: match hier.version {
+                crate::cgroup::Version::V1 => {
+                    cgroups.for_controller("cpuacct").map(|h| h.mount.clone())
+                }
+                crate::cgroup::Version::V2 => None,
+            },
+        };
+        let mut aggregator = Aggregator::new(
+            hier_name,
+            Resolver::new(mount, opts.max_cgroups as usize * 2)?,
+            Names::system(),
+            Some(cpu_files),
+            opts.max_cgroups as usize,
+        );
+        if throttle.is_some() {
+            aggregator.prime_quota_baselines();
+        }
         let session = Self {
             runq: RunqReader::new(hist, epoch)?,
+            throttle,
             counters: CounterReader::new(counters),
-            aggregator: Aggregator::new(
-                hier_name,
-                Resolver::new(mount, opts.max_cgroups as usize * 2)?,
-                Names::system(),
-                opts.max_cgroups as usize,
-            ),
+            aggregator,
             _tracer: tracer,
             hello,
             window_start: Instant::now(),
@@ -152,23 +196,57 @@ impl Session {
 
     /// Ends the current window and returns it.
     pub fn next_window(&mut self) -> anyhow::Result<Window> {
-        let deltas = self.runq.read_window()?;
+        let runq = self.runq.read_window()?;
+        let periods = self
+            .throttle
+            .as_mut()
+            .map(ThrottleReader::read_window)
+            .unwrap_or_default();
+        let episodes = std::mem::take(&mut self.drain.episodes);
         let kernel = self.counters.read_window();
         let undecodable = self.drain.undecodable - self.drain_reported;
         self.drain_reported = self.drain.undecodable;
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
-        let out = self.aggregator.window(
-            deltas,
-            event_counts(&kernel, undecodable),
-            now_unix_ms(),
-            duration_ms,
-        );
+        let input = WindowInput {
+            runq,
+            periods,
+            episodes,
+            events: event_counts(&kernel, undecodable),
+        };
+        let out = self.aggregator.window(input, now_unix_ms(), duration_ms);
         for id in out.removed {
             self.runq.forget(id);
+            if let Some(t) = self.throttle.as_mut() {
+                t.forget(id);
+            }
         }
         Ok(out.window)
+    }
+
+    /// The event line of one throttle episode.
+    pub fn throttle_line(&mut self, ev: &ThrottleEvent) -> ThrottleLine {
+        let (path, name) = self.aggregator.describe(ev.cgroup_id);
+        ThrottleLine {
+            kind: "throttle".into(),
+            ts_ns: ev.header.ts_ns,
+            cpu: ev.header.cpu,
+            cgroup_id: ev.cgroup_id,
+            path,
+            name: name.map(|n| n.display),
+            start_ns: ev.start_ns,
+            duration_us: ev.duration_ns as f64 / 1e3,
+            tasks: ev.tasks,
+            runnable: ev.runnable,
+            closed_by: match ev.closed_by {
+                CLOSE_TIMER => "timer",
+                CLOSE_CSD => "csd",
+                CLOSE_LATE => "late",
+                _ => "unknown",
+            }
+            .to_string(),
+        }
     }
 
     /// The event line of one run-queue wait.
@@ -216,6 +294,15 @@ pub fn drain_ring(
                     stats.runq_events += 1;
                     if let Some(w) = waits.as_deref_mut() {
                         w.push(ev);
+                    }
+                }
+                Err(_) => stats.undecodable += 1,
+            },
+            KIND_THROTTLE => match throttle::decode_event(&item) {
+                Ok(ev) => {
+                    stats.episodes.entry(ev.cgroup_id).or_default().add(&ev);
+                    if stats.keep_throttle_lines {
+                        stats.throttle_lines.push(ev);
                     }
                 }
                 Err(_) => stats.undecodable += 1,

@@ -115,6 +115,9 @@ pub struct CgroupWindow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
     pub runq: RunqWindow,
+    /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<crate::throttle::ThrottleWindow>,
 }
 
 /// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.
@@ -143,4 +146,26 @@ pub struct RunqWait {
     /// `wakeup`, `preempt` or `throttled`.
     pub wait_kind: String,
     pub wait_us: f64,
+}
+
+/// A throttle episode (`--events`): one cgroup throttled on one CPU.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThrottleLine {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the episode ended.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub start_ns: u64,
+    pub duration_us: f64,
+    /// Tasks taken off the CPU by it.
+    pub tasks: u32,
+    /// Runnable tasks of the group when it began.
+    pub runnable: u32,
+    /// How its end was seen: `timer` (period/slack timer on this CPU), `csd` (remote unthrottle),
+    /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write).
+    pub closed_by: String,
 }

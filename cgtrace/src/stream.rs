@@ -70,6 +70,7 @@ pub async fn run(
     let mut windows = 0u64;
     let mut open = true;
     let mut waits = Vec::new();
+    session.drain_stats().keep_throttle_lines = events;
     loop {
         let wake = tokio::select! {
             r = ring.readable_mut() => {
@@ -91,6 +92,13 @@ pub async fn run(
         );
         for ev in waits.drain(..) {
             let line = session.runq_wait(&ev);
+            if !emit(&mut out, &line)? {
+                open = false;
+            }
+        }
+        let episodes = std::mem::take(&mut session.drain_stats().throttle_lines);
+        for ev in episodes {
+            let line = session.throttle_line(&ev);
             if !emit(&mut out, &line)? {
                 open = false;
             }

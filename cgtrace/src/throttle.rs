@@ -1,0 +1,364 @@
+//! `throttle` in the daemon: period counters from the kernel map, episodes from the ring buffer,
+//! and the kernel's own counters (`cpu.stat`, quota, period, burst, usage) read from cgroupfs for
+//! the same window, so every window carries both.
+
+use std::{
+    collections::{BTreeMap, HashMap as StdHashMap},
+    path::Path,
+};
+
+use aya::maps::{HashMap, MapData};
+use cgtrace_common::{
+    event::{DecodeError, KIND_THROTTLE, read_pod},
+    throttle::{ThrottleEvent, ThrottleStats},
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    cgroup::Version,
+    hist::{Hist, HistSummary},
+};
+
+/// Reads `THROTTLE_STATS` and returns per-cgroup deltas.
+pub struct ThrottleReader {
+    stats: HashMap<MapData, u64, ThrottleStats>,
+    prev: StdHashMap<u64, ThrottleStats>,
+}
+
+/// Period counter deltas of one cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeriodDelta {
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+}
+
+impl ThrottleReader {
+    pub fn new(stats: HashMap<MapData, u64, ThrottleStats>) -> Self {
+        Self {
+            stats,
+            prev: StdHashMap::new(),
+        }
+    }
+
+    /// Deltas since the last call, for cgroups whose bandwidth timer ran.
+    pub fn read_window(&mut self) -> StdHashMap<u64, PeriodDelta> {
+        let mut out = StdHashMap::new();
+        for entry in self.stats.iter() {
+            let Ok((id, cur)) = entry else { continue };
+            let prev = self.prev.insert(id, cur).unwrap_or_default();
+            let d = PeriodDelta {
+                nr_periods: cur.nr_periods.saturating_sub(prev.nr_periods),
+                nr_throttled: cur.nr_throttled.saturating_sub(prev.nr_throttled),
+            };
+            if d != PeriodDelta::default() {
+                out.insert(id, d);
+            }
+        }
+        out
+    }
+
+    pub fn forget(&mut self, cgroup_id: u64) {
+        let _ = self.stats.remove(&cgroup_id);
+        self.prev.remove(&cgroup_id);
+    }
+}
+
+/// Decodes a `KIND_THROTTLE` record.
+pub fn decode_event(bytes: &[u8]) -> Result<ThrottleEvent, DecodeError> {
+    // SAFETY: ThrottleEvent is #[repr(C)] integers, valid for any bytes.
+    unsafe { read_pod(bytes) }.ok_or(DecodeError::Short {
+        kind: KIND_THROTTLE,
+        len: bytes.len(),
+        need: size_of::<ThrottleEvent>(),
+    })
+}
+
+/// What the kernel says about a cgroup's CPU bandwidth, read from its cgroupfs files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCpu {
+    /// `None`: no limit.
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub burst_us: u64,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_ns: u64,
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    /// CPU time used (v1 `cpuacct.usage`, v2 `cpu.stat usage_usec`).
+    pub usage_ns: Option<u64>,
+}
+
+fn read(dir: &Path, file: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(file)).ok()
+}
+
+fn keyed(text: &str) -> BTreeMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Reads the kernel's counters of the cgroup directory `dir`. On v1, `cpuacct_dir` is the same
+/// cgroup in the cpuacct hierarchy (it may be `dir` itself when cpu and cpuacct are co-mounted).
+/// `None` if the cgroup is gone.
+pub fn read_kernel_cpu(
+    dir: &Path,
+    version: Version,
+    cpuacct_dir: Option<&Path>,
+) -> Option<KernelCpu> {
+    let stat_text = read(dir, "cpu.stat")?;
+    let stat = keyed(&stat_text);
+    let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+    let mut k = KernelCpu {
+        nr_periods: get("nr_periods"),
+        nr_throttled: get("nr_throttled"),
+        nr_bursts: get("nr_bursts"),
+        ..KernelCpu::default()
+    };
+    match version {
+        Version::V1 => {
+            let quota: i64 = read(dir, "cpu.cfs_quota_us")?.trim().parse().ok()?;
+            k.quota_us = u64::try_from(quota).ok();
+            k.period_us = read(dir, "cpu.cfs_period_us")?.trim().parse().ok()?;
+            k.burst_us = read(dir, "cpu.cfs_burst_us")
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            k.throttled_ns = get("throttled_time");
+            k.burst_ns = get("burst_time");
+            k.usage_ns = cpuacct_dir
+                .and_then(|d| read(d, "cpuacct.usage"))
+                .and_then(|s| s.trim().parse().ok());
+        }
+        Version::V2 => {
+            let max = read(dir, "cpu.max")?;
+            let mut f = max.split_whitespace();
+            k.quota_us = f.next().and_then(|q| q.parse().ok());
+            k.period_us = f.next().and_then(|p| p.parse().ok()).unwrap_or(100_000);
+            k.burst_us = read(dir, "cpu.max.burst")
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            k.throttled_ns = get("throttled_usec") * 1000;
+            k.burst_ns = get("burst_usec") * 1000;
+            k.usage_ns = stat.get("usage_usec").map(|u| u * 1000);
+        }
+    }
+    Some(k)
+}
+
+/// The kernel's counters over one window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelDelta {
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: f64,
+    pub nr_bursts: u64,
+    pub burst_us: f64,
+}
+
+/// One cgroup's throttling in one window: configuration, our episodes, the kernel's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThrottleWindow {
+    /// `null`: no quota.
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub burst_us: u64,
+    /// Quota in CPUs (quota / period).
+    pub quota_cores: Option<f64>,
+    /// CPU used in the window (kernel's usage counter), and as CPUs.
+    pub usage_us: Option<f64>,
+    pub usage_cores: Option<f64>,
+    /// Periods that elapsed and that were throttled, seen at the period timer.
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    /// `nr_throttled / nr_periods`.
+    pub throttled_share: f64,
+    /// Sum of our episode durations (one episode per throttled CPU of the group).
+    pub throttled_us: f64,
+    pub episodes: u64,
+    /// Episodes by CPU.
+    pub episodes_per_cpu: BTreeMap<u32, u64>,
+    /// Episode durations.
+    pub episode: HistSummary,
+    /// Most and mean runnable tasks of the group when an episode began.
+    pub runnable_at_throttle_max: u32,
+    pub runnable_at_throttle_mean: f64,
+    /// Tasks taken off the CPU by the throttle (6.18+: tasks that went into the limbo list).
+    pub tasks_throttled: u64,
+    /// The kernel's own counters for the same window (`null` in a cgroup's first window, before
+    /// there was a reading to take a delta from).
+    pub kernel: Option<KernelDelta>,
+}
+
+/// Episodes of one cgroup gathered during a window.
+#[derive(Default, Debug, Clone)]
+pub struct Episodes {
+    pub durations: Hist,
+    pub per_cpu: BTreeMap<u32, u64>,
+    pub tasks: u64,
+    pub runnable_sum: u64,
+    pub runnable_max: u32,
+}
+
+impl Episodes {
+    pub fn add(&mut self, ev: &ThrottleEvent) {
+        self.durations.record(ev.duration_ns);
+        *self.per_cpu.entry(ev.header.cpu).or_insert(0) += 1;
+        self.tasks += u64::from(ev.tasks);
+        self.runnable_sum += u64::from(ev.runnable);
+        self.runnable_max = self.runnable_max.max(ev.runnable);
+    }
+}
+
+/// Builds a window from its parts. `prev`/`cur` are the kernel's counters at the window's ends.
+pub fn window(
+    periods: PeriodDelta,
+    episodes: Option<&Episodes>,
+    prev: Option<&KernelCpu>,
+    cur: Option<&KernelCpu>,
+    duration_ms: u64,
+) -> ThrottleWindow {
+    let mut w = ThrottleWindow {
+        nr_periods: periods.nr_periods,
+        nr_throttled: periods.nr_throttled,
+        throttled_share: if periods.nr_periods > 0 {
+            periods.nr_throttled as f64 / periods.nr_periods as f64
+        } else {
+            0.0
+        },
+        ..ThrottleWindow::default()
+    };
+    if let Some(e) = episodes {
+        w.episodes = e.durations.count;
+        w.throttled_us = e.durations.sum_ns as f64 / 1e3;
+        w.episode = e.durations.summary();
+        w.episodes_per_cpu = e.per_cpu.clone();
+        w.tasks_throttled = e.tasks;
+        w.runnable_at_throttle_max = e.runnable_max;
+        w.runnable_at_throttle_mean = if e.durations.count > 0 {
+            e.runnable_sum as f64 / e.durations.count as f64
+        } else {
+            0.0
+        };
+    }
+    if let Some(c) = cur {
+        w.quota_us = c.quota_us;
+        w.period_us = c.period_us;
+        w.burst_us = c.burst_us;
+        w.quota_cores = c
+            .quota_us
+            .filter(|_| c.period_us > 0)
+            .map(|q| q as f64 / c.period_us as f64);
+        if let Some(p) = prev {
+            w.kernel = Some(KernelDelta {
+                nr_periods: c.nr_periods.saturating_sub(p.nr_periods),
+                nr_throttled: c.nr_throttled.saturating_sub(p.nr_throttled),
+                throttled_us: c.throttled_ns.saturating_sub(p.throttled_ns) as f64 / 1e3,
+                nr_bursts: c.nr_bursts.saturating_sub(p.nr_bursts),
+                burst_us: c.burst_ns.saturating_sub(p.burst_ns) as f64 / 1e3,
+            });
+            if let (Some(u1), Some(u0)) = (c.usage_ns, p.usage_ns) {
+                let used = u1.saturating_sub(u0) as f64;
+                w.usage_us = Some(used / 1e3);
+                if duration_ms > 0 {
+                    w.usage_cores = Some(used / (duration_ms as f64 * 1e6));
+                }
+            }
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_v1_and_v2_counter_files() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        std::fs::write(d.join("cpu.stat"), "nr_periods 10\nnr_throttled 4\nthrottled_time 123456789\nnr_bursts 1\nburst_time 5000\n").expect("w");
+        std::fs::write(d.join("cpu.cfs_quota_us"), "20000\n").expect("w");
+        std::fs::write(d.join("cpu.cfs_period_us"), "100000\n").expect("w");
+        std::fs::write(d.join("cpuacct.usage"), "987654321\n").expect("w");
+        let k = read_kernel_cpu(d, Version::V1, Some(d)).expect("v1");
+        assert_eq!(k.quota_us, Some(20000));
+        assert_eq!(
+            (k.nr_periods, k.nr_throttled, k.throttled_ns),
+            (10, 4, 123_456_789)
+        );
+        assert_eq!(k.usage_ns, Some(987_654_321));
+        std::fs::write(d.join("cpu.cfs_quota_us"), "-1\n").expect("w");
+        assert_eq!(
+            read_kernel_cpu(d, Version::V1, None).expect("v1").quota_us,
+            None
+        );
+
+        std::fs::write(d.join("cpu.stat"), "usage_usec 5000\nuser_usec 1\nsystem_usec 1\nnr_periods 7\nnr_throttled 2\nthrottled_usec 300\nnr_bursts 0\nburst_usec 0\n").expect("w");
+        std::fs::write(d.join("cpu.max"), "50000 100000\n").expect("w");
+        let k = read_kernel_cpu(d, Version::V2, None).expect("v2");
+        assert_eq!((k.quota_us, k.period_us), (Some(50000), 100_000));
+        assert_eq!((k.throttled_ns, k.usage_ns), (300_000, Some(5_000_000)));
+        std::fs::write(d.join("cpu.max"), "max 100000\n").expect("w");
+        assert_eq!(
+            read_kernel_cpu(d, Version::V2, None).expect("v2").quota_us,
+            None
+        );
+        assert!(read_kernel_cpu(&d.join("gone"), Version::V2, None).is_none());
+    }
+
+    #[test]
+    fn window_combines_ours_and_the_kernels() {
+        let mut e = Episodes::default();
+        for (cpu, ns) in [(0u32, 80_000_000u64), (1, 79_000_000)] {
+            e.add(&ThrottleEvent {
+                header: cgtrace_common::event::EventHeader {
+                    kind: KIND_THROTTLE,
+                    cpu,
+                    ts_ns: 0,
+                },
+                cgroup_id: 5,
+                start_ns: 0,
+                duration_ns: ns,
+                tasks: 2,
+                runnable: 3,
+                closed_by: 0,
+                _pad: 0,
+            });
+        }
+        let prev = KernelCpu {
+            quota_us: Some(20_000),
+            period_us: 100_000,
+            usage_ns: Some(0),
+            ..Default::default()
+        };
+        let cur = KernelCpu {
+            nr_periods: 10,
+            nr_throttled: 10,
+            throttled_ns: 159_000_000,
+            usage_ns: Some(200_000_000),
+            ..prev
+        };
+        let w = window(
+            PeriodDelta {
+                nr_periods: 10,
+                nr_throttled: 10,
+            },
+            Some(&e),
+            Some(&prev),
+            Some(&cur),
+            1000,
+        );
+        assert_eq!(w.episodes, 2);
+        assert_eq!(w.throttled_us, 159_000.0);
+        assert_eq!(w.kernel.as_ref().map(|k| k.throttled_us), Some(159_000.0));
+        assert_eq!(w.quota_cores, Some(0.2));
+        assert_eq!(w.usage_cores, Some(0.2));
+        assert_eq!(w.throttled_share, 1.0);
+        assert_eq!(w.episodes_per_cpu.len(), 2);
+        assert_eq!(w.runnable_at_throttle_mean, 3.0);
+    }
+}
