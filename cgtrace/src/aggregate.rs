@@ -394,12 +394,7 @@ mod tests {
         std::fs::create_dir_all(&unit).expect("mkdir");
         let mut agg = aggregator(tmp.path(), 16);
         let id = ino(&unit);
-        let out = agg.window(
-            [(id, waits(9, 5_000))].into(),
-            EventCounts::default(),
-            0,
-            1000,
-        );
+        let out = agg.window(runq_input([(id, waits(9, 5_000))]), 0, 1000);
         let cg = &out.window.cgroups[0];
         assert_eq!(cg.path.as_deref(), Some("/system.slice/nginx.service"));
         assert_eq!(cg.name.as_deref(), Some("nginx.service"));
@@ -410,12 +405,7 @@ mod tests {
         assert_eq!(cg.runq.all.max_us, 50.0);
         assert!(!cg.runq.kinds.contains_key("throttled"));
         // Since-start totals add up over windows.
-        agg.window(
-            [(id, waits(1, 5_000))].into(),
-            EventCounts::default(),
-            0,
-            1000,
-        );
+        agg.window(runq_input([(id, waits(1, 5_000))]), 0, 1000);
         assert_eq!(agg.totals()[0].runq.all.count, 12);
     }
 
@@ -426,12 +416,7 @@ mod tests {
         std::fs::create_dir(&a).expect("mkdir");
         let mut agg = aggregator(tmp.path(), 16);
         let id = ino(&a);
-        agg.window(
-            [(id, waits(1, 1000))].into(),
-            EventCounts::default(),
-            0,
-            1000,
-        );
+        agg.window(runq_input([(id, waits(1, 1000))]), 0, 1000);
         assert_eq!(agg.table.len(), 1);
         std::fs::remove_dir(&a).expect("rmdir");
         let out = agg.window(WindowInput::default(), 0, 1000);
@@ -450,12 +435,7 @@ mod tests {
         }
         let mut agg = aggregator(tmp.path(), 3);
         for &id in &ids {
-            let out = agg.window(
-                [(id, waits(1, 1000))].into(),
-                EventCounts::default(),
-                0,
-                1000,
-            );
+            let out = agg.window(runq_input([(id, waits(1, 1000))]), 0, 1000);
             assert!(out.window.cgroups_tracked <= 3);
         }
         let out = agg.window(WindowInput::default(), 0, 1000);
