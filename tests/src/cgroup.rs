@@ -40,6 +40,45 @@ impl TestCgroup {
         })
     }
 
+    /// A child cgroup `<self>/<name>`, removed before its parent.
+    pub fn child(&self, name: &str) -> Result<Self> {
+        let dir = self.dir.join(name);
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(Self {
+            dir,
+            rel: format!("{}/{name}", self.rel),
+            removed: false,
+        })
+    }
+
+    /// CFS bandwidth: `quota_us` per `period_us` (v1 `cpu.cfs_*`, v2 `cpu.max`).
+    pub fn set_quota(&self, quota_us: u64, period_us: u64) -> Result<()> {
+        if self.dir.join("cpu.cfs_quota_us").exists() {
+            fs::write(self.dir.join("cpu.cfs_period_us"), period_us.to_string())?;
+            fs::write(self.dir.join("cpu.cfs_quota_us"), quota_us.to_string())?;
+        } else {
+            fs::write(self.dir.join("cpu.max"), format!("{quota_us} {period_us}"))?;
+        }
+        Ok(())
+    }
+
+    /// `(nr_throttled, throttled time in µs)` from the kernel's `cpu.stat`.
+    pub fn kernel_throttling(&self) -> Result<(u64, f64)> {
+        let stat = fs::read_to_string(self.dir.join("cpu.stat"))?;
+        let get = |k: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let us = if stat.contains("throttled_usec") {
+            get("throttled_usec ") as f64
+        } else {
+            get("throttled_time ") as f64 / 1e3
+        };
+        Ok((get("nr_throttled "), us))
+    }
+
     /// The directory's inode: the id the stream reports.
     pub fn id(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;

@@ -1,0 +1,153 @@
+//! CFS throttling on the real kernel: every episode, checked against the kernel's own `cpu.stat`.
+//!
+//! Each case runs busy threads in a cgroup with a 20 ms / 100 ms quota while `cgtrace stream` runs,
+//! and compares what cgtrace reported for the quota's cgroup over the whole run with the kernel's
+//! `cpu.stat` delta over the same run: `nr_throttled` must be equal, throttled time within 2 %.
+use std::{process::Command, thread::sleep, time::Duration};
+
+use cgtrace_tests::{
+    can_trace,
+    cgroup::TestCgroup,
+    stream::{Stream, merge},
+    workload::{self, Task, cpus},
+};
+
+const SIGINT: i32 = 2;
+
+/// Ours (nr_throttled, throttled µs, episodes) for `path`, summed over windows.
+fn ours(lines: &[serde_json::Value], path: &str) -> (u64, f64, u64) {
+    let mut acc = (0, 0.0, 0);
+    for w in lines.iter().filter(|l| l["type"] == "window") {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            if c["path"] != path || c["throttle"].is_null() {
+                continue;
+            }
+            let t = &c["throttle"];
+            acc.0 += t["nr_throttled"].as_u64().unwrap_or(0);
+            acc.1 += t["throttled_us"].as_f64().unwrap_or(0.0);
+            acc.2 += t["episodes"].as_u64().unwrap_or(0);
+        }
+    }
+    acc
+}
+
+/// Runs `threads` spinners in `run_in` with the quota on `quota_on`, and checks agreement.
+fn check(
+    quota_on: &TestCgroup,
+    run_in: &TestCgroup,
+    threads: usize,
+    secs: u64,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    quota_on.set_quota(20_000, 100_000)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    if s.hello()["families"]["throttle"]["mode"] == "unavailable" {
+        panic!(
+            "throttle family unavailable here: {}",
+            s.hello()["families"]["throttle"]["detail"]
+        );
+    }
+    s.windows(1)?;
+    let (t0, us0) = quota_on.kernel_throttling()?;
+    let spin = workload::spin(threads, &run_in.procs_file(), None)?;
+    sleep(Duration::from_secs(secs));
+    drop(spin);
+    // Let the last episodes end at the next period, and the timer go idle.
+    sleep(Duration::from_millis(1500));
+    let (t1, us1) = quota_on.kernel_throttling()?;
+    s.windows(1)?;
+    let (code, lines) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    let (k_thr, k_us) = (t1 - t0, us1 - us0);
+    let (o_thr, o_us, episodes) = ours(&lines, &quota_on.rel);
+    eprintln!(
+        "{threads} threads, quota on {}: nr_throttled ours {o_thr} kernel {k_thr}; throttled us ours {o_us:.0} kernel {k_us:.0} (ratio {:.5}); {episodes} episodes",
+        quota_on.rel,
+        o_us / k_us
+    );
+    assert!(k_thr > 0, "the workload was throttled");
+    assert_eq!(o_thr, k_thr, "nr_throttled");
+    assert!(
+        (o_us / k_us - 1.0).abs() < 0.02,
+        "throttled time {o_us:.0} vs {k_us:.0} us"
+    );
+    Ok(lines)
+}
+
+#[test]
+fn episodes_match_cpu_stat_for_1_2_4_8_threads() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    for threads in [1, 2, 4, 8] {
+        let cg = TestCgroup::new(&format!("thr{threads}"))?;
+        let lines = check(&cg, &cg, threads, 4)?;
+        // The wait split: the spinners' waits are mostly throttling, not contention.
+        let thr = merge(&lines, &cg.rel, Some("throttled"));
+        let pre = merge(&lines, &cg.rel, Some("preempt"));
+        if threads > 1 || cpus() == 1 {
+            assert!(thr.count > 0, "throttled waits recorded");
+        }
+        let sum = |m: &cgtrace_tests::stream::Merged| {
+            m.buckets
+                .iter()
+                .map(|(lo, n)| *lo as f64 * *n as f64)
+                .sum::<f64>()
+        };
+        if thr.count > 0 {
+            assert!(
+                sum(&thr) > sum(&pre),
+                "throttled wait dominates for {threads} threads"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Quota on a parent, tasks in a child: the episode belongs to the parent, whose quota ran out;
+/// the child shows that its tasks waited on it.
+#[test]
+fn quota_on_parent_tasks_in_child() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let parent = TestCgroup::new("thr-parent")?;
+    let child = parent.child("child")?;
+    let lines = check(&parent, &child, 4, 4)?;
+    assert!(
+        merge(&lines, &child.rel, Some("throttled")).count > 0,
+        "child waited on the parent's quota"
+    );
+    let (child_thr, _, _) = ours(&lines, &child.rel);
+    assert_eq!(child_thr, 0, "the child has no quota of its own");
+    drop(child);
+    Ok(())
+}
+
+/// The same under heavy context-switch load (`perf bench sched messaging`) on the other CPU.
+#[test]
+fn episodes_match_cpu_stat_under_switch_load() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let Ok(perf) = which("perf") else {
+        panic!("perf is part of the suite: apt-get install linux-perf");
+    };
+    let load_cg = TestCgroup::new("thr-load")?;
+    let mut cmd = Command::new(perf);
+    cmd.args(["bench", "sched", "messaging", "-l", "1000000"]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _load = Task::spawn(cmd, Some(&load_cg.procs_file()), Some(cpus() - 1), false)?;
+    let cg = TestCgroup::new("thr-busy")?;
+    check(&cg, &cg, 4, 4)?;
+    Ok(())
+}
+
+fn which(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow::anyhow!("{name} not found"))
+}
