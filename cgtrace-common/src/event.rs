@@ -19,6 +19,10 @@ pub struct EventHeader {
 pub const KIND_RUNQ_WAIT: u32 = 0x100;
 /// A closed CFS throttle episode: [`crate::throttle::ThrottleEvent`].
 pub const KIND_THROTTLE: u32 = 0x200;
+/// A CPU slice of a thread in a recently throttled group: [`crate::throttle::SliceEvent`].
+pub const KIND_THROTTLE_SLICE: u32 = 0x201;
+/// A bandwidth period of a recently throttled group ended: [`crate::throttle::PeriodEvent`].
+pub const KIND_THROTTLE_PERIOD: u32 = 0x202;
 
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

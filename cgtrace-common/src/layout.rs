@@ -79,6 +79,13 @@ pub struct Layout {
     pub cfs_b_throttled_list: u32,
     /// `hrtimer.function`
     pub hrtimer_function: u32,
+    /// `task_struct.se.sum_exec_runtime` and `task_struct.se.prev_sum_exec_runtime` (the latter
+    /// is set when the task is picked, so their difference at switch-out is the slice just run).
+    pub task_sum_exec: u32,
+    pub task_prev_sum_exec: u32,
+    /// `cfs_rq.runtime_enabled` (the group has a quota)
+    pub cfs_rq_runtime_enabled: u32,
+    pub _pad: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -119,6 +126,10 @@ impl Layout {
         cfs_b_period_timer: ABSENT,
         cfs_b_throttled_list: ABSENT,
         hrtimer_function: ABSENT,
+        task_sum_exec: ABSENT,
+        task_prev_sum_exec: ABSENT,
+        cfs_rq_runtime_enabled: ABSENT,
+        _pad: 0,
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,

@@ -72,6 +72,33 @@ pub const CLOSE_CSD: u32 = 1;
 /// Seen unthrottled at a later context switch (another unthrottle path, e.g. a quota write).
 pub const CLOSE_LATE: u32 = 2;
 
+/// How long after an episode opens a group's threads are followed slice by slice (ns): ten
+/// 100 ms periods.
+pub const WATCH_NS: u64 = 1_000_000_000;
+
+/// A thread of a watched group came off the CPU after running `runtime_ns`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SliceEvent {
+    pub header: EventHeader,
+    /// The group with the quota (nearest ancestor with `runtime_enabled`).
+    pub cgroup_id: u64,
+    pub runtime_ns: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: [u8; 16],
+}
+
+/// The period timer of a watched group fired; `throttled` as in `ThrottleStats`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PeriodEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+    pub throttled: u32,
+    pub _pad: u32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: #[repr(C)] integers.

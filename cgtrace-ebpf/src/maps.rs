@@ -40,6 +40,11 @@ pub static THROTTLE_STATS: HashMap<u64, ThrottleStats> = HashMap::with_max_entri
 #[map]
 pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
+/// cgroup id -> until when (ns) its threads are followed slice by slice: set when one of its
+/// episodes opens, so "who burned the quota" costs nothing for groups that are not throttled.
+#[map]
+pub static THROTTLE_WATCH: LruHashMap<u64, u64> = LruHashMap::with_max_entries(8192, 0);
+
 /// The daemon's window number, bumped at the end of each window (see `RunqHist`).
 #[map]
 pub static EPOCH: Array<u64> = Array::with_max_entries(1, 0);

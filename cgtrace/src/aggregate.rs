@@ -10,11 +10,12 @@ use std::{
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
+    burners::ThrottledPeriod,
     cgroup::{Names, Resolver, Version, name},
     hist::Hist,
     runq::KindHists,
     snapshot::{CgroupWindow, EventCounts, RunqWindow, Window},
-    throttle::{self, Episodes, KernelCpu, PeriodDelta},
+    throttle::{self, Episodes, FlagRules, KernelCpu, PeriodDelta},
 };
 
 /// Cgroups checked for removal per window (round-robin over the table), so a table of 10 000
@@ -55,6 +56,8 @@ pub struct WindowInput {
     pub runq: HashMap<u64, KindHists>,
     pub periods: HashMap<u64, PeriodDelta>,
     pub episodes: HashMap<u64, Episodes>,
+    /// Throttled periods and who burned them, by cgroup.
+    pub burned: HashMap<u64, Vec<ThrottledPeriod>>,
     pub events: EventCounts,
 }
 
@@ -64,6 +67,7 @@ pub struct Aggregator {
     resolver: Resolver,
     names: Names,
     cpu_files: Option<CpuFiles>,
+    flag_rules: FlagRules,
     table: HashMap<u64, Entry>,
     max_cgroups: usize,
     evicted: u64,
@@ -90,12 +94,18 @@ impl Aggregator {
             resolver,
             names,
             cpu_files,
+            flag_rules: FlagRules::default(),
             table: HashMap::new(),
             max_cgroups: max_cgroups.max(1),
             evicted: 0,
             seq: 0,
             sweep_cursor: 0,
         }
+    }
+
+    /// Thresholds of the throttle flags.
+    pub fn set_flag_rules(&mut self, rules: FlagRules) {
+        self.flag_rules = rules;
     }
 
     /// Reads the kernel counters of every cgroup that has a CPU quota now, so their first window
@@ -146,8 +156,10 @@ impl Aggregator {
             mut runq,
             periods,
             episodes,
+            mut burned,
             events,
         } = input;
+        let flag_rules = self.flag_rules;
         let ids: HashSet<u64> = runq
             .keys()
             .chain(periods.keys())
@@ -173,9 +185,11 @@ impl Aggregator {
                     let w = throttle::window(
                         periods.get(&id).copied().unwrap_or_default(),
                         episodes.get(&id),
+                        burned.remove(&id).unwrap_or_default(),
                         entry.kernel_cpu.as_ref(),
                         cur.as_ref(),
                         duration_ms,
+                        &flag_rules,
                     );
                     entry.kernel_cpu = cur;
                     Some(w)
@@ -183,9 +197,11 @@ impl Aggregator {
                 (_, true, _) => Some(throttle::window(
                     periods.get(&id).copied().unwrap_or_default(),
                     episodes.get(&id),
+                    burned.remove(&id).unwrap_or_default(),
                     None,
                     None,
                     duration_ms,
+                    &flag_rules,
                 )),
                 _ => None,
             };

@@ -134,6 +134,15 @@ pub fn resolve_throttle(
     layout.cfs_b_period_timer = f("cfs_bandwidth", "period_timer")?.offset;
     layout.cfs_b_throttled_list = f("cfs_bandwidth", "throttled_cfs_rq")?.offset;
     layout.hrtimer_function = f("hrtimer", "function")?.offset;
+    layout.task_sum_exec = btf
+        .field_path("task_struct", "se.sum_exec_runtime")
+        .ok_or_else(|| miss("task_struct.se.sum_exec_runtime"))?
+        .offset;
+    layout.task_prev_sum_exec = btf
+        .field_path("task_struct", "se.prev_sum_exec_runtime")
+        .ok_or_else(|| miss("task_struct.se.prev_sum_exec_runtime"))?
+        .offset;
+    layout.cfs_rq_runtime_enabled = f("cfs_rq", "runtime_enabled")?.offset;
     let sym = |name: &str| {
         syms.get(name).copied().ok_or_else(|| {
             miss(&format!(

@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod btf;
+pub mod burners;
 pub mod cgroup;
 pub mod counters;
 pub mod doctor;

@@ -16,13 +16,14 @@ use cgtrace_common::{
 use std::collections::HashMap as StdHashMap;
 
 use cgtrace_common::{
-    event::KIND_THROTTLE,
-    throttle::{CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, ThrottleEvent},
+    event::{KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
+    throttle::{CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, PeriodEvent, SliceEvent, ThrottleEvent},
 };
 
 use crate::{
     aggregate::Aggregator,
     aggregate::{CpuFiles, WindowInput},
+    burners::{Burners, ThrottledPeriod},
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     loader::{TraceOptions, Tracer},
@@ -50,9 +51,11 @@ pub struct DrainStats {
     pub runq_events: u64,
     /// Episodes since the last window, by cgroup.
     pub episodes: StdHashMap<u64, Episodes>,
-    /// Also keep each episode for event lines (`stream --events`).
+    /// Who burned each throttled period.
+    pub burners: Burners,
+    /// Also keep each episode, with its period's top threads, for event lines (`--events`).
     pub keep_throttle_lines: bool,
-    pub throttle_lines: Vec<ThrottleEvent>,
+    pub throttle_lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
 }
 
 pub struct Session {
@@ -75,6 +78,17 @@ pub fn layout_name(layout: crate::cgroup::CgroupLayout) -> &'static str {
         crate::cgroup::CgroupLayout::V2 => "v2",
         crate::cgroup::CgroupLayout::Hybrid => "hybrid",
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn now_unix_ms() -> u64 {
@@ -203,6 +217,7 @@ impl Session {
             .map(ThrottleReader::read_window)
             .unwrap_or_default();
         let episodes = std::mem::take(&mut self.drain.episodes);
+        let burned = self.drain.burners.take(monotonic_ns());
         let kernel = self.counters.read_window();
         let undecodable = self.drain.undecodable - self.drain_reported;
         self.drain_reported = self.drain.undecodable;
@@ -213,6 +228,7 @@ impl Session {
             runq,
             periods,
             episodes,
+            burned,
             events: event_counts(&kernel, undecodable),
         };
         let out = self.aggregator.window(input, now_unix_ms(), duration_ms);
@@ -225,8 +241,12 @@ impl Session {
         Ok(out.window)
     }
 
-    /// The event line of one throttle episode.
-    pub fn throttle_line(&mut self, ev: &ThrottleEvent) -> ThrottleLine {
+    /// The event line of one throttle episode, with its period's top threads.
+    pub fn throttle_line(
+        &mut self,
+        ev: &ThrottleEvent,
+        period: Option<ThrottledPeriod>,
+    ) -> ThrottleLine {
         let (path, name) = self.aggregator.describe(ev.cgroup_id);
         ThrottleLine {
             kind: "throttle".into(),
@@ -239,6 +259,7 @@ impl Session {
             duration_us: ev.duration_ns as f64 / 1e3,
             tasks: ev.tasks,
             runnable: ev.runnable,
+            period,
             closed_by: match ev.closed_by {
                 CLOSE_TIMER => "timer",
                 CLOSE_CSD => "csd",
@@ -301,11 +322,20 @@ pub fn drain_ring(
             KIND_THROTTLE => match throttle::decode_event(&item) {
                 Ok(ev) => {
                     stats.episodes.entry(ev.cgroup_id).or_default().add(&ev);
+                    let period = stats.burners.episode(&ev);
                     if stats.keep_throttle_lines {
-                        stats.throttle_lines.push(ev);
+                        stats.throttle_lines.push((ev, period));
                     }
                 }
                 Err(_) => stats.undecodable += 1,
+            },
+            KIND_THROTTLE_SLICE => match throttle::decode::<SliceEvent>(&item) {
+                Some(ev) => stats.burners.slice(&ev),
+                None => stats.undecodable += 1,
+            },
+            KIND_THROTTLE_PERIOD => match throttle::decode::<PeriodEvent>(&item) {
+                Some(ev) => stats.burners.period(&ev),
+                None => stats.undecodable += 1,
             },
             _ => stats.undecodable += 1,
         }

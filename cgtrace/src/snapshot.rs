@@ -165,6 +165,8 @@ pub struct ThrottleLine {
     pub tasks: u32,
     /// Runnable tasks of the group when it began.
     pub runnable: u32,
+    /// The throttled period it belongs to, with the threads that burned the quota.
+    pub period: Option<crate::burners::ThrottledPeriod>,
     /// How its end was seen: `timer` (period/slack timer on this CPU), `csd` (remote unthrottle),
     /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write).
     pub closed_by: String,

@@ -97,8 +97,8 @@ pub async fn run(
             }
         }
         let episodes = std::mem::take(&mut session.drain_stats().throttle_lines);
-        for ev in episodes {
-            let line = session.throttle_line(&ev);
+        for (ev, period) in episodes {
+            let line = session.throttle_line(&ev, period);
             if !emit(&mut out, &line)? {
                 open = false;
             }

@@ -25,7 +25,7 @@ use crate::{
     CONFIG,
     kernel::{task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
     maps::{EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count, counters},
-    probes::throttle::{close_late, task_throttled, throttled_cfs_rq_of},
+    probes::throttle::{close_late, slice_out, task_throttled, throttled_cfs_rq_of},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -114,6 +114,7 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
     close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
+        slice_out::<DIRECT>(c, prev, prev_pid);
         let state = match prev_state {
             Some(s) => Some(s),
             None => task_state::<DIRECT>(prev),

@@ -10,17 +10,20 @@ use aya_ebpf::{
 };
 use cgtrace_common::{
     counters::{self, Counters},
-    event::{EventHeader, KIND_THROTTLE},
+    event::{EventHeader, KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
     layout::ABSENT,
     throttle::{
-        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, ThrottleEvent, ThrottleStats,
+        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, PeriodEvent, SliceEvent,
+        ThrottleEvent, ThrottleStats, WATCH_NS,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
-    kernel::{layout, read},
-    maps::{EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_STATS, count, counters},
+    kernel::{layout, read, task_comm, task_tgid},
+    maps::{
+        EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_STATS, THROTTLE_WATCH, count, counters,
+    },
     probes::runq::wakeup_flags,
 };
 
@@ -116,6 +119,73 @@ pub fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, n
         slot.tasks = 1;
         slot.runnable = read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0);
         (*open).n_open += 1;
+        let _ = THROTTLE_WATCH.insert(&slot.cgroup_id, &(now + WATCH_NS), 0);
+    }
+}
+
+/// From `sched_switch`, for every task switched out: if it belongs to a group with a quota that
+/// was throttled within `WATCH_NS`, send the slice it just ran (who burned the quota).
+#[inline(always)]
+pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32) {
+    let enabled_off = layout!(cfs_rq_runtime_enabled);
+    if enabled_off == ABSENT {
+        return;
+    }
+    let Some(mut cfs_rq) = read::<*const u8, DIRECT>(task, layout!(task_se_cfs_rq)) else {
+        return;
+    };
+    let mut se: *const u8 = task.wrapping_add(layout!(task_se) as usize);
+    let mut found = false;
+    for _ in 0..4 {
+        if cfs_rq.is_null() {
+            return;
+        }
+        if read::<i32, DIRECT>(cfs_rq, enabled_off).unwrap_or(0) != 0 {
+            found = true;
+            break;
+        }
+        let Some(parent) = read::<*const u8, DIRECT>(se, layout!(se_parent)) else {
+            return;
+        };
+        se = parent;
+        let Some(next) = read::<*const u8, DIRECT>(se, layout!(se_cfs_rq)) else {
+            return;
+        };
+        cfs_rq = next;
+    }
+    if !found {
+        return;
+    }
+    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let Some(cgroup_id) = tg_cgroup_id::<DIRECT>(tg) else {
+        return;
+    };
+    // SAFETY: the value is copied out.
+    let Some(until) = (unsafe { THROTTLE_WATCH.get(&cgroup_id) }).copied() else {
+        return;
+    };
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now > until {
+        return;
+    }
+    let sum = read::<u64, DIRECT>(task, layout!(task_sum_exec)).unwrap_or(0);
+    let prev = read::<u64, DIRECT>(task, layout!(task_prev_sum_exec)).unwrap_or(0);
+    let ev = SliceEvent {
+        header: EventHeader {
+            kind: KIND_THROTTLE_SLICE,
+            // SAFETY: helper without preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            ts_ns: now,
+        },
+        cgroup_id,
+        runtime_ns: sum.saturating_sub(prev),
+        pid,
+        tgid: task_tgid::<DIRECT>(task).unwrap_or(0),
+        comm: task_comm(task),
+    };
+    if EVENTS.output(&ev, wakeup_flags()).is_err() {
+        count(c, counters::RINGBUF_FULL);
     }
 }
 
@@ -212,6 +282,27 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_periods, 1);
         if throttled {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_throttled, 1);
+        }
+    }
+    // Period boundaries of watched groups delimit the slices of each period.
+    // SAFETY: the value is copied out; bpf_ktime_get_ns has no preconditions.
+    let watched = unsafe { THROTTLE_WATCH.get(&cgroup_id) }.copied();
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if watched.is_some_and(|until| now <= until) {
+        let ev = PeriodEvent {
+            header: EventHeader {
+                kind: KIND_THROTTLE_PERIOD,
+                // SAFETY: helper without preconditions.
+                cpu: unsafe { bpf_get_smp_processor_id() },
+                ts_ns: now,
+            },
+            cgroup_id,
+            throttled: u32::from(throttled),
+            _pad: 0,
+        };
+        if EVENTS.output(&ev, wakeup_flags()).is_err() {
+            count(counters(), counters::RINGBUF_FULL);
         }
     }
 }
