@@ -239,11 +239,11 @@ fn attach_throttle(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> FamilyMode
         Ok(set) => FamilyMode {
             mode: "tracepoint".into(),
             detail: format!(
-                "episodes from sched_switch (limbo tasks{}), closed at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
+                                "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
                 if layout.task_throttled != cgtrace_common::layout::ABSENT {
-                    ", task-based throttling"
+                    "task-based throttling: tasks entering the limbo list; checked against cpu.stat on 6.18"
                 } else {
-                    ", throttle_count"
+                    "the running task of a throttled hierarchy, via throttle_count; not yet checked against cpu.stat on this kernel generation"
                 },
                 set.iter()
                     .skip(1)
