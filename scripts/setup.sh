@@ -27,7 +27,7 @@ export RUSTUP_AUTO_INSTALL=0
 install_apt() {
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true) == *"install ok installed"* ]] || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then say "Debian packages: all present"; return; fi
   say "Debian packages: installing ${missing[*]}"
@@ -40,7 +40,7 @@ install_toolchain() { # name components…
   if rustup run "$tc" rustc --version >/dev/null 2>&1; then
     local have; have=$(rustup component list --installed --toolchain "$tc" 2>/dev/null)
     local need=()
-    for c in "$@"; do grep -q "^$c" <<<"$have" || need+=("$c"); done
+    for c in "$@"; do [[ $'\n'$have == *$'\n'"$c"* ]] || need+=("$c"); done
     if [ ${#need[@]} -eq 0 ]; then say "toolchain $tc: present"; return; fi
     say "toolchain $tc: adding ${need[*]}"
     rustup component add --toolchain "$tc" "${need[@]}"
@@ -57,16 +57,22 @@ install_toolchain() { # name components…
 install_bpf_linker() {
   local libdir sofile major prefix
   libdir=$(rustup run "$NIGHTLY" rustc --print sysroot)/lib
-  sofile=$(cd "$libdir" && ls libLLVM.so.*-rust-*-nightly 2>/dev/null | head -n1)
-  [ -n "$sofile" ] || die "no libLLVM in $libdir: is $NIGHTLY a complete toolchain?"
+  local candidates=("$libdir"/libLLVM.so.*-rust-*-nightly)
+  [ -e "${candidates[0]}" ] || die "no libLLVM in $libdir: is $NIGHTLY a complete toolchain?"
+  sofile=$(basename "${candidates[0]}")
   major=$(rustup run "$NIGHTLY" rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
   prefix=/opt/cgtrace/llvm-$major
   mkdir -p "$prefix/lib"
   ln -sfn "$libdir/$sofile" "$prefix/lib/$sofile"
   ln -sfn "$libdir/$sofile" "$prefix/lib/libLLVM.so"
-  if command -v bpf-linker >/dev/null \
-     && bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION" \
-     && ldd "$(command -v bpf-linker)" | grep -q "$prefix/lib/$sofile"; then
+  # Outputs are captured before matching: with pipefail, `cmd | grep -q` fails at random when
+  # grep exits early and cmd gets SIGPIPE.
+  local version="" libs=""
+  if command -v bpf-linker >/dev/null; then
+    version=$(bpf-linker --version 2>/dev/null || true)
+    libs=$(ldd "$(command -v bpf-linker)" 2>/dev/null || true)
+  fi
+  if [[ $version == *"$BPF_LINKER_VERSION"* && $libs == *"$prefix/lib/$sofile"* ]]; then
     say "bpf-linker $BPF_LINKER_VERSION (LLVM $major): present"
     return
   fi
