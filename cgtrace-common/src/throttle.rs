@@ -60,10 +60,30 @@ pub struct ThrottleEvent {
     pub duration_ns: u64,
     pub tasks: u32,
     pub runnable: u32,
-    /// How the end was seen: one of the `CLOSE_*` constants.
+        /// How the end was seen: one of the `CLOSE_*` constants.
     pub closed_by: u32,
     pub _pad: u32,
+    /// fentry/kprobe modes: the change of the kernel's `cfs_bandwidth.throttled_time` across
+    /// `unthrottle_cfs_rq`, its own accounting of this episode (0 in tracepoint mode).
+    pub kernel_ns: u64,
 }
+
+/// An open episode in the hook modes, in `THROTTLE_EPISODES` keyed by `cfs_rq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HookEpisode {
+    pub start_ns: u64,
+    pub cgroup_id: u64,
+    /// `cfs_bandwidth.throttled_time` at `unthrottle_cfs_rq` entry.
+    pub kernel_before: u64,
+    pub runnable: u32,
+    pub cpu: u32,
+}
+
+/// `THROTTLE_MODE` values: who opens and closes episodes.
+pub const MODE_TRACEPOINT: u32 = 0;
+/// fentry/fexit or kprobe/kretprobe on `throttle_cfs_rq` / `unthrottle_cfs_rq`.
+pub const MODE_HOOKS: u32 = 1;
 
 /// Closed at the exit of the period or slack timer on this CPU.
 pub const CLOSE_TIMER: u32 = 0;
@@ -71,6 +91,8 @@ pub const CLOSE_TIMER: u32 = 0;
 pub const CLOSE_CSD: u32 = 1;
 /// Seen unthrottled at a later context switch (another unthrottle path, e.g. a quota write).
 pub const CLOSE_LATE: u32 = 2;
+/// Closed by the `unthrottle_cfs_rq` hook (fentry/kprobe modes).
+pub const CLOSE_UNTHROTTLE: u32 = 3;
 
 /// How long after an episode opens a group's threads are followed slice by slice (ns): ten
 /// 100 ms periods.

@@ -6,7 +6,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     runq::{RunqHist, RunqKey, RunqStart},
-    throttle::{OpenEpisodes, ThrottleStats},
+        throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
 };
 
 /// Per-CPU event and loss counters, indexed by `cgtrace_common::counters`.
@@ -44,6 +44,21 @@ pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entr
 /// episodes opens, so "who burned the quota" costs nothing for groups that are not throttled.
 #[map]
 pub static THROTTLE_WATCH: LruHashMap<u64, u64> = LruHashMap::with_max_entries(8192, 0);
+
+/// Who opens and closes episodes (`cgtrace_common::throttle::MODE_*`), set by the loader after
+/// it knows which programs attached.
+#[map]
+pub static THROTTLE_MODE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Hook modes: open episodes by `cfs_rq` (closed from whichever CPU runs the unthrottle, under
+/// that rq's lock, so never twice).
+#[map]
+pub static THROTTLE_EPISODES: HashMap<u64, HookEpisode> = HashMap::with_max_entries(16384, 0);
+
+/// kprobe mode: the `cfs_rq` argument between a kprobe and its kretprobe, per CPU (both run with
+/// the rq lock held and interrupts off, so they cannot interleave on one CPU).
+#[map]
+pub static THROTTLE_ARG: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 /// The daemon's window number, bumped at the end of each window (see `RunqHist`).
 #[map]

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use aya::{
     Btf as AyaBtf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, RawTracePoint},
+    maps::{Array, MapData},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, ProgramError, RawTracePoint},
 };
 use cgtrace_common::layout::{Config, Layout};
 
@@ -45,6 +46,18 @@ pub enum LoadError {
     },
     #[error("eBPF map {0} is missing from the object")]
     MissingMap(&'static str),
+    #[error("eBPF map {map}: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("--{family}-mode {mode} is not available on this kernel: {reason} (try --{family}-mode auto)")]
+    Mode {
+        family: &'static str,
+        mode: &'static str,
+        reason: String,
+    },
 }
 
 /// Sizes and thresholds chosen on the command line.
@@ -56,6 +69,7 @@ pub struct TraceOptions {
     pub ringbuf_bytes: u32,
     /// Key waits by the v1 cpu hierarchy (else cgroup2).
     pub cgroup_v1: bool,
+    pub throttle_mode: ThrottleMode,
 }
 
 /// Programs loaded and attached, plus what was learnt about the kernel.
@@ -123,12 +137,19 @@ impl Tracer {
             "runq".to_string(),
             attach_runq(&mut ebpf, &aya_btf, &layout)?,
         );
-        let throttle = match throttle_ok {
-            Ok(()) => attach_throttle(&mut ebpf, &aya_btf, &layout),
-            Err(missing) => FamilyMode {
+        let throttle = match (throttle_ok, opts.throttle_mode) {
+            (Ok(()), mode) => attach_throttle(&mut ebpf, &aya_btf, &layout, &capabilities, mode)?,
+            (Err(missing), ThrottleMode::Auto) => FamilyMode {
                 mode: "unavailable".into(),
                 detail: missing.to_string(),
             },
+            (Err(missing), m) => {
+                return Err(LoadError::Mode {
+                    family: "throttle",
+                    mode: m.as_str(),
+                    reason: missing.to_string(),
+                });
+            }
         };
         families.insert("throttle".to_string(), throttle);
         Ok(Self {
@@ -205,58 +226,205 @@ fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyM
     })
 }
 
-/// Attaches the tracepoint-only throttle programs (hrtimer expiry, CSD exit); the episode starts
-/// are seen by the runq `sched_switch` program. Never fails the whole tracer: a family that cannot
-/// attach is reported unavailable with the reason.
-fn attach_throttle(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> FamilyMode {
-    let direct = vec![
-        ("throttle_period", "hrtimer_expire_entry"),
-        ("throttle_timer_exit", "hrtimer_expire_exit"),
-    ];
-    let probe = vec![
-        ("throttle_period_probe", "hrtimer_expire_entry"),
-        ("throttle_timer_exit_probe", "hrtimer_expire_exit"),
-    ];
+/// How throttle episodes are detected (`--throttle-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThrottleMode {
+    /// The best this kernel allows: fentry, else kprobe, else tracepoint.
+    Auto,
+    /// fentry/fexit on throttle_cfs_rq and unthrottle_cfs_rq.
+    Fentry,
+    /// kprobe/kretprobe twins of the same.
+    Kprobe,
+    /// Tracepoints only (sched_switch, hrtimer expiry, CSD exit).
+    Tracepoint,
+}
 
-    let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
-    let loaded = if forced_probe {
-        load_tp_btf(ebpf, btf, &probe).map(|()| probe)
-    } else {
-        load_tp_btf(ebpf, btf, &direct)
-            .map(|()| direct)
-            .or_else(|_| load_tp_btf(ebpf, btf, &probe).map(|()| probe))
-    };
-    let attached = loaded
-        .and_then(|set| attach_tp_btf(ebpf, &set).map(|()| set))
-        .and_then(|mut set| {
-            if layout.csd_unthrottle_fn != 0 {
-                attach_raw_tp(ebpf, "throttle_csd_exit", "csd_function_exit")?;
-                set.push(("throttle_csd_exit", "csd_function_exit (raw_tp)"));
-            }
-            Ok(set)
-        });
-    match attached {
-        Ok(set) => FamilyMode {
-            mode: "tracepoint".into(),
-            detail: format!(
-                                "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
-                if layout.task_throttled != cgtrace_common::layout::ABSENT {
-                    "task-based throttling: tasks entering the limbo list; checked against cpu.stat on 6.18"
-                } else {
-                    "the running task of a throttled hierarchy, via throttle_count; not yet checked against cpu.stat on this kernel generation"
-                },
-                set.iter()
-                    .skip(1)
-                    .map(|(_, tp)| *tp)
-                    .collect::<Vec<_>>()
-                    .join(" and "),
-            ),
-        },
-        Err(e) => FamilyMode {
-            mode: "unavailable".into(),
-            detail: format!("tracepoint mode failed to attach: {}", chain(&e)),
-        },
+impl ThrottleMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Fentry => "fentry",
+            Self::Kprobe => "kprobe",
+            Self::Tracepoint => "tracepoint",
+        }
     }
+}
+
+/// Attaches the throttle family in the wanted mode, or the best available for `Auto`. A forced
+/// mode that cannot attach is an error; in `Auto` the family is reported unavailable with the
+/// reasons instead, and tracing goes on without it.
+fn attach_throttle(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    layout: &Layout,
+    caps: &Capabilities,
+    wanted: ThrottleMode,
+) -> Result<FamilyMode, LoadError> {
+    let unavailable = |detail: String| FamilyMode {
+        mode: "unavailable".into(),
+        detail,
+    };
+    // Periods are counted by the same program in every mode.
+    let periods = load_with_fallback(
+        ebpf,
+        btf,
+        &[("throttle_period", "hrtimer_expire_entry")],
+        &[("throttle_period_probe", "hrtimer_expire_entry")],
+    )
+    .and_then(|set| attach_tp_btf(ebpf, &set));
+    if let Err(e) = periods {
+        let why = format!("the period program failed: {}", chain(&e));
+        return match wanted {
+            ThrottleMode::Auto => Ok(unavailable(why)),
+            m => Err(LoadError::Mode {
+                family: "throttle",
+                mode: m.as_str(),
+                reason: why,
+            }),
+        };
+    }
+    let order: Vec<ThrottleMode> = match wanted {
+        ThrottleMode::Auto => [
+            (caps.fentry, ThrottleMode::Fentry),
+            (caps.kprobe, ThrottleMode::Kprobe),
+            (true, ThrottleMode::Tracepoint),
+        ]
+        .into_iter()
+        .filter_map(|(ok, m)| ok.then_some(m))
+        .collect(),
+        m => vec![m],
+    };
+    let mut failed = Vec::new();
+    for mode in order {
+        let attempt = match mode {
+            ThrottleMode::Fentry => attach_throttle_fentry(ebpf, btf),
+            ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf),
+            _ => attach_throttle_tracepoint(ebpf, btf, layout),
+        };
+        match attempt.and_then(|detail| set_throttle_mode(ebpf, mode).map(|()| detail)) {
+            Ok(detail) => {
+                let tried = if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (not available: {})", failed.join("; "))
+                };
+                return Ok(FamilyMode {
+                    mode: mode.as_str().into(),
+                    detail: format!("{detail}{tried}"),
+                });
+            }
+            Err(e) => failed.push(format!("{}: {}", mode.as_str(), chain(&e))),
+        }
+    }
+    match wanted {
+        ThrottleMode::Auto => Ok(unavailable(failed.join("; "))),
+        m => Err(LoadError::Mode {
+            family: "throttle",
+            mode: m.as_str(),
+            reason: failed.join("; "),
+        }),
+    }
+}
+
+fn set_throttle_mode(ebpf: &mut Ebpf, mode: ThrottleMode) -> Result<(), LoadError> {
+    let value = match mode {
+        ThrottleMode::Fentry | ThrottleMode::Kprobe => cgtrace_common::throttle::MODE_HOOKS,
+        _ => cgtrace_common::throttle::MODE_TRACEPOINT,
+    };
+    let map = ebpf
+        .map_mut("THROTTLE_MODE")
+        .ok_or(LoadError::MissingMap("THROTTLE_MODE"))?;
+    let mut arr: Array<&mut MapData, u32> = Array::try_from(map).map_err(|e| LoadError::Map {
+        map: "THROTTLE_MODE",
+        source: e,
+    })?;
+    arr.set(0, &value, 0).map_err(|e| LoadError::Map {
+        map: "THROTTLE_MODE",
+        source: e,
+    })
+}
+
+/// Tracepoint-only: episodes from the runq `sched_switch` program, closed at the period/slack
+/// timer's exit and at the remote-unthrottle CSD's exit.
+fn attach_throttle_tracepoint(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<String, LoadError> {
+    let set = load_with_fallback(
+        ebpf,
+        btf,
+        &[("throttle_timer_exit", "hrtimer_expire_exit")],
+        &[("throttle_timer_exit_probe", "hrtimer_expire_exit")],
+    )?;
+    attach_tp_btf(ebpf, &set)?;
+    let mut closes = vec!["hrtimer_expire_exit"];
+    if layout.csd_unthrottle_fn != 0 {
+        attach_raw_tp(ebpf, "throttle_csd_exit", "csd_function_exit")?;
+        closes.push("csd_function_exit (raw_tp)");
+    }
+    Ok(format!(
+        "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
+        if layout.task_throttled != cgtrace_common::layout::ABSENT {
+            "task-based throttling: tasks entering the limbo list"
+        } else {
+            "the running task of a throttled hierarchy, via throttle_count"
+        },
+        closes.join(" and ")
+    ))
+}
+
+fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
+    for (program, function, exit) in [
+        ("throttle_cfs_rq_fexit", "throttle_cfs_rq", true),
+        ("unthrottle_cfs_rq_fentry", "unthrottle_cfs_rq", false),
+        ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", true),
+    ] {
+        let err = |source| LoadError::Program { program, source };
+        let prog = ebpf.program_mut(program).ok_or(err(ProgramError::NotLoaded))?;
+        if exit {
+            let p: &mut FExit = prog.try_into().map_err(err)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+        } else {
+            let p: &mut FEntry = prog.try_into().map_err(err)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+        }
+    }
+    Ok("fexit throttle_cfs_rq (cfs_rq->throttled re-checked), fentry/fexit unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
+}
+
+fn attach_throttle_kprobe(ebpf: &mut Ebpf) -> Result<String, LoadError> {
+    // aya's KProbe covers kretprobes too (the kind comes from the program's section).
+    for (program, function) in [
+        ("throttle_cfs_rq_kprobe", "throttle_cfs_rq"),
+        ("throttle_cfs_rq_kretprobe", "throttle_cfs_rq"),
+        ("unthrottle_cfs_rq_kprobe", "unthrottle_cfs_rq"),
+        ("unthrottle_cfs_rq_kretprobe", "unthrottle_cfs_rq"),
+    ] {
+        let err = |source| LoadError::Program { program, source };
+        let p: &mut KProbe = ebpf
+            .program_mut(program)
+            .ok_or(err(ProgramError::NotLoaded))?
+            .try_into()
+            .map_err(err)?;
+        p.load().map_err(err)?;
+        p.attach(function, 0).map_err(err)?;
+    }
+    Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
+}
+
+/// Loads the direct-access set, else the probe-read set (or only that one when
+/// `CGTRACE_FIELD_ACCESS=probe`), and returns the one that loaded.
+fn load_with_fallback(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    direct: &[(&'static str, &'static str)],
+    probe: &[(&'static str, &'static str)],
+) -> Result<Vec<(&'static str, &'static str)>, LoadError> {
+    let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
+    if !forced_probe && load_tp_btf(ebpf, btf, direct).is_ok() {
+        return Ok(direct.to_vec());
+    }
+    load_tp_btf(ebpf, btf, probe)?;
+    Ok(probe.to_vec())
 }
 
 fn attach_raw_tp(
@@ -364,9 +532,13 @@ fn probe_kprobe(ebpf: &mut Ebpf) -> Result<(), String> {
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        while let Some(inner) = src {
+        let text = inner.to_string();
+        // Many errors repeat their source in their own message.
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         src = inner.source();
     }
     s

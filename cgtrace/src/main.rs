@@ -4,7 +4,7 @@ use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use cgtrace::{doctor, session::SessionOptions, stream};
+use cgtrace::{doctor, loader::ThrottleMode, session::SessionOptions, stream};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +37,9 @@ struct TraceArgs {
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
+    /// How CFS throttle episodes are detected: the best available (auto), or one forced.
+    #[arg(long, value_enum, default_value_t = ThrottleMode::Auto)]
+    throttle_mode: ThrottleMode,
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
     #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
     ringbuf_kib: u32,
@@ -76,6 +79,7 @@ impl TraceArgs {
             max_cgroups: self.max_cgroups,
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
+            throttle_mode: self.throttle_mode,
         }
     }
 }

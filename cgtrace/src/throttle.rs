@@ -198,8 +198,11 @@ pub struct ThrottleWindow {
     /// Most and mean runnable tasks of the group when an episode began.
     pub runnable_at_throttle_max: u32,
     pub runnable_at_throttle_mean: f64,
-    /// Tasks taken off the CPU by the throttle (6.18+: tasks that went into the limbo list).
+        /// Tasks taken off the CPU by the throttle (6.18+: tasks that went into the limbo list).
     pub tasks_throttled: u64,
+    /// fentry/kprobe modes: the kernel's own accounting of these same episodes (its
+    /// `throttled_time` change across each `unthrottle_cfs_rq`); `null` in tracepoint mode.
+    pub episodes_kernel_us: Option<f64>,
     /// The kernel's own counters for the same window (`null` in a cgroup's first window, before
     /// there was a reading to take a delta from).
     pub kernel: Option<KernelDelta>,
@@ -307,8 +310,10 @@ pub struct Episodes {
     pub durations: Hist,
     pub per_cpu: BTreeMap<u32, u64>,
     pub tasks: u64,
-    pub runnable_sum: u64,
+        pub runnable_sum: u64,
     pub runnable_max: u32,
+    /// Hook modes: the kernel's own accounting of the episodes (sum of `kernel_ns`).
+    pub kernel_ns: u64,
 }
 
 impl Episodes {
@@ -317,7 +322,8 @@ impl Episodes {
         *self.per_cpu.entry(ev.header.cpu).or_insert(0) += 1;
         self.tasks += u64::from(ev.tasks);
         self.runnable_sum += u64::from(ev.runnable);
-        self.runnable_max = self.runnable_max.max(ev.runnable);
+                self.runnable_max = self.runnable_max.max(ev.runnable);
+        self.kernel_ns += ev.kernel_ns;
     }
 }
 
@@ -346,7 +352,8 @@ pub fn window(
         w.throttled_us = e.durations.sum_ns as f64 / 1e3;
         w.episode = e.durations.summary();
         w.episodes_per_cpu = e.per_cpu.clone();
-        w.tasks_throttled = e.tasks;
+                w.tasks_throttled = e.tasks;
+        w.episodes_kernel_us = (e.kernel_ns > 0).then(|| e.kernel_ns as f64 / 1e3);
         w.runnable_at_throttle_max = e.runnable_max;
         w.runnable_at_throttle_mean = if e.durations.count > 0 {
             e.runnable_sum as f64 / e.durations.count as f64

@@ -2,3 +2,4 @@
 pub mod capability;
 pub mod runq;
 pub mod throttle;
+pub mod throttle_hooks;

@@ -47,7 +47,7 @@ pub fn cfs_rq_throttled<const DIRECT: bool>(cfs_rq: *const u8) -> bool {
 
 /// `kernfs_node.id` of a task group's cgroup (`tg->css.cgroup->kn->id`).
 #[inline(always)]
-fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
+pub fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
     let off = layout!(tg_css).wrapping_add(layout!(css_cgroup));
     let cgrp: *const u8 = read::<_, DIRECT>(tg, off)?;
     let kn: *const u8 = read::<_, DIRECT>(cgrp, layout!(cgroup_kn))?;
@@ -221,6 +221,7 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
                 runnable: slot.runnable,
                 closed_by,
                 _pad: 0,
+                kernel_ns: 0,
             };
             let _ = THROTTLE_LAST_CLOSE.insert(&slot.cfs_rq, &now, 0);
             slot.cfs_rq = 0;
