@@ -40,6 +40,18 @@ impl TestCgroup {
         })
     }
 
+    /// The cgroup `rel` (e.g. `/cgtrace-test-x-1`) in another hierarchy mounted at `mount`.
+    pub fn at(mount: &Path, rel: &str) -> Result<Self> {
+        let dir = mount.join(rel.trim_start_matches('/'));
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(Self {
+            dir,
+            rel: rel.to_string(),
+            removed: false,
+        })
+    }
+
     /// A child cgroup `<self>/<name>`, removed before its parent.
     pub fn child(&self, name: &str) -> Result<Self> {
         let dir = self.dir.join(name);

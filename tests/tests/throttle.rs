@@ -151,3 +151,107 @@ fn which(name: &str) -> anyhow::Result<std::path::PathBuf> {
         .find(|p| p.exists())
         .ok_or_else(|| anyhow::anyhow!("{name} not found"))
 }
+
+/// Flags of the quota's cgroup over the run, by code.
+fn flag_codes(lines: &[serde_json::Value], path: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for w in lines.iter().filter(|l| l["type"] == "window") {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            if c["path"] != path {
+                continue;
+            }
+            for f in c["throttle"]["flags"].as_array().into_iter().flatten() {
+                out.push((
+                    f["code"].as_str().unwrap_or_default().to_string(),
+                    f["suggestion"].as_str().unwrap_or_default().to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Runs `cmd` in a cgroup with `quota_us`/100 ms for `secs` under the stream; returns its lines.
+/// On v1 the process also joins `acct`, the same cgroup in the cpuacct hierarchy (usage).
+fn run_under_quota(
+    cg: &TestCgroup,
+    acct: Option<&TestCgroup>,
+    quota_us: u64,
+    cmd: Command,
+    secs: u64,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    cg.set_quota(quota_us, 100_000)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    s.windows(1)?;
+    let task = Task::spawn(cmd, Some(&cg.procs_file()), None, false)?;
+    if let Some(a) = acct {
+        std::fs::write(a.procs_file(), task.pid().to_string())?;
+    }
+    s.windows(secs as usize)?;
+    drop(task);
+    let (_, lines) = s.stop(SIGINT)?;
+    Ok(lines)
+}
+
+/// Bursts well under the quota on average (2 threads x 80 ms every 500 ms = 0.32 CPUs of a 1-CPU
+/// quota) still get throttled, and that is flagged with a burst suggestion within the quota; a
+/// steady load under the quota is not flagged.
+#[test]
+fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        eprintln!("skipping: needs 2 CPUs for a burst to outrun a 1-CPU quota");
+        return Ok(());
+    }
+    let bursty = TestCgroup::new("bursty")?;
+    // Usage needs the cpuacct hierarchy on v1: make the same cgroup there.
+    let _acct = cpuacct_twin(&bursty)?;
+    let mut cmd = Command::new(workload::bin("burst"));
+    cmd.args(["2", "80", "500"]);
+    let lines = run_under_quota(&bursty, _acct.as_ref(), 100_000, cmd, 5)?;
+    let (thr, _, _) = ours(&lines, &bursty.rel);
+    assert!(thr > 0, "the bursts were throttled");
+    let flags = flag_codes(&lines, &bursty.rel);
+    eprintln!("bursty flags: {flags:?}");
+    let below: Vec<_> = flags
+        .iter()
+        .filter(|(c, _)| c == "throttled_below_quota")
+        .collect();
+    assert!(!below.is_empty(), "bursty load flagged: {flags:?}");
+    for (_, suggestion) in &below {
+        let burst: u64 = suggestion
+            .split("= ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .expect("a burst value in the suggestion");
+        assert!(
+            burst > 0 && burst <= 100_000,
+            "burst {burst} within the quota"
+        );
+    }
+
+    let steady = TestCgroup::new("steady")?;
+    let _acct2 = cpuacct_twin(&steady)?;
+    let mut cmd = Command::new(workload::bin("burst"));
+    cmd.args(["1", "5", "10"]); // 0.5 CPUs, never more than 1 at a time
+    let lines = run_under_quota(&steady, _acct2.as_ref(), 100_000, cmd, 4)?;
+    let flags = flag_codes(&lines, &steady.rel);
+    assert!(
+        flags.is_empty(),
+        "steady load under quota flagged: {flags:?}"
+    );
+    Ok(())
+}
+
+/// On cgroup v1 usage comes from the cpuacct hierarchy: the same path must exist there (systemd,
+/// Docker and kubelet create both). On v2 there is nothing to do.
+fn cpuacct_twin(cg: &TestCgroup) -> anyhow::Result<Option<TestCgroup>> {
+    let acct = std::path::Path::new("/sys/fs/cgroup/cpuacct");
+    if !acct.join("cpuacct.usage").exists() || acct == std::path::Path::new("/sys/fs/cgroup/cpu") {
+        return Ok(None);
+    }
+    Ok(Some(TestCgroup::at(acct, &cg.rel)?))
+}
