@@ -1,0 +1,111 @@
+#!/bin/sh
+# Kernel-matrix scenario for CFS throttling on cgroup v2 (run by `cargo xtask vm matrix`).
+# cgtrace-vm-thr gets cpu.max "20000 100000"; two busy loops run in it for RUN_SECS while
+# `cgtrace stream` traces. The kernel's cpu.stat is read before the loops start (once cgtrace has
+# written its first window) and after they are gone (once the last episodes have closed), and
+# printed as CGTRACE-KSTAT-BEFORE/AFTER lines; cgtrace's NDJSON is printed between
+# CGTRACE-STREAM-BEGIN/END. The host compares the two.
+#
+# Parameters come from the kernel command line (`--append` of `cargo xtask vm run`):
+#   cgtrace.throttle_mode=auto|fentry|kprobe|tracepoint   passed as --throttle-mode; without it
+#                                                         (or with "none") the flag is omitted
+#   cgtrace.throttle_secs=N                               seconds of load (default 6)
+CG=/sys/fs/cgroup/cgtrace-vm-thr
+MODE=
+RUN_SECS=6
+for word in $(cat /proc/cmdline); do
+    case "$word" in
+        cgtrace.throttle_mode=*) MODE=${word#*=} ;;
+        cgtrace.throttle_secs=*) RUN_SECS=${word#*=} ;;
+    esac
+done
+[ "$MODE" = none ] && MODE=
+# Seconds to wait for cgtrace's first window (loading under TCG is slow).
+START_TIMEOUT=60
+# Seconds between killing the loops and the final cpu.stat read: the last episodes close and the
+# period timer goes idle.
+SETTLE_SECS=2
+OUT=/tmp/throttle.ndjson
+
+kstat() {
+    awk -v tag="$1" '
+        $1 == "nr_periods" { p = $2 }
+        $1 == "nr_throttled" { t = $2 }
+        $1 == "throttled_usec" { u = $2 }
+        END { printf "%s nr_periods=%s nr_throttled=%s throttled_usec=%s\n", tag, p, t, u }
+    ' "$CG/cpu.stat"
+}
+
+print_stream() {
+    # Only emergency kernel messages on the console while printing, so that kernel lines cannot
+    # split an NDJSON line.
+    read -r printk_saved </proc/sys/kernel/printk
+    echo 1 >/proc/sys/kernel/printk
+    [ -n "$before" ] && echo "$before"
+    [ -n "$after" ] && echo "$after"
+    echo CGTRACE-STREAM-BEGIN
+    cat "$OUT"
+    echo CGTRACE-STREAM-END
+    echo "$printk_saved" >/proc/sys/kernel/printk
+}
+
+remove_cgroup() {
+    for _ in 1 2 3 4 5; do rmdir "$CG" 2>/dev/null && break; sleep 0.2; done
+    [ -d "$CG" ] && echo "throttle: could not remove $CG"
+}
+
+mkdir "$CG" || exit 90
+echo "20000 100000" >"$CG/cpu.max" || exit 91
+echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load, cpu.max $(cat "$CG/cpu.max")"
+
+before=
+after=
+# stdout goes to a file; stderr stays live on the console for diagnosis.
+cgtrace stream --interval 1000 ${MODE:+--throttle-mode "$MODE"} >"$OUT" &
+cgpid=$!
+
+waited=0
+until grep -q '^{"type":"window"' "$OUT" 2>/dev/null; do
+    if ! kill -0 "$cgpid" 2>/dev/null; then
+        wait "$cgpid"
+        rc=$?
+        echo "throttle: cgtrace exited with $rc before its first window"
+        print_stream
+        remove_cgroup
+        [ "$rc" -eq 0 ] && rc=92
+        exit $rc
+    fi
+    if [ "$waited" -ge $((START_TIMEOUT * 5)) ]; then
+        echo "throttle: no window from cgtrace after ${START_TIMEOUT}s"
+        kill -INT "$cgpid"
+        wait "$cgpid"
+        print_stream
+        remove_cgroup
+        exit 93
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+done
+
+before=$(kstat CGTRACE-KSTAT-BEFORE)
+pids=
+for _ in 1 2; do
+    sh -c 'while :; do :; done' &
+    echo $! >"$CG/cgroup.procs"
+    pids="$pids $!"
+done
+sleep "$RUN_SECS"
+# shellcheck disable=SC2086 # word splitting of the pid list is intended
+kill $pids
+# shellcheck disable=SC2086
+wait $pids 2>/dev/null
+sleep "$SETTLE_SECS"
+after=$(kstat CGTRACE-KSTAT-AFTER)
+
+kill -INT "$cgpid"
+wait "$cgpid"
+rc=$?
+echo "throttle: cgtrace exit $rc"
+print_stream
+remove_cgroup
+exit $rc
