@@ -60,7 +60,7 @@ pub struct ThrottleEvent {
     pub duration_ns: u64,
     pub tasks: u32,
     pub runnable: u32,
-        /// How the end was seen: one of the `CLOSE_*` constants.
+    /// How the end was seen: one of the `CLOSE_*` constants.
     pub closed_by: u32,
     pub _pad: u32,
     /// fentry/kprobe modes: the change of the kernel's `cfs_bandwidth.throttled_time` across
@@ -74,8 +74,11 @@ pub struct ThrottleEvent {
 pub struct HookEpisode {
     pub start_ns: u64,
     pub cgroup_id: u64,
-    /// `cfs_bandwidth.throttled_time` at `unthrottle_cfs_rq` entry.
+        /// `cfs_bandwidth.throttled_time` at `unthrottle_cfs_rq` entry.
     pub kernel_before: u64,
+    /// When `unthrottle_cfs_rq` was entered: the episode's end. The kernel accounts the episode
+    /// at the start of the function; the re-enqueueing after it is not throttled time.
+    pub unthrottle_ns: u64,
     pub runnable: u32,
     pub cpu: u32,
 }

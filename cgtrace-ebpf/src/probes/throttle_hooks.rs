@@ -58,6 +58,7 @@ fn throttled<const DIRECT: bool>(cfs_rq: *const u8) {
         start_ns: now,
         cgroup_id,
         kernel_before: 0,
+        unthrottle_ns: 0,
         runnable: read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0),
         cpu,
     };
@@ -79,8 +80,12 @@ fn unthrottle_entry<const DIRECT: bool>(cfs_rq: *const u8) {
         return;
     };
     let before = kernel_throttled_time::<DIRECT>(cfs_rq);
-    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode.
-    unsafe { (*ep).kernel_before = before };
+    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode. The helper has no
+    // preconditions.
+    unsafe {
+        (*ep).kernel_before = before;
+        (*ep).unthrottle_ns = bpf_ktime_get_ns();
+    }
 }
 
 /// After `unthrottle_cfs_rq`: closes the episode if the cfs_rq is no longer throttled.
@@ -98,6 +103,11 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
     // SAFETY: helpers without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let after = kernel_throttled_time::<DIRECT>(cfs_rq);
+    let end = if ep.unthrottle_ns >= ep.start_ns {
+        ep.unthrottle_ns
+    } else {
+        now
+    };
     let ev = ThrottleEvent {
         header: EventHeader {
             kind: KIND_THROTTLE,
@@ -106,14 +116,14 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         },
         cgroup_id: ep.cgroup_id,
         start_ns: ep.start_ns,
-        duration_ns: now.saturating_sub(ep.start_ns),
+        duration_ns: end - ep.start_ns,
         tasks: 0,
         runnable: ep.runnable,
         closed_by: CLOSE_UNTHROTTLE,
         _pad: 0,
         kernel_ns: after.saturating_sub(ep.kernel_before),
     };
-    let _ = THROTTLE_LAST_CLOSE.insert(&key, &now, 0);
+    let _ = THROTTLE_LAST_CLOSE.insert(&key, &end, 0);
     if EVENTS.output(&ev, wakeup_flags()).is_err() {
         count(counters(), counters::RINGBUF_FULL);
     }
