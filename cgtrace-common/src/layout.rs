@@ -83,10 +83,16 @@ pub struct Layout {
     /// is set when the task is picked, so their difference at switch-out is the slice just run).
     pub task_sum_exec: u32,
     pub task_prev_sum_exec: u32,
-        /// `cfs_rq.runtime_enabled` (the group has a quota)
+    /// `cfs_rq.runtime_enabled` (the group has a quota)
     pub cfs_rq_runtime_enabled: u32,
     /// `cfs_bandwidth.throttled_time`
     pub cfs_b_throttled_time: u32,
+    /// `task_group.cfs_rq` (per-CPU `cfs_rq *` array), `task_group.parent`, `rq.cpu`: the
+    /// tg-walk mode finds a group's cfs_rq on the walked rq's CPU.
+    pub tg_cfs_rq: u32,
+    pub tg_parent: u32,
+    pub rq_cpu: u32,
+    pub _pad: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -129,8 +135,12 @@ impl Layout {
         hrtimer_function: ABSENT,
         task_sum_exec: ABSENT,
         task_prev_sum_exec: ABSENT,
-                cfs_rq_runtime_enabled: ABSENT,
+        cfs_rq_runtime_enabled: ABSENT,
         cfs_b_throttled_time: ABSENT,
+        tg_cfs_rq: ABSENT,
+        tg_parent: ABSENT,
+        rq_cpu: ABSENT,
+        _pad: 0,
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,

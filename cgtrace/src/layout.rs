@@ -142,8 +142,11 @@ pub fn resolve_throttle(
         .field_path("task_struct", "se.prev_sum_exec_runtime")
         .ok_or_else(|| miss("task_struct.se.prev_sum_exec_runtime"))?
         .offset;
-        layout.cfs_rq_runtime_enabled = f("cfs_rq", "runtime_enabled")?.offset;
+    layout.cfs_rq_runtime_enabled = f("cfs_rq", "runtime_enabled")?.offset;
     layout.cfs_b_throttled_time = f("cfs_bandwidth", "throttled_time")?.offset;
+    layout.tg_cfs_rq = f("task_group", "cfs_rq")?.offset;
+    layout.tg_parent = f("task_group", "parent")?.offset;
+    layout.rq_cpu = f("rq", "cpu")?.offset;
     let sym = |name: &str| {
         syms.get(name).copied().ok_or_else(|| {
             miss(&format!(

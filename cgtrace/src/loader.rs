@@ -52,7 +52,9 @@ pub enum LoadError {
         #[source]
         source: aya::maps::MapError,
     },
-    #[error("--{family}-mode {mode} is not available on this kernel: {reason} (try --{family}-mode auto)")]
+    #[error(
+        "--{family}-mode {mode} is not available on this kernel: {reason} (try --{family}-mode auto)"
+    )]
     Mode {
         family: &'static str,
         mode: &'static str,
@@ -235,6 +237,9 @@ pub enum ThrottleMode {
     Fentry,
     /// kprobe/kretprobe twins of the same.
     Kprobe,
+    /// fentry (else kprobe) on tg_throttle_down/tg_unthrottle_up, for kernels where
+    /// throttle_cfs_rq is inlined away (those two are called through pointers, never inlined).
+    Tgwalk,
     /// Tracepoints only (sched_switch, hrtimer expiry, CSD exit).
     Tracepoint,
 }
@@ -245,6 +250,7 @@ impl ThrottleMode {
             Self::Auto => "auto",
             Self::Fentry => "fentry",
             Self::Kprobe => "kprobe",
+            Self::Tgwalk => "tgwalk",
             Self::Tracepoint => "tracepoint",
         }
     }
@@ -287,6 +293,7 @@ fn attach_throttle(
         ThrottleMode::Auto => [
             (caps.fentry, ThrottleMode::Fentry),
             (caps.kprobe, ThrottleMode::Kprobe),
+            (caps.fentry || caps.kprobe, ThrottleMode::Tgwalk),
             (true, ThrottleMode::Tracepoint),
         ]
         .into_iter()
@@ -299,6 +306,7 @@ fn attach_throttle(
         let attempt = match mode {
             ThrottleMode::Fentry => attach_throttle_fentry(ebpf, btf),
             ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf),
+            ThrottleMode::Tgwalk => attach_throttle_tgwalk(ebpf, btf),
             _ => attach_throttle_tracepoint(ebpf, btf, layout),
         };
         match attempt.and_then(|detail| set_throttle_mode(ebpf, mode).map(|()| detail)) {
@@ -328,7 +336,9 @@ fn attach_throttle(
 
 fn set_throttle_mode(ebpf: &mut Ebpf, mode: ThrottleMode) -> Result<(), LoadError> {
     let value = match mode {
-        ThrottleMode::Fentry | ThrottleMode::Kprobe => cgtrace_common::throttle::MODE_HOOKS,
+        ThrottleMode::Fentry | ThrottleMode::Kprobe | ThrottleMode::Tgwalk => {
+            cgtrace_common::throttle::MODE_HOOKS
+        }
         _ => cgtrace_common::throttle::MODE_TRACEPOINT,
     };
     let map = ebpf
@@ -346,7 +356,11 @@ fn set_throttle_mode(ebpf: &mut Ebpf, mode: ThrottleMode) -> Result<(), LoadErro
 
 /// Tracepoint-only: episodes from the runq `sched_switch` program, closed at the period/slack
 /// timer's exit and at the remote-unthrottle CSD's exit.
-fn attach_throttle_tracepoint(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<String, LoadError> {
+fn attach_throttle_tracepoint(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    layout: &Layout,
+) -> Result<String, LoadError> {
     let set = load_with_fallback(
         ebpf,
         btf,
@@ -377,7 +391,9 @@ fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadE
         ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", true),
     ] {
         let err = |source| LoadError::Program { program, source };
-        let prog = ebpf.program_mut(program).ok_or(err(ProgramError::NotLoaded))?;
+        let prog = ebpf
+            .program_mut(program)
+            .ok_or(err(ProgramError::NotLoaded))?;
         if exit {
             let p: &mut FExit = prog.try_into().map_err(err)?;
             p.load(function, btf).map_err(err)?;
@@ -409,6 +425,44 @@ fn attach_throttle_kprobe(ebpf: &mut Ebpf) -> Result<String, LoadError> {
         p.attach(function, 0).map_err(err)?;
     }
     Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
+}
+
+/// tg-walk: the first group of `tg_throttle_down`'s pre-order walk whose parent is not throttled
+/// on that CPU opens the episode; `tg_unthrottle_up` closes it.
+fn attach_throttle_tgwalk(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
+    let fentry = (|| -> Result<(), LoadError> {
+        for (program, function) in [
+            ("tg_throttle_down_fentry", "tg_throttle_down"),
+            ("tg_unthrottle_up_fentry", "tg_unthrottle_up"),
+        ] {
+            let err = |source| LoadError::Program { program, source };
+            let p: &mut FEntry = ebpf
+                .program_mut(program)
+                .ok_or(err(ProgramError::NotLoaded))?
+                .try_into()
+                .map_err(err)?;
+            p.load(function, btf).map_err(err)?;
+            p.attach().map_err(err)?;
+        }
+        Ok(())
+    })();
+    if fentry.is_ok() {
+        return Ok("fentry tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into());
+    }
+    for (program, function) in [
+        ("tg_throttle_down_kprobe", "tg_throttle_down"),
+        ("tg_unthrottle_up_kprobe", "tg_unthrottle_up"),
+    ] {
+        let err = |source| LoadError::Program { program, source };
+        let p: &mut KProbe = ebpf
+            .program_mut(program)
+            .ok_or(err(ProgramError::NotLoaded))?
+            .try_into()
+            .map_err(err)?;
+        p.load().map_err(err)?;
+        p.attach(function, 0).map_err(err)?;
+    }
+    Ok("kprobe tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into())
 }
 
 /// Loads the direct-access set, else the probe-read set (or only that one when
@@ -532,7 +586,7 @@ fn probe_kprobe(ebpf: &mut Ebpf) -> Result<(), String> {
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
-        while let Some(inner) = src {
+    while let Some(inner) = src {
         let text = inner.to_string();
         // Many errors repeat their source in their own message.
         if !s.contains(&text) {

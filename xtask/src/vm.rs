@@ -113,7 +113,7 @@ struct MatrixArgs {
         long = "throttle-mode",
         value_enum,
         value_delimiter = ',',
-        default_values = ["fentry", "kprobe"]
+        default_values = ["fentry", "kprobe", "tgwalk"]
     )]
     throttle_modes: Vec<ThrottleMode>,
     /// Seconds of load in the throttle scenario.
@@ -136,6 +136,7 @@ enum ThrottleMode {
     Auto,
     Fentry,
     Kprobe,
+    Tgwalk,
     Tracepoint,
 }
 
@@ -145,6 +146,7 @@ impl ThrottleMode {
             Self::Auto => "auto",
             Self::Fentry => "fentry",
             Self::Kprobe => "kprobe",
+            Self::Tgwalk => "tgwalk",
             Self::Tracepoint => "tracepoint",
         }
     }

@@ -50,6 +50,12 @@ fn throttled<const DIRECT: bool>(cfs_rq: *const u8) {
     if cfs_rq.is_null() || !cfs_rq_throttled::<DIRECT>(cfs_rq) {
         return;
     }
+    open::<DIRECT>(cfs_rq);
+}
+
+/// Opens the episode of `cfs_rq` (unless one is open).
+#[inline(always)]
+fn open<const DIRECT: bool>(cfs_rq: *const u8) {
     // SAFETY: helpers without preconditions.
     let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
     let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
@@ -121,7 +127,12 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         runnable: ep.runnable,
         closed_by: CLOSE_UNTHROTTLE,
         _pad: 0,
-        kernel_ns: after.saturating_sub(ep.kernel_before),
+        // Only meaningful when the unthrottle_cfs_rq entry hook recorded the "before" value.
+        kernel_ns: if ep.unthrottle_ns != 0 {
+            after.saturating_sub(ep.kernel_before)
+        } else {
+            0
+        },
     };
     let _ = THROTTLE_LAST_CLOSE.insert(&key, &end, 0);
     if EVENTS.output(&ev, wakeup_flags()).is_err() {
@@ -183,5 +194,64 @@ pub fn unthrottle_cfs_rq_kprobe(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn unthrottle_cfs_rq_kretprobe(_ctx: RetProbeContext) -> u32 {
     unthrottled::<false>(stashed(ARG_UNTHROTTLE));
+    0
+}
+
+/// tg-walk mode: `cfs_rq` of task group `tg` on the CPU of run queue `rq`, and that of its parent.
+#[inline(always)]
+fn tg_cfs_rqs(tg: *const u8, rq: *const u8) -> Option<(*const u8, *const u8)> {
+    let cpu = read::<i32, false>(rq, layout!(rq_cpu))? as usize;
+    let slot = cpu.checked_mul(8)? as u32;
+    let arr: *const u8 = read::<_, false>(tg, layout!(tg_cfs_rq))?;
+    let cfs_rq: *const u8 = read::<_, false>(arr, slot)?;
+    let parent: *const u8 = read::<_, false>(tg, layout!(tg_parent))?;
+    let parr: *const u8 = read::<_, false>(parent, layout!(tg_cfs_rq))?;
+    let pcfs_rq: *const u8 = read::<_, false>(parr, slot)?;
+    Some((cfs_rq, pcfs_rq))
+}
+
+/// `tg_throttle_down(tg, rq)` runs pre-order over the throttled group's subtree: the group whose
+/// parent is not throttled on this CPU is the one whose quota ran out.
+#[inline(always)]
+fn tg_down(tg: *const u8, rq: *const u8) {
+    let Some((cfs_rq, parent)) = tg_cfs_rqs(tg, rq) else {
+        return;
+    };
+    if read::<i32, false>(parent, layout!(cfs_rq_throttle_count)).unwrap_or(1) == 0 {
+        open::<false>(cfs_rq);
+    }
+}
+
+/// `tg_unthrottle_up(tg, rq)`: the walk after `unthrottle_cfs_rq` cleared `throttled`.
+#[inline(always)]
+fn tg_up(tg: *const u8, rq: *const u8) {
+    if let Some((cfs_rq, _)) = tg_cfs_rqs(tg, rq) {
+        unthrottled::<false>(cfs_rq);
+    }
+}
+
+#[fentry(function = "tg_throttle_down")]
+pub fn tg_throttle_down_fentry(ctx: FEntryContext) -> u32 {
+    tg_down(ctx.arg(0), ctx.arg(1));
+    0
+}
+
+#[fentry(function = "tg_unthrottle_up")]
+pub fn tg_unthrottle_up_fentry(ctx: FEntryContext) -> u32 {
+    tg_up(ctx.arg(0), ctx.arg(1));
+    0
+}
+
+#[kprobe]
+pub fn tg_throttle_down_kprobe(ctx: ProbeContext) -> u32 {
+    let (tg, rq): (u64, u64) = (ctx.arg(0).unwrap_or(0), ctx.arg(1).unwrap_or(0));
+    tg_down(tg as *const u8, rq as *const u8);
+    0
+}
+
+#[kprobe]
+pub fn tg_unthrottle_up_kprobe(ctx: ProbeContext) -> u32 {
+    let (tg, rq): (u64, u64) = (ctx.arg(0).unwrap_or(0), ctx.arg(1).unwrap_or(0));
+    tg_up(tg as *const u8, rq as *const u8);
     0
 }
