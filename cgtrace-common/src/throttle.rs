@@ -74,7 +74,7 @@ pub struct ThrottleEvent {
 pub struct HookEpisode {
     pub start_ns: u64,
     pub cgroup_id: u64,
-        /// `cfs_bandwidth.throttled_time` at `unthrottle_cfs_rq` entry.
+    /// `cfs_bandwidth.throttled_time` at `unthrottle_cfs_rq` entry.
     pub kernel_before: u64,
     /// When `unthrottle_cfs_rq` was entered: the episode's end. The kernel accounts the episode
     /// at the start of the function; the re-enqueueing after it is not throttled time.

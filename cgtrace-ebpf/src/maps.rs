@@ -6,7 +6,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     runq::{RunqHist, RunqKey, RunqStart},
-        throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
+    throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
 };
 
 /// Per-CPU event and loss counters, indexed by `cgtrace_common::counters`.

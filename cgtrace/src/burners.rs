@@ -201,6 +201,7 @@ mod tests {
             runnable: 4,
             closed_by: 0,
             _pad: 0,
+            kernel_ns: 0,
         };
         let p = b.episode(&ep).expect("period");
         assert_eq!(p.burned_in_ms, Some(18.0));

@@ -90,7 +90,7 @@ pub fn run() -> anyhow::Result<()> {
     let opts = TraceOptions {
         max_cgroups: 64,
         config: Config::DEFAULT,
-                ringbuf_bytes: 64 * 1024,
+        ringbuf_bytes: 64 * 1024,
         cgroup_v1,
         throttle_mode: crate::loader::ThrottleMode::Auto,
     };

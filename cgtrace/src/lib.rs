@@ -19,3 +19,4 @@ pub mod session;
 pub mod snapshot;
 pub mod stream;
 pub mod throttle;
+pub mod top;

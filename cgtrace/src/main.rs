@@ -1,10 +1,10 @@
 //! The `cgtrace` command line.
 
-use std::{process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use cgtrace::{doctor, loader::ThrottleMode, session::SessionOptions, stream};
+use cgtrace::{doctor, loader::ThrottleMode, session::SessionOptions, stream, top};
 
 #[derive(Parser)]
 #[command(
@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Write per-cgroup run-queue latency as NDJSON to stdout, one line per interval.
     Stream(StreamArgs),
+    /// Live full-screen view of per-cgroup run-queue latency (press ? for keys).
+    Top(TopArgs),
     /// Probe the kernel and say which attach mode each feature would use.
     Doctor,
 }
@@ -58,6 +60,15 @@ struct StreamArgs {
     /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line.
     #[arg(long)]
     events: bool,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Log file (default: $XDG_STATE_HOME/cgtrace/top.log or ~/.local/state/cgtrace/top.log).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
 }
 
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
@@ -114,6 +125,7 @@ fn main() -> ExitCode {
                     args.events,
                 ))
             }),
+        Command::Top(args) => top::run(args.trace.session(), args.log),
         Command::Doctor => doctor::run(),
     };
     match result {

@@ -18,7 +18,8 @@ use std::collections::HashMap as StdHashMap;
 use cgtrace_common::{
     event::{KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
     throttle::{
-        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, PeriodEvent, SliceEvent, ThrottleEvent,
+        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, PeriodEvent, SliceEvent,
+        ThrottleEvent,
     },
 };
 
@@ -42,7 +43,7 @@ pub struct SessionOptions {
     pub max_cgroups: u32,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
-        pub ringbuf_bytes: u32,
+    pub ringbuf_bytes: u32,
     pub throttle_mode: crate::loader::ThrottleMode,
 }
 
@@ -125,7 +126,7 @@ impl Session {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
             },
-                        ringbuf_bytes: opts.ringbuf_bytes,
+            ringbuf_bytes: opts.ringbuf_bytes,
             cgroup_v1,
             throttle_mode: opts.throttle_mode,
         };
@@ -263,12 +264,12 @@ impl Session {
             duration_us: ev.duration_ns as f64 / 1e3,
             tasks: ev.tasks,
             runnable: ev.runnable,
-                        period,
+            period,
             kernel_us: (ev.kernel_ns > 0).then(|| ev.kernel_ns as f64 / 1e3),
             closed_by: match ev.closed_by {
                 CLOSE_TIMER => "timer",
                 CLOSE_CSD => "csd",
-                                CLOSE_LATE => "late",
+                CLOSE_LATE => "late",
                 CLOSE_UNTHROTTLE => "unthrottle",
                 _ => "unknown",
             }

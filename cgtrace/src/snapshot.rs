@@ -168,7 +168,7 @@ pub struct ThrottleLine {
     /// The throttled period it belongs to, with the threads that burned the quota.
     pub period: Option<crate::burners::ThrottledPeriod>,
     /// How its end was seen: `timer` (period/slack timer on this CPU), `csd` (remote unthrottle),
-        /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write),
+    /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write),
     /// `unthrottle` (the fentry/kprobe hook on `unthrottle_cfs_rq`).
     pub closed_by: String,
     /// fentry/kprobe modes: the kernel's own accounting of this episode.

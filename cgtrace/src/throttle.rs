@@ -198,7 +198,7 @@ pub struct ThrottleWindow {
     /// Most and mean runnable tasks of the group when an episode began.
     pub runnable_at_throttle_max: u32,
     pub runnable_at_throttle_mean: f64,
-        /// Tasks taken off the CPU by the throttle (6.18+: tasks that went into the limbo list).
+    /// Tasks taken off the CPU by the throttle (6.18+: tasks that went into the limbo list).
     pub tasks_throttled: u64,
     /// fentry/kprobe modes: the kernel's own accounting of these same episodes (its
     /// `throttled_time` change across each `unthrottle_cfs_rq`); `null` in tracepoint mode.
@@ -310,7 +310,7 @@ pub struct Episodes {
     pub durations: Hist,
     pub per_cpu: BTreeMap<u32, u64>,
     pub tasks: u64,
-        pub runnable_sum: u64,
+    pub runnable_sum: u64,
     pub runnable_max: u32,
     /// Hook modes: the kernel's own accounting of the episodes (sum of `kernel_ns`).
     pub kernel_ns: u64,
@@ -322,7 +322,7 @@ impl Episodes {
         *self.per_cpu.entry(ev.header.cpu).or_insert(0) += 1;
         self.tasks += u64::from(ev.tasks);
         self.runnable_sum += u64::from(ev.runnable);
-                self.runnable_max = self.runnable_max.max(ev.runnable);
+        self.runnable_max = self.runnable_max.max(ev.runnable);
         self.kernel_ns += ev.kernel_ns;
     }
 }
@@ -352,7 +352,7 @@ pub fn window(
         w.throttled_us = e.durations.sum_ns as f64 / 1e3;
         w.episode = e.durations.summary();
         w.episodes_per_cpu = e.per_cpu.clone();
-                w.tasks_throttled = e.tasks;
+        w.tasks_throttled = e.tasks;
         w.episodes_kernel_us = (e.kernel_ns > 0).then(|| e.kernel_ns as f64 / 1e3);
         w.runnable_at_throttle_max = e.runnable_max;
         w.runnable_at_throttle_mean = if e.durations.count > 0 {
@@ -446,6 +446,7 @@ mod tests {
                 runnable: 3,
                 closed_by: 0,
                 _pad: 0,
+                kernel_ns: 0,
             });
         }
         let prev = KernelCpu {

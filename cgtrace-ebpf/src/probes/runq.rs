@@ -17,7 +17,7 @@ use cgtrace_common::{
     counters::{self, Counters},
     event::{EventHeader, KIND_RUNQ_WAIT},
     hist::{NR_BUCKETS, bucket_of},
-        runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
+    runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
     throttle::MODE_TRACEPOINT,
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -25,7 +25,7 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     CONFIG,
     kernel::{task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
-        maps::{
+    maps::{
         EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, THROTTLE_MODE, ZERO_HIST, count,
         counters,
     },
@@ -128,8 +128,10 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
                 // SAFETY: helper without preconditions.
                 let now = unsafe { bpf_ktime_get_ns() };
                 match throttled_cfs_rq_of::<DIRECT>(prev) {
-                                        Some(cfs_rq) => {
-                        if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT {
+                    Some(cfs_rq) => {
+                        if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT)
+                            == MODE_TRACEPOINT
+                        {
                             task_throttled::<DIRECT>(c, cfs_rq, now);
                         }
                         start_wait(c, prev_pid, WaitKind::Throttled, now, cfs_rq as u64);

@@ -1,0 +1,540 @@
+//! The view's state, changed only through [`App::apply`]. Drawing reads it and never changes it.
+
+use std::{collections::HashSet, time::Duration};
+
+use crate::snapshot::{EventCounts, Hello, Window};
+
+use super::{
+    columns::{self, Column},
+    family::{FAMILIES, Family},
+    filter::{Filter, FilterKind},
+    render::{layout, theme::Theme},
+    rows::{self, Row, RowKey, Store, TreeMark, ViewSpec},
+    selfstat::SelfUsage,
+};
+
+/// Interval steps for `+` / `-`.
+pub const INTERVAL_STEPS_MS: [u64; 10] =
+    [100, 200, 250, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000];
+
+/// What a key asks for (see `keys.rs` for which key does what).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Command {
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    /// Open / close the detail pane.
+    Detail,
+    DetailUp,
+    DetailDown,
+    SortPrev,
+    SortNext,
+    Reverse,
+    /// Open the filter prompt.
+    Filter,
+    /// Tree / flat.
+    Tree,
+    /// Fold the selected node (or go to its parent).
+    Collapse,
+    /// Unfold the selected node.
+    Expand,
+    ToggleFold,
+    HideIdle,
+    /// Freeze / resume the display.
+    Freeze,
+    /// Longer interval.
+    Slower,
+    /// Shorter interval.
+    Faster,
+    Help,
+    /// Close the help, the prompt or the detail pane; quit when none is open.
+    Back,
+    Quit,
+}
+
+/// Editing the filter prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edit {
+    Char(char),
+    Backspace,
+    /// Clear the text.
+    Clear,
+    /// Substring ↔ regex.
+    ToggleKind,
+    Apply,
+    Cancel,
+}
+
+/// Everything that changes the view.
+#[derive(Debug)]
+pub enum Action {
+    Window(Box<Window>),
+    /// The source stopped: `Some(error)` when it failed.
+    SourceEnded(Option<String>),
+    Usage(SelfUsage),
+    Resize(u16, u16),
+    Command(Command),
+    Edit(Edit),
+}
+
+/// What the caller must do after an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Quit,
+    /// Ask the source for windows of this length from now on.
+    SetInterval(Duration),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mode {
+    Table,
+    Help,
+    Filter(Prompt),
+}
+
+/// The filter being typed: applied as it is typed, restored on Esc.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prompt {
+    pub text: String,
+    pub kind: FilterKind,
+    pub error: Option<String>,
+    before: (String, FilterKind),
+}
+
+/// The window on screen, without its cgroups (they live in the store).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WindowInfo {
+    pub seq: u64,
+    pub end_unix_ms: u64,
+    pub duration_ms: u64,
+    pub events: EventCounts,
+    pub cgroups_tracked: usize,
+    pub cgroups_evicted: u64,
+    /// Cgroups with data in this window.
+    pub cgroups: usize,
+}
+
+/// Where the data stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    Live,
+    /// Frozen by `p`; this many windows arrived since.
+    Paused(u64),
+    /// The source stopped (end of a recording, or an error).
+    Ended(Option<String>),
+}
+
+pub struct App {
+    pub hello: Hello,
+    pub families: &'static [&'static dyn Family],
+    /// Columns this session can show (family attached), `NAME` first.
+    pub columns: Vec<&'static Column>,
+    pub theme: Theme,
+    pub interval: Duration,
+    pub window: Option<WindowInfo>,
+    pub dropped_total: u64,
+    pub store: Store,
+    pending: Option<Box<Window>>,
+    pub status: Status,
+    frozen: bool,
+    pub rows: Vec<Row>,
+    pub any_flags: bool,
+    /// Index into `columns`.
+    pub sort: usize,
+    /// Against the column's natural direction.
+    pub reversed: bool,
+    pub filter: Filter,
+    pub tree: bool,
+    pub hide_idle: bool,
+    folded: HashSet<String>,
+    pub cursor: usize,
+    pub offset: usize,
+    selected: Option<RowKey>,
+    pub mode: Mode,
+    pub detail: bool,
+    pub detail_scroll: u16,
+    pub size: (u16, u16),
+    pub usage: Option<SelfUsage>,
+    /// A one-line message for the footer (cleared by the next command).
+    pub message: Option<String>,
+}
+
+impl App {
+    pub fn new(hello: Hello, theme: Theme) -> Self {
+        Self::with_families(hello, theme, FAMILIES)
+    }
+
+    pub fn with_families(
+        hello: Hello,
+        theme: Theme,
+        families: &'static [&'static dyn Family],
+    ) -> Self {
+        let columns = columns::available(&hello, families);
+        let sort = families
+            .iter()
+            .filter(|f| columns::family_active(&hello, f.name()))
+            .find_map(|f| f.default_sort())
+            .and_then(|id| columns.iter().position(|c| c.id == id))
+            .unwrap_or(0);
+        Self {
+            interval: Duration::from_millis(hello.interval_ms.max(1)),
+            hello,
+            families,
+            columns,
+            theme,
+            window: None,
+            dropped_total: 0,
+            store: Store::default(),
+            pending: None,
+            status: Status::Live,
+            frozen: false,
+            rows: Vec::new(),
+            any_flags: false,
+            sort,
+            reversed: false,
+            filter: Filter::default(),
+            tree: false,
+            hide_idle: false,
+            folded: HashSet::new(),
+            cursor: 0,
+            offset: 0,
+            selected: None,
+            mode: Mode::Table,
+            detail: false,
+            detail_scroll: 0,
+            size: (80, 24),
+            usage: None,
+            message: None,
+        }
+    }
+
+    pub fn sort_column(&self) -> &'static Column {
+        self.columns[self.sort.min(self.columns.len() - 1)]
+    }
+
+    pub fn descending(&self) -> bool {
+        self.sort_column().descending ^ self.reversed
+    }
+
+    pub fn selected_row(&self) -> Option<&Row> {
+        self.rows.get(self.cursor)
+    }
+
+    /// A row's label (name, path or tree node).
+    pub fn label<'a>(&'a self, row: &'a Row) -> std::borrow::Cow<'a, str> {
+        self.store.label(row)
+    }
+
+    /// Cgroup data replaced by the last snapshot: the caller frees it off the UI thread.
+    pub fn take_garbage(&mut self) -> Vec<Vec<crate::snapshot::CgroupWindow>> {
+        self.store.take_garbage()
+    }
+
+    /// Rows that fit in the table body.
+    pub fn page(&self) -> usize {
+        usize::from(layout::table_body_rows(
+            self.size.0,
+            self.size.1,
+            self.detail,
+        ))
+        .max(1)
+    }
+
+    /// Applies one action; returns what the caller must do.
+    pub fn apply(&mut self, action: Action) -> Option<Effect> {
+        match action {
+            Action::Window(w) => {
+                if self.frozen {
+                    self.pending = Some(w);
+                    if let Status::Paused(n) = &mut self.status {
+                        *n += 1;
+                    }
+                } else {
+                    self.take_window(*w);
+                }
+                None
+            }
+            Action::SourceEnded(err) => {
+                self.status = Status::Ended(err);
+                None
+            }
+            Action::Usage(u) => {
+                self.usage = Some(u);
+                None
+            }
+            Action::Resize(w, h) => {
+                self.size = (w, h);
+                self.scroll_to_cursor();
+                None
+            }
+            Action::Command(c) => {
+                self.message = None;
+                self.command(c)
+            }
+            Action::Edit(e) => {
+                self.edit(e);
+                None
+            }
+        }
+    }
+
+    fn take_window(&mut self, w: Window) {
+        self.dropped_total += w.events.dropped;
+        self.window = Some(WindowInfo {
+            seq: w.seq,
+            end_unix_ms: w.end_unix_ms,
+            duration_ms: w.duration_ms,
+            events: w.events.clone(),
+            cgroups_tracked: w.cgroups_tracked,
+            cgroups_evicted: w.cgroups_evicted,
+            cgroups: w.cgroups.len(),
+        });
+        self.store.update(w, self.families);
+        self.any_flags = self.store.any_flags;
+        self.rebuild();
+    }
+
+    /// Recomputes the row order and keeps the selection on the same cgroup.
+    fn rebuild(&mut self) {
+        let spec = ViewSpec {
+            sort: self.sort_column(),
+            descending: self.descending(),
+            filter: &self.filter,
+            hide_idle: self.hide_idle,
+            tree: self.tree,
+            folded: &self.folded,
+        };
+        rows::build(&self.store, &spec, &mut self.rows);
+        if let Some(key) = &self.selected
+            && let Some(i) = self.rows.iter().position(|r| &r.key == key)
+        {
+            self.cursor = i;
+        }
+        self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
+        self.selected = self.rows.get(self.cursor).map(|r| r.key.clone());
+        self.scroll_to_cursor();
+    }
+
+    fn select(&mut self, i: usize) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let i = i.min(self.rows.len() - 1);
+        if i != self.cursor {
+            self.detail_scroll = 0;
+        }
+        self.cursor = i;
+        self.selected = Some(self.rows[i].key.clone());
+        self.scroll_to_cursor();
+    }
+
+    fn scroll_to_cursor(&mut self) {
+        let page = self.page();
+        if self.cursor < self.offset {
+            self.offset = self.cursor;
+        } else if self.cursor >= self.offset + page {
+            self.offset = self.cursor + 1 - page;
+        }
+        self.offset = self.offset.min(self.rows.len().saturating_sub(page));
+    }
+
+    fn command(&mut self, c: Command) -> Option<Effect> {
+        if let Mode::Help = self.mode {
+            // Any key closes the help; q and Ctrl-C still quit.
+            self.mode = Mode::Table;
+            return (c == Command::Quit).then_some(Effect::Quit);
+        }
+        let page = self.page();
+        match c {
+            Command::Up => self.select(self.cursor.saturating_sub(1)),
+            Command::Down => self.select(self.cursor + 1),
+            Command::PageUp => self.select(self.cursor.saturating_sub(page)),
+            Command::PageDown => self.select(self.cursor + page),
+            Command::Home => self.select(0),
+            Command::End => self.select(self.rows.len().saturating_sub(1)),
+            Command::Detail => {
+                self.detail = !self.detail;
+                self.detail_scroll = 0;
+                self.scroll_to_cursor();
+            }
+            Command::DetailUp => self.detail_scroll = self.detail_scroll.saturating_sub(1),
+            Command::DetailDown => {
+                if self.detail {
+                    self.detail_scroll = self.detail_scroll.saturating_add(1);
+                }
+            }
+            Command::SortPrev | Command::SortNext => {
+                let n = self.columns.len();
+                self.sort = if c == Command::SortNext {
+                    (self.sort + 1) % n
+                } else {
+                    (self.sort + n - 1) % n
+                };
+                self.reversed = false;
+                self.rebuild();
+            }
+            Command::Reverse => {
+                self.reversed = !self.reversed;
+                self.rebuild();
+            }
+            Command::Filter => {
+                let before = (self.filter.text.clone(), self.filter.kind.clone());
+                self.mode = Mode::Filter(Prompt {
+                    text: before.0.clone(),
+                    kind: before.1.clone(),
+                    error: None,
+                    before,
+                });
+            }
+            Command::Tree => {
+                self.tree = !self.tree;
+                self.rebuild();
+            }
+            Command::Collapse => self.fold(Some(true)),
+            Command::Expand => self.fold(Some(false)),
+            Command::ToggleFold => self.fold(None),
+            Command::HideIdle => {
+                self.hide_idle = !self.hide_idle;
+                self.rebuild();
+            }
+            Command::Freeze => {
+                self.frozen = !self.frozen;
+                if self.frozen {
+                    if self.status == Status::Live {
+                        self.status = Status::Paused(0);
+                    }
+                } else {
+                    if matches!(self.status, Status::Paused(_)) {
+                        self.status = Status::Live;
+                    }
+                    if let Some(w) = self.pending.take() {
+                        self.take_window(*w);
+                    }
+                }
+            }
+            Command::Slower | Command::Faster => return self.step_interval(c == Command::Slower),
+            Command::Help => self.mode = Mode::Help,
+            Command::Back => {
+                if self.detail {
+                    self.detail = false;
+                    self.scroll_to_cursor();
+                } else {
+                    return Some(Effect::Quit);
+                }
+            }
+            Command::Quit => return Some(Effect::Quit),
+        }
+        None
+    }
+
+    /// Folds (`Some(true)`), unfolds (`Some(false)`) or toggles the selected tree node. Folding a
+    /// leaf or a folded node moves to its parent, as in file trees.
+    fn fold(&mut self, want: Option<bool>) {
+        if !self.tree {
+            self.message = Some("folding works in the tree view (t)".into());
+            return;
+        }
+        let Some(row) = self.rows.get(self.cursor) else {
+            return;
+        };
+        let (Some(path), Some(mark)) = (row.path.clone(), row.tree) else {
+            return;
+        };
+        let folded = matches!(mark, TreeMark::Folded(_));
+        let fold = match want {
+            Some(f) => f,
+            None => !folded,
+        };
+        if fold && (folded || mark == TreeMark::Leaf) {
+            if want.is_some() {
+                // Go to the parent.
+                let depth = row.depth;
+                if let Some(p) = self.rows[..self.cursor]
+                    .iter()
+                    .rposition(|r| r.depth < depth)
+                {
+                    self.select(p);
+                }
+            }
+            return;
+        }
+        if fold {
+            self.folded.insert(path);
+        } else if !self.folded.remove(&path) {
+            return;
+        }
+        self.rebuild();
+    }
+
+    fn step_interval(&mut self, slower: bool) -> Option<Effect> {
+        let cur = self.interval.as_millis() as u64;
+        let next = if slower {
+            INTERVAL_STEPS_MS.iter().copied().find(|&s| s > cur)
+        } else {
+            INTERVAL_STEPS_MS.iter().rev().copied().find(|&s| s < cur)
+        };
+        let Some(ms) = next else {
+            self.message = Some(format!(
+                "interval already at its {} ({})",
+                if slower { "longest" } else { "shortest" },
+                super::format::interval(cur)
+            ));
+            return None;
+        };
+        self.interval = Duration::from_millis(ms);
+        self.message = Some(format!(
+            "interval {} (from the next window)",
+            super::format::interval(ms)
+        ));
+        Some(Effect::SetInterval(self.interval))
+    }
+
+    fn edit(&mut self, e: Edit) {
+        let Mode::Filter(prompt) = &mut self.mode else {
+            return;
+        };
+        match e {
+            Edit::Char(c) => prompt.text.push(c),
+            Edit::Backspace => {
+                prompt.text.pop();
+            }
+            Edit::Clear => prompt.text.clear(),
+            Edit::ToggleKind => {
+                prompt.kind = match prompt.kind {
+                    FilterKind::Substring => FilterKind::Regex,
+                    FilterKind::Regex => FilterKind::Substring,
+                }
+            }
+            Edit::Apply => {
+                if prompt.error.is_none() {
+                    self.mode = Mode::Table;
+                }
+                return;
+            }
+            Edit::Cancel => {
+                let (text, kind) = prompt.before.clone();
+                self.mode = Mode::Table;
+                if let Ok(f) = Filter::new(&text, kind) {
+                    self.filter = f;
+                }
+                self.rebuild();
+                return;
+            }
+        }
+        // Filter as it is typed; an incomplete regex keeps the last valid filter.
+        match Filter::new(&prompt.text, prompt.kind.clone()) {
+            Ok(f) => {
+                prompt.error = None;
+                self.filter = f;
+                self.rebuild();
+            }
+            Err(err) => prompt.error = Some(err.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

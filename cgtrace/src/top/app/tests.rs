@@ -1,0 +1,610 @@
+//! The state machine, driven only through `apply`.
+
+use std::collections::BTreeMap;
+
+use cgtrace_common::runq::WaitKind;
+
+use super::*;
+use crate::{
+    aggregate::runq_window,
+    runq::KindHists,
+    snapshot::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, HistSpec},
+    top::{
+        columns::{Cell, Source},
+        family::{Ctx, Flag},
+    },
+};
+
+fn hello(families: &[&str]) -> Hello {
+    Hello {
+        kind: "hello".into(),
+        schema: 1,
+        cgtrace: "0.1.0".into(),
+        host: "node-1".into(),
+        kernel: "6.18.0".into(),
+        cpus: 2,
+        start_unix_ms: 0,
+        interval_ms: 1000,
+        cgroup: CgroupLayoutInfo {
+            layout: "v1".into(),
+            runq_hierarchy: "cpu".into(),
+            runq_mount: "/sys/fs/cgroup/cpu".into(),
+        },
+        families: families
+            .iter()
+            .map(|f| {
+                (
+                    f.to_string(),
+                    FamilyMode {
+                        mode: "tp_btf".into(),
+                        detail: String::new(),
+                    },
+                )
+            })
+            .collect::<BTreeMap<_, _>>(),
+        capabilities: Capabilities::default(),
+        hist: HistSpec {
+            unit: "ns".into(),
+            sub_bits: 2,
+            buckets: 140,
+        },
+    }
+}
+
+/// A cgroup with `n` wakeup waits of `wait_us` each.
+fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWindow {
+    let mut k = KindHists::default();
+    for _ in 0..n {
+        k[WaitKind::Wakeup as usize].record(wait_us * 1000);
+    }
+    CgroupWindow {
+        id,
+        hierarchy: "cpu".into(),
+        path: Some(path.into()),
+        name: name.map(Into::into),
+        name_kind: name.map(|_| "systemd".into()),
+        removed: false,
+        runq: runq_window(&k),
+        throttle: None,
+    }
+}
+
+fn window(seq: u64, cgroups: Vec<CgroupWindow>) -> Action {
+    Action::Window(Box::new(Window {
+        kind: "window".into(),
+        seq,
+        end_unix_ms: 1_000 * seq,
+        duration_ms: 1000,
+        events: Default::default(),
+        cgroups_tracked: cgroups.len(),
+        cgroups_evicted: 0,
+        cgroups,
+    }))
+}
+
+fn cmd(c: Command) -> Action {
+    Action::Command(c)
+}
+
+fn labels(app: &App) -> Vec<String> {
+    app.rows.iter().map(|r| app.label(r).into_owned()).collect()
+}
+
+/// web: 100 × 50 µs (5 ms/s), db: 10 × 2 ms (20 ms/s), cron: 1000 × 1 µs (1 ms/s).
+fn three() -> Vec<CgroupWindow> {
+    vec![
+        cg(
+            10,
+            "/system.slice/web.service",
+            Some("web.service"),
+            100,
+            50,
+        ),
+        cg(11, "/system.slice/db.service", Some("db.service"), 10, 2000),
+        cg(
+            12,
+            "/system.slice/cron.service",
+            Some("cron.service"),
+            1000,
+            1,
+        ),
+    ]
+}
+
+fn app_with(cgroups: Vec<CgroupWindow>) -> App {
+    let mut app = App::new(hello(&["runq"]), Theme::plain());
+    app.apply(Action::Resize(80, 24));
+    app.apply(window(1, cgroups));
+    app
+}
+
+#[test]
+fn first_window_is_sorted_by_time_waited_busiest_first() {
+    let app = app_with(three());
+    assert_eq!(app.sort_column().id, "runq.wait");
+    assert!(app.descending());
+    assert_eq!(labels(&app), ["db.service", "web.service", "cron.service"]);
+    assert_eq!(app.cursor, 0);
+    assert_eq!(app.window.as_ref().map(|w| w.seq), Some(1));
+}
+
+#[test]
+fn sort_moves_between_columns_and_reverses() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::SortNext)); // N/s
+    assert_eq!(app.sort_column().id, "runq.rate");
+    assert_eq!(labels(&app), ["cron.service", "web.service", "db.service"]);
+    app.apply(cmd(Command::Reverse));
+    assert!(!app.descending());
+    assert_eq!(labels(&app), ["db.service", "web.service", "cron.service"]);
+    // Changing column resets the direction to the column's own.
+    app.apply(cmd(Command::SortPrev));
+    app.apply(cmd(Command::SortPrev)); // NAME, ascending
+    assert_eq!(app.sort_column().id, "name");
+    assert!(!app.descending());
+    assert_eq!(labels(&app), ["cron.service", "db.service", "web.service"]);
+    // Wraps around.
+    app.apply(cmd(Command::SortPrev));
+    assert_eq!(app.sort_column().id, "flags");
+}
+
+#[test]
+fn idle_cgroups_sort_last_in_both_directions_and_can_be_hidden() {
+    let mut app = app_with(three());
+    // Only web has waits in the next window: db and cron become idle.
+    app.apply(window(
+        2,
+        vec![cg(
+            10,
+            "/system.slice/web.service",
+            Some("web.service"),
+            5,
+            50,
+        )],
+    ));
+    assert_eq!(labels(&app)[0], "web.service");
+    app.apply(cmd(Command::Reverse));
+    assert_eq!(
+        labels(&app)[0],
+        "web.service",
+        "idle rows stay last when reversed"
+    );
+    app.apply(cmd(Command::HideIdle));
+    assert_eq!(labels(&app), ["web.service"]);
+    app.apply(cmd(Command::HideIdle));
+    assert_eq!(app.rows.len(), 3);
+}
+
+#[test]
+fn filter_is_applied_as_typed_and_esc_restores_the_previous_one() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Filter));
+    assert!(matches!(app.mode, Mode::Filter(_)));
+    for c in "WEB".chars() {
+        app.apply(Action::Edit(Edit::Char(c)));
+    }
+    assert_eq!(labels(&app), ["web.service"]);
+    app.apply(Action::Edit(Edit::Apply));
+    assert_eq!(app.mode, Mode::Table);
+    assert_eq!(app.filter.text, "WEB");
+    // A new edit, cancelled: back to "WEB".
+    app.apply(cmd(Command::Filter));
+    app.apply(Action::Edit(Edit::Clear));
+    assert_eq!(app.rows.len(), 3);
+    app.apply(Action::Edit(Edit::Cancel));
+    assert_eq!(labels(&app), ["web.service"]);
+    // Empty text clears the filter.
+    app.apply(cmd(Command::Filter));
+    app.apply(Action::Edit(Edit::Clear));
+    app.apply(Action::Edit(Edit::Apply));
+    assert!(app.filter.is_empty());
+    assert_eq!(app.rows.len(), 3);
+}
+
+#[test]
+fn regex_filter_keeps_the_last_valid_expression_while_typing() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Filter));
+    app.apply(Action::Edit(Edit::ToggleKind));
+    for c in "^/system.slice/(db|cron)".chars() {
+        app.apply(Action::Edit(Edit::Char(c)));
+    }
+    assert_eq!(labels(&app), ["db.service", "cron.service"]);
+    app.apply(Action::Edit(Edit::Char('(')));
+    let Mode::Filter(p) = &app.mode else {
+        panic!("prompt closed")
+    };
+    assert!(
+        p.error
+            .as_deref()
+            .is_some_and(|e| e.contains("invalid regex"))
+    );
+    assert_eq!(app.rows.len(), 2, "the last valid regex still applies");
+    // Enter does not accept an invalid expression.
+    app.apply(Action::Edit(Edit::Apply));
+    assert!(matches!(app.mode, Mode::Filter(_)));
+    app.apply(Action::Edit(Edit::Backspace));
+    app.apply(Action::Edit(Edit::Apply));
+    assert_eq!(app.mode, Mode::Table);
+    assert_eq!(app.filter.kind, FilterKind::Regex);
+}
+
+#[test]
+fn the_selection_follows_its_cgroup_when_the_order_changes() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Down));
+    assert_eq!(
+        app.selected_row()
+            .map(|r| app.label(r).into_owned())
+            .as_deref(),
+        Some("web.service")
+    );
+    // web becomes the busiest: it moves to the top and the cursor goes with it.
+    let mut next = three();
+    next[0] = cg(
+        10,
+        "/system.slice/web.service",
+        Some("web.service"),
+        1000,
+        500,
+    );
+    app.apply(window(2, next));
+    assert_eq!(app.cursor, 0);
+    assert_eq!(
+        app.selected_row()
+            .map(|r| app.label(r).into_owned())
+            .as_deref(),
+        Some("web.service")
+    );
+}
+
+#[test]
+fn paging_keeps_the_cursor_on_screen() {
+    let many: Vec<CgroupWindow> = (0..100)
+        .map(|i| cg(100 + i, &format!("/c{i:03}"), None, 1 + i, 10))
+        .collect();
+    let mut app = app_with(many);
+    let page = app.page();
+    assert_eq!(page, 19);
+    app.apply(cmd(Command::PageDown));
+    assert_eq!(app.cursor, page);
+    assert!(app.offset <= app.cursor && app.cursor < app.offset + page);
+    app.apply(cmd(Command::End));
+    assert_eq!(app.cursor, 99);
+    assert_eq!(app.offset, 100 - page);
+    app.apply(cmd(Command::Down));
+    assert_eq!(app.cursor, 99, "stops at the last row");
+    app.apply(cmd(Command::Home));
+    assert_eq!((app.cursor, app.offset), (0, 0));
+    app.apply(cmd(Command::Up));
+    assert_eq!(app.cursor, 0);
+    // A smaller terminal keeps the cursor visible.
+    app.apply(cmd(Command::PageDown));
+    app.apply(Action::Resize(80, 10));
+    assert!(app.cursor < app.offset + app.page());
+}
+
+#[test]
+fn tree_shows_ancestors_and_folds() {
+    let mut app = app_with(vec![
+        cg(1, "/", None, 5, 5),
+        cg(10, "/kubepods/pod-a/c1", None, 100, 100),
+        cg(11, "/kubepods/pod-a/c2", None, 10, 10),
+        cg(12, "/kubepods/pod-b/c3", None, 10, 1000),
+        cg(13, "/system.slice/x.service", Some("x.service"), 1, 1),
+    ]);
+    app.apply(cmd(Command::Tree));
+    let got: Vec<(String, u16)> = app
+        .rows
+        .iter()
+        .map(|r| (app.label(r).into_owned(), r.depth))
+        .collect();
+    let want = [
+        ("/", 0),
+        ("kubepods", 1),
+        ("pod-a", 2),
+        ("c1", 3), // 10 ms/s, the hottest subtree first
+        ("c2", 3),
+        ("pod-b", 2), // 10 ms/s too; after pod-a by label
+        ("c3", 3),
+        ("system.slice", 1),
+        ("x.service", 2),
+    ];
+    let want: Vec<(String, u16)> = want.iter().map(|(l, d)| (l.to_string(), *d)).collect();
+    assert_eq!(got, want);
+    assert_eq!(app.rows[2].key, RowKey::Path("/kubepods/pod-a".into()));
+    // The selection followed c1, the first row of the flat list.
+    assert_eq!(
+        app.selected_row()
+            .map(|r| app.label(r).into_owned())
+            .as_deref(),
+        Some("c1")
+    );
+    // Fold pod-a.
+    app.apply(cmd(Command::Home));
+    app.apply(cmd(Command::Down));
+    app.apply(cmd(Command::Down));
+    app.apply(cmd(Command::Collapse));
+    assert_eq!(app.rows[2].tree, Some(TreeMark::Folded(2)));
+    assert_eq!(app.label(&app.rows[3]), "pod-b");
+    // Collapse on a folded node goes to its parent; Expand unfolds.
+    app.apply(cmd(Command::Collapse));
+    assert_eq!(
+        app.selected_row()
+            .map(|r| app.label(r).into_owned())
+            .as_deref(),
+        Some("kubepods")
+    );
+    app.apply(cmd(Command::Down));
+    app.apply(cmd(Command::Expand));
+    assert_eq!(app.label(&app.rows[3]), "c1");
+    app.apply(cmd(Command::ToggleFold));
+    assert_eq!(app.rows[2].tree, Some(TreeMark::Folded(2)));
+    // The filter keeps matching rows and their ancestors.
+    app.apply(cmd(Command::ToggleFold));
+    app.apply(cmd(Command::Filter));
+    for c in "c3".chars() {
+        app.apply(Action::Edit(Edit::Char(c)));
+    }
+    assert_eq!(labels(&app), ["/", "kubepods", "pod-b", "c3"]);
+    // Back to flat: the selection is kept where it can be.
+    app.apply(Action::Edit(Edit::Apply));
+    app.apply(cmd(Command::End));
+    app.apply(cmd(Command::Tree));
+    assert_eq!(
+        app.selected_row()
+            .map(|r| app.label(r).into_owned())
+            .as_deref(),
+        Some("/kubepods/pod-b/c3")
+    );
+}
+
+#[test]
+fn folding_in_the_flat_list_says_why_nothing_happens() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Collapse));
+    assert!(app.message.as_deref().is_some_and(|m| m.contains("tree")));
+    assert_eq!(app.rows.len(), 3);
+}
+
+#[test]
+fn freeze_keeps_the_display_until_resumed() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Freeze));
+    assert_eq!(app.status, Status::Paused(0));
+    app.apply(window(2, vec![cg(99, "/new", None, 1, 1)]));
+    app.apply(window(3, vec![cg(98, "/newer", None, 1, 1)]));
+    assert_eq!(app.status, Status::Paused(2));
+    assert_eq!(app.window.as_ref().map(|w| w.seq), Some(1));
+    assert_eq!(app.rows.len(), 3);
+    // Sorting still works on the frozen data.
+    app.apply(cmd(Command::Reverse));
+    assert_eq!(labels(&app)[0], "cron.service");
+    app.apply(cmd(Command::Freeze));
+    assert_eq!(app.status, Status::Live);
+    assert_eq!(
+        app.window.as_ref().map(|w| w.seq),
+        Some(3),
+        "the latest window is shown"
+    );
+    assert!(app.rows.iter().any(|r| app.label(r) == "/newer"));
+}
+
+#[test]
+fn interval_keys_step_and_ask_the_source() {
+    let mut app = app_with(three());
+    assert_eq!(
+        app.apply(cmd(Command::Slower)),
+        Some(Effect::SetInterval(Duration::from_secs(2)))
+    );
+    assert_eq!(app.interval, Duration::from_secs(2));
+    assert_eq!(
+        app.apply(cmd(Command::Faster)),
+        Some(Effect::SetInterval(Duration::from_secs(1)))
+    );
+    for _ in 0..10 {
+        app.apply(cmd(Command::Faster));
+    }
+    assert_eq!(app.interval, Duration::from_millis(100));
+    assert_eq!(app.apply(cmd(Command::Faster)), None);
+    assert!(
+        app.message
+            .as_deref()
+            .is_some_and(|m| m.contains("shortest"))
+    );
+}
+
+#[test]
+fn esc_closes_help_then_detail_then_quits() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::Detail));
+    app.apply(cmd(Command::Help));
+    assert_eq!(app.mode, Mode::Help);
+    // In the help, any key only closes it…
+    assert_eq!(app.apply(cmd(Command::Down)), None);
+    assert_eq!(app.mode, Mode::Table);
+    assert_eq!(app.cursor, 0);
+    // …except quit.
+    app.apply(cmd(Command::Help));
+    assert_eq!(app.apply(cmd(Command::Quit)), Some(Effect::Quit));
+    app.mode = Mode::Table;
+    assert!(app.detail);
+    assert_eq!(app.apply(cmd(Command::Back)), None);
+    assert!(!app.detail);
+    assert_eq!(app.apply(cmd(Command::Back)), Some(Effect::Quit));
+}
+
+#[test]
+fn detail_scroll_resets_when_the_selection_moves() {
+    let mut app = app_with(three());
+    app.apply(cmd(Command::DetailDown));
+    assert_eq!(app.detail_scroll, 0, "no pane, no scroll");
+    app.apply(cmd(Command::Detail));
+    app.apply(cmd(Command::DetailDown));
+    app.apply(cmd(Command::DetailDown));
+    app.apply(cmd(Command::DetailUp));
+    assert_eq!(app.detail_scroll, 1);
+    app.apply(cmd(Command::Down));
+    assert_eq!(app.detail_scroll, 0);
+}
+
+#[test]
+fn removed_cgroups_leave_after_their_last_window_and_idle_ones_are_forgotten() {
+    let mut gone = cg(20, "/gone", None, 3, 10);
+    gone.removed = true;
+    let mut app = app_with(vec![gone, cg(21, "/stays", None, 3, 10)]);
+    assert_eq!(app.rows.len(), 2, "shown in its last window");
+    app.apply(window(2, vec![]));
+    assert_eq!(labels(&app), ["/stays"]);
+    // Idle ones go at the first sweep (every 32 windows) past FORGET_AFTER_WINDOWS.
+    app.apply(window(crate::top::rows::FORGET_AFTER_WINDOWS + 1, vec![]));
+    assert_eq!(labels(&app), ["/stays"]);
+    app.apply(window(320, vec![]));
+    assert!(app.rows.is_empty());
+}
+
+#[test]
+fn long_waits_raise_a_flag_with_advice() {
+    let slow = cg(30, "/slow", None, 50, 20_000);
+    let few = cg(31, "/few", None, 5, 50_000);
+    let app = app_with(vec![slow, few]);
+    assert!(app.any_flags);
+    let flags = &app.store.get(30).expect("tracked").flags;
+    assert_eq!(flags.len(), 1);
+    assert_eq!(flags[0].code, "RQ");
+    assert!(
+        flags[0].advice.contains("cpu.shares"),
+        "{}",
+        flags[0].advice
+    );
+    assert!(
+        app.store.get(31).expect("tracked").flags.is_empty(),
+        "5 waits are not a diagnosis"
+    );
+}
+
+#[test]
+fn source_end_and_usage_are_shown_state() {
+    let mut app = app_with(three());
+    app.apply(Action::SourceEnded(None));
+    assert_eq!(app.status, Status::Ended(None));
+    let u = crate::top::selfstat::SelfUsage {
+        cpu_percent: 1.5,
+        rss_bytes: 1 << 20,
+    };
+    app.apply(Action::Usage(u));
+    assert_eq!(app.usage, Some(u));
+}
+
+/// A family that is not in the stream yet: its columns appear only when `hello` lists it, and a
+/// column needing another family only when that one is attached too.
+struct Fake;
+
+fn fake_value(_: &CgroupWindow, _: &Ctx) -> Cell {
+    Cell::Absent
+}
+
+static FAKE_COLUMNS: [Column; 2] = [
+    Column {
+        id: "fake.a",
+        title: "A",
+        help: "",
+        width: 4,
+        priority: 10,
+        needs: &[],
+        source: Source::Data(fake_value),
+        descending: true,
+    },
+    Column {
+        id: "fake.b",
+        title: "B",
+        help: "",
+        width: 4,
+        priority: 10,
+        needs: &["other"],
+        source: Source::Data(fake_value),
+        descending: true,
+    },
+];
+
+impl Family for Fake {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+    fn title(&self) -> &'static str {
+        "Fake"
+    }
+    fn columns(&self) -> &'static [Column] {
+        &FAKE_COLUMNS
+    }
+    fn detail(
+        &self,
+        _: &CgroupWindow,
+        _: &Ctx,
+        _: &Theme,
+        _: u16,
+        out: &mut Vec<ratatui::text::Line<'static>>,
+    ) {
+        out.push("fake section".into());
+    }
+    fn flags(&self, _: &CgroupWindow, _: &Ctx, out: &mut Vec<Flag>) {
+        out.push(Flag {
+            code: "FK".into(),
+            family: "fake",
+            finding: "always".into(),
+            advice: "none".into(),
+        });
+    }
+}
+
+static WITH_FAKE: &[&dyn Family] = &[&crate::top::family::runq::Runq, &Fake];
+
+fn ids(app: &App) -> Vec<&'static str> {
+    app.columns.iter().map(|c| c.id).collect()
+}
+
+#[test]
+fn a_family_plugs_in_with_its_columns_only_when_attached() {
+    let app = App::with_families(hello(&["runq"]), Theme::plain(), WITH_FAKE);
+    assert!(!ids(&app).iter().any(|id| id.starts_with("fake.")));
+    assert!(
+        !ids(&app).contains(&"runq.throttled"),
+        "THR% needs throttle"
+    );
+    let app = App::with_families(hello(&["runq", "fake"]), Theme::plain(), WITH_FAKE);
+    assert!(ids(&app).contains(&"fake.a"));
+    assert!(!ids(&app).contains(&"fake.b"));
+    let mut app = App::with_families(
+        hello(&["runq", "fake", "other", "throttle"]),
+        Theme::plain(),
+        WITH_FAKE,
+    );
+    assert_eq!(
+        ids(&app),
+        [
+            "name",
+            "runq.wait",
+            "runq.rate",
+            "runq.p50",
+            "runq.p99",
+            "runq.max",
+            "runq.throttled",
+            "fake.a",
+            "fake.b",
+            "flags"
+        ]
+    );
+    app.apply(window(1, three()));
+    assert!(app.any_flags);
+    assert_eq!(app.store.get(10).map(|t| t.flags.len()), Some(1));
+}
+
+#[test]
+fn an_unavailable_family_shows_no_columns() {
+    let mut h = hello(&["runq", "fake"]);
+    if let Some(m) = h.families.get_mut("fake") {
+        m.mode = "unavailable".into();
+    }
+    let app = App::with_families(h, Theme::plain(), WITH_FAKE);
+    assert!(!ids(&app).contains(&"fake.a"));
+}

@@ -1,0 +1,74 @@
+//! Event families as the view sees them. A family contributes table columns, detail-pane
+//! sections and flags (diagnoses); the view shows a family only when the session's `hello` says it
+//! is attached, and shows `—` for a cgroup the family has no data for.
+//!
+//! Adding a family (`reads` next) is one new module here implementing [`Family`] and one line in
+//! [`FAMILIES`], as [`throttle`] did: its columns read `cg.<family>.as_ref()` and return
+//! [`Cell::Absent`] (`—`) when it is `None`; its `detail` appends its sections; its `flags` return
+//! its diagnoses. Nothing else in the view changes. Columns of one family that only make sense
+//! with another attached list it in [`Column::needs`] (the run-queue `WTHR%`, the share of waiting
+//! that was throttling, needs `throttle`).
+
+pub mod runq;
+pub mod throttle;
+
+use ratatui::text::Line;
+
+use crate::snapshot::CgroupWindow;
+
+#[allow(unused_imports, reason = "referenced by the docs above")]
+use super::columns::Cell;
+use super::{columns::Column, render::theme::Theme};
+
+/// What a family needs to know besides one cgroup's data.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// Length of the window the data covers.
+    pub duration_ms: u64,
+}
+
+impl Ctx {
+    /// The window's length in seconds, never zero.
+    pub fn seconds(&self) -> f64 {
+        (self.duration_ms.max(1)) as f64 / 1e3
+    }
+}
+
+/// A diagnosis: a short code for the table, the finding and the suggested change for the detail
+/// pane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flag {
+    /// At most 4 characters, e.g. `RQ`.
+    pub code: String,
+    pub family: &'static str,
+    pub finding: String,
+    pub advice: String,
+}
+
+/// One event family in the view.
+pub trait Family: Sync {
+    /// The family's key in `hello.families` and in the stream (`runq`).
+    fn name(&self) -> &'static str;
+    /// Title of its section in the detail pane.
+    fn title(&self) -> &'static str;
+    /// Its table columns, in display order.
+    fn columns(&self) -> &'static [Column];
+    /// The default sort column, if this family provides the view's default.
+    fn default_sort(&self) -> Option<&'static str> {
+        None
+    }
+    /// Appends its detail-pane section for one cgroup (`width` is the pane's inner width).
+    fn detail(
+        &self,
+        cg: &CgroupWindow,
+        ctx: &Ctx,
+        theme: &Theme,
+        width: u16,
+        out: &mut Vec<Line<'static>>,
+    );
+    /// Appends its diagnoses for one cgroup.
+    fn flags(&self, cg: &CgroupWindow, ctx: &Ctx, out: &mut Vec<Flag>);
+}
+
+/// Every family the view knows, in column order.
+pub static FAMILIES: &[&dyn Family] = &[&runq::Runq, &throttle::Throttle];

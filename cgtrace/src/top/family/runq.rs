@@ -1,0 +1,229 @@
+//! The run-queue latency family (`runq`): how long each cgroup's runnable tasks waited for a CPU,
+//! split by why they waited.
+
+use ratatui::text::{Line, Span};
+
+use crate::{hist::HistSummary, snapshot::CgroupWindow};
+
+use super::{Ctx, Family, Flag};
+use crate::top::{
+    columns::{Cell, Column, Source},
+    format,
+    render::{bars, theme::Theme},
+};
+
+pub struct Runq;
+
+/// A cgroup is flagged `RQ` when its window p99 is at least this long…
+pub const FLAG_P99_US: f64 = 10_000.0;
+/// …over at least this many waits (a handful of long waits is noise, not a diagnosis).
+pub const FLAG_MIN_WAITS: u64 = 20;
+
+/// Wait kinds in display order, as named in the stream.
+pub const KINDS: [&str; 3] = ["wakeup", "preempt", "throttled"];
+
+fn active(cg: &CgroupWindow) -> Option<&HistSummary> {
+    (cg.runq.all.count > 0).then_some(&cg.runq.all)
+}
+
+fn wait_per_s(cg: &CgroupWindow, ctx: &Ctx) -> Cell {
+    active(cg).map_or(Cell::Idle, |h| Cell::Micros(h.sum_us / ctx.seconds()))
+}
+fn count_per_s(cg: &CgroupWindow, ctx: &Ctx) -> Cell {
+    active(cg).map_or(Cell::Idle, |h| Cell::PerSec(h.count as f64 / ctx.seconds()))
+}
+fn p50(cg: &CgroupWindow, _: &Ctx) -> Cell {
+    active(cg).map_or(Cell::Idle, |h| Cell::Micros(h.p50_us))
+}
+fn p99(cg: &CgroupWindow, _: &Ctx) -> Cell {
+    active(cg).map_or(Cell::Idle, |h| Cell::Micros(h.p99_us))
+}
+fn max(cg: &CgroupWindow, _: &Ctx) -> Cell {
+    active(cg).map_or(Cell::Idle, |h| Cell::Micros(h.max_us))
+}
+fn throttled_share(cg: &CgroupWindow, _: &Ctx) -> Cell {
+    match active(cg) {
+        Some(h) if h.sum_us > 0.0 => Cell::Percent(
+            cg.runq.kinds.get("throttled").map_or(0.0, |t| t.sum_us) / h.sum_us * 100.0,
+        ),
+        _ => Cell::Idle,
+    }
+}
+
+static COLUMNS: [Column; 6] = [
+    Column {
+        id: "runq.wait",
+        title: "WAIT/s",
+        help: "time its tasks spent waiting for a CPU, per second of window",
+        width: 7,
+        priority: 85,
+        needs: &[],
+        source: Source::Data(wait_per_s),
+        descending: true,
+    },
+    Column {
+        id: "runq.rate",
+        title: "N/s",
+        help: "run-queue waits per second",
+        width: 5,
+        priority: 50,
+        needs: &[],
+        source: Source::Data(count_per_s),
+        descending: true,
+    },
+    Column {
+        id: "runq.p50",
+        title: "P50",
+        help: "median run-queue wait in the window",
+        width: 6,
+        priority: 78,
+        needs: &[],
+        source: Source::Data(p50),
+        descending: true,
+    },
+    Column {
+        id: "runq.p99",
+        title: "P99",
+        help: "99th percentile run-queue wait in the window",
+        width: 6,
+        priority: 90,
+        needs: &[],
+        source: Source::Data(p99),
+        descending: true,
+    },
+    Column {
+        id: "runq.max",
+        title: "MAX",
+        help: "longest run-queue wait in the window (exact)",
+        width: 6,
+        priority: 65,
+        needs: &[],
+        source: Source::Data(max),
+        descending: true,
+    },
+    Column {
+        id: "runq.throttled",
+        title: "WTHR%",
+        help: "share of run-queue waiting that was CFS throttling (the rest: contention)",
+        width: 6,
+        priority: 70,
+        needs: &["throttle"],
+        source: Source::Data(throttled_share),
+        descending: true,
+    },
+];
+
+impl Family for Runq {
+    fn name(&self) -> &'static str {
+        "runq"
+    }
+
+    fn title(&self) -> &'static str {
+        "Run-queue latency"
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        &COLUMNS
+    }
+
+    fn default_sort(&self) -> Option<&'static str> {
+        Some("runq.wait")
+    }
+
+    fn detail(
+        &self,
+        cg: &CgroupWindow,
+        ctx: &Ctx,
+        theme: &Theme,
+        width: u16,
+        out: &mut Vec<Line<'static>>,
+    ) {
+        let all = &cg.runq.all;
+        out.push(Line::from(vec![
+            Span::styled(self.title(), theme.title),
+            Span::raw(format!(
+                "  {} waits, {} waited in {}",
+                all.count,
+                format::micros(all.sum_us),
+                format::interval(ctx.duration_ms)
+            )),
+        ]));
+        if all.count == 0 {
+            out.push(Line::raw("  no run-queue waits in this window"));
+            return;
+        }
+        out.push(Line::styled(
+            format!(
+                "  {:<9} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}",
+                "kind", "waits/s", "p50", "p90", "p99", "max", "mean", "wait/s"
+            ),
+            theme.dim,
+        ));
+        let row = |name: &str, h: &HistSummary| {
+            format!(
+                "  {:<9} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}",
+                name,
+                format::si(h.count as f64 / ctx.seconds()),
+                format::micros(h.p50_us),
+                format::micros(h.p90_us),
+                format::micros(h.p99_us),
+                format::micros(h.max_us),
+                format::micros(h.mean_us),
+                format::micros(h.sum_us / ctx.seconds()),
+            )
+        };
+        out.push(Line::raw(row("all", all)));
+        for (i, kind) in KINDS.iter().enumerate() {
+            if let Some(h) = cg.runq.kinds.get(*kind) {
+                out.push(Line::styled(row(kind, h), theme.kinds[i]));
+            }
+        }
+        out.push(Line::raw(""));
+        let kinds: Vec<(&str, &HistSummary)> = KINDS
+            .iter()
+            .filter_map(|k| cg.runq.kinds.get(*k).map(|h| (*k, h)))
+            .collect();
+        bars::runqlat_lines(&kinds, theme, width, out);
+    }
+
+    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
+        let all = &cg.runq.all;
+        if all.count < FLAG_MIN_WAITS || all.p99_us < FLAG_P99_US {
+            return;
+        }
+        let share = |k: &str| cg.runq.kinds.get(k).map_or(0.0, |h| h.sum_us) / all.sum_us.max(1e-9);
+        let v1 = cg.hierarchy == "cpu";
+        let weight = if v1 { "cpu.shares" } else { "cpu.weight" };
+        let quota = if v1 { "cpu.cfs_quota_us" } else { "cpu.max" };
+        let (cause, advice) = if share("throttled") >= 0.5 {
+            (
+                "mostly CFS throttling",
+                format!("raise or remove its CPU quota ({quota})"),
+            )
+        } else if share("preempt") >= 0.5 {
+            (
+                "mostly after preemption: its tasks are CPU-bound and time-sliced",
+                format!(
+                    "give it more CPU ({weight}, or a cpuset away from busy neighbours) or run fewer runnable threads"
+                ),
+            )
+        } else {
+            (
+                "mostly after wakeups: its tasks woke to find the CPUs busy",
+                format!(
+                    "raise its {weight} relative to its neighbours, or move the busiest neighbours (sort by WAIT/s) to other CPUs"
+                ),
+            )
+        };
+        out.push(Flag {
+            code: "RQ".into(),
+            family: "runq",
+            finding: format!(
+                "waits for a CPU: p99 {} over {} waits, {cause}",
+                format::micros(all.p99_us),
+                all.count
+            ),
+            advice,
+        });
+    }
+}

@@ -1,0 +1,60 @@
+//! The last line: the filter prompt while typing, else a message, else the main keys.
+
+use ratatui::{
+    Frame,
+    layout::Rect,
+    text::{Line, Span},
+};
+
+use crate::top::app::{App, Mode};
+
+const HINTS: &[(&str, &str)] = &[
+    ("?", "help"),
+    ("q", "quit"),
+    ("Enter", "detail"),
+    ("/", "filter"),
+    ("<>", "sort"),
+    ("r", "reverse"),
+    ("t", "tree"),
+    ("i", "idle"),
+    ("p", "pause"),
+    ("+-", "interval"),
+];
+
+pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    if area.height == 0 {
+        return;
+    }
+    let t = &app.theme;
+    let line = match &app.mode {
+        Mode::Filter(p) => {
+            let mut spans = vec![
+                Span::styled(
+                    format!("filter ({}, Tab switches): ", p.kind.name()),
+                    t.title,
+                ),
+                Span::raw(p.text.clone()),
+                Span::styled("▏", t.title),
+            ];
+            if let Some(e) = &p.error {
+                spans.push(Span::raw("  "));
+                spans.push(Span::styled(e.clone(), t.bad));
+            }
+            Line::from(spans)
+        }
+        _ => match &app.message {
+            Some(m) => Line::raw(m.clone()),
+            None => {
+                let mut spans = Vec::new();
+                for (k, what) in HINTS {
+                    spans.push(Span::styled(*k, t.title));
+                    spans.push(Span::raw(format!(" {what}  ")));
+                }
+                Line::from(spans)
+            }
+        },
+    };
+    frame
+        .buffer_mut()
+        .set_line(area.x, area.y, &line, area.width);
+}

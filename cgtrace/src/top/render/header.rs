@@ -1,0 +1,146 @@
+//! The three header lines, most important first on each so that 80 columns keep what matters:
+//! state, host, how each family is traced and on which cgroup layout; the window's events, drops
+//! and cgtrace's own cost; the view's settings (sort, mode, filter, interval) and the window.
+
+use ratatui::{
+    Frame,
+    layout::Rect,
+    style::Style,
+    text::{Line, Span},
+};
+
+use crate::top::{
+    app::{App, Status},
+    format,
+};
+
+pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let t = &app.theme;
+    let h = &app.hello;
+    let sep = || Span::styled(" · ", t.dim);
+    let badge = match &app.status {
+        Status::Live => " LIVE ".to_string(),
+        Status::Paused(0) => " PAUSED ".to_string(),
+        Status::Paused(n) => format!(" PAUSED +{n} "),
+        Status::Ended(None) => " ENDED ".to_string(),
+        Status::Ended(Some(_)) => " FAILED ".to_string(),
+    };
+    let mut l1: Vec<Span<'static>> = vec![
+        Span::styled(badge, t.badge),
+        Span::raw(" "),
+        Span::styled(h.host.clone(), t.title),
+    ];
+    for (name, mode) in &h.families {
+        let style = if mode.mode == "unavailable" {
+            t.warn
+        } else {
+            t.title
+        };
+        l1.push(sep());
+        l1.push(Span::raw(format!("{name} ")));
+        l1.push(Span::styled(mode.mode.clone(), style));
+    }
+    l1.push(sep());
+    l1.push(Span::raw(format!(
+        "cgroup {} ({})",
+        h.cgroup.layout, h.cgroup.runq_hierarchy
+    )));
+    l1.push(sep());
+    l1.push(Span::raw(format!("{} CPUs", h.cpus)));
+    l1.push(sep());
+    l1.push(Span::raw(format!("Linux {}", h.kernel)));
+
+    let mut l2: Vec<Span<'static>> = Vec::new();
+    match &app.window {
+        Some(w) => {
+            let secs = (w.duration_ms.max(1)) as f64 / 1e3;
+            l2.push(Span::raw(format!(
+                "events {}/s",
+                format::si(w.events.seen as f64 / secs)
+            )));
+            l2.push(sep());
+            let dropped = if app.dropped_total > w.events.dropped {
+                format!(
+                    "dropped {} ({} total)",
+                    format::si(w.events.dropped as f64),
+                    format::si(app.dropped_total as f64)
+                )
+            } else {
+                format!("dropped {}", format::si(w.events.dropped as f64))
+            };
+            let style = if app.dropped_total > 0 {
+                t.bad
+            } else {
+                Style::new()
+            };
+            l2.push(Span::styled(dropped, style));
+            l2.push(sep());
+            l2.push(Span::raw(format!(
+                "{} of {} cgroups active",
+                w.cgroups, w.cgroups_tracked
+            )));
+            if w.cgroups_evicted > 0 {
+                l2.push(Span::styled(
+                    format!(" ({} evicted)", w.cgroups_evicted),
+                    t.warn,
+                ));
+            }
+        }
+        None => l2.push(Span::raw("waiting for the first window")),
+    }
+    if let Some(u) = app.usage {
+        l2.push(sep());
+        l2.push(Span::raw(format!(
+            "cgtrace {} CPU {}",
+            format::percent(u.cpu_percent),
+            format::bytes(u.rss_bytes)
+        )));
+    }
+
+    let col = app.sort_column();
+    let mut l3: Vec<Span<'static>> = vec![
+        Span::raw("sort "),
+        Span::styled(
+            format!("{}{}", col.title, if app.descending() { "▼" } else { "▲" }),
+            t.sorted,
+        ),
+        sep(),
+        Span::raw(if app.tree { "tree" } else { "flat" }),
+    ];
+    if app.hide_idle {
+        l3.push(sep());
+        l3.push(Span::raw("idle hidden"));
+    }
+    if !app.filter.is_empty() {
+        l3.push(sep());
+        l3.push(Span::raw(format!(
+            "{} {:?}",
+            app.filter.kind.name(),
+            app.filter.text
+        )));
+    }
+    l3.push(sep());
+    l3.push(Span::raw(format!(
+        "interval {}",
+        format::interval(app.interval.as_millis() as u64)
+    )));
+    if let Some(w) = &app.window {
+        l3.push(sep());
+        l3.push(Span::raw(format!(
+            "window #{} {} ({})",
+            w.seq,
+            format::clock_utc(w.end_unix_ms),
+            format::interval(w.duration_ms)
+        )));
+    }
+    if let Status::Ended(Some(e)) = &app.status {
+        l3.push(sep());
+        l3.push(Span::styled(e.clone(), t.bad));
+    }
+    let lines = [Line::from(l1), Line::from(l2), Line::from(l3)];
+    for (i, line) in lines.iter().enumerate().take(usize::from(area.height)) {
+        frame
+            .buffer_mut()
+            .set_line(area.x, area.y + i as u16, line, area.width);
+    }
+}

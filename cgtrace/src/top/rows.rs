@@ -1,0 +1,465 @@
+//! Every cgroup the view knows and the table's row order. The order (filter, sort, tree, folds,
+//! idle) is recomputed only when a snapshot arrives or a view option changes — never while
+//! drawing, which only reads the visible slice.
+
+use std::{
+    borrow::Cow,
+    cmp::Ordering,
+    collections::{HashMap, HashSet},
+};
+
+use crate::snapshot::{CgroupWindow, Window};
+
+use super::{
+    columns::{Column, Source},
+    family::{Ctx, Family, Flag},
+    filter::{Filter, haystack},
+};
+
+/// Idle cgroups are forgotten after this many windows without a wait, at the next sweep (they come back with their
+/// next wait).
+pub const FORGET_AFTER_WINDOWS: u64 = 300;
+/// At most this many cgroups are kept (the least recently active go first).
+pub const MAX_KNOWN: usize = 100_000;
+
+/// A cgroup the view knows: its latest data, and whether that data is from the current window.
+#[derive(Debug)]
+pub struct Tracked {
+    pub cg: CgroupWindow,
+    /// The last window it had data in.
+    pub last_seq: u64,
+    /// Lower-cased name and path, for the filter.
+    pub haystack: String,
+    /// Depth of its path (0 for the root or an unknown path).
+    pub depth: u16,
+    /// The families' diagnoses in its last window (only current while it is active).
+    pub flags: Vec<Flag>,
+}
+
+impl Tracked {
+    /// The label of a flat row: its name, else its path, else its id.
+    pub fn flat_label(&self) -> Cow<'_, str> {
+        match (&self.cg.name, &self.cg.path) {
+            (Some(n), _) => Cow::Borrowed(n),
+            (None, Some(p)) => Cow::Borrowed(p),
+            (None, None) => Cow::Owned(format!("(cgroup {} gone)", self.cg.id)),
+        }
+    }
+}
+
+/// All known cgroups by id.
+#[derive(Default)]
+pub struct Store {
+    pub map: HashMap<u64, Tracked>,
+    pub ctx: Option<Ctx>,
+    /// Data replaced or forgotten by the last update. Freeing 10 000 cgroups' histograms costs
+    /// more than building the view, so the UI loop hands this to a thread of its own
+    /// ([`Store::take_garbage`]); whatever is left is freed at the next update.
+    garbage: Vec<Vec<CgroupWindow>>,
+    /// Some active cgroup has a flag (the `FLAGS` column is shown).
+    pub any_flags: bool,
+    /// The window on screen: cgroups whose `last_seq` is this one are active, the others idle.
+    seq: u64,
+    /// Cgroups whose removal the window reported: forgotten at the next one.
+    removed: Vec<u64>,
+}
+
+/// Idle cgroups are looked for (a pass over the whole table) once every this many windows.
+const SWEEP_EVERY_WINDOWS: u64 = 32;
+
+impl Store {
+    /// Takes a window's cgroups: they become active, the others idle; cgroups whose removal was
+    /// reported in the previous window, or idle for too long, are forgotten.
+    pub fn update(&mut self, mut window: Window, families: &[&'static dyn Family]) {
+        let seq = window.seq;
+        let ctx = Ctx {
+            duration_ms: window.duration_ms,
+        };
+        self.ctx = Some(ctx);
+        self.garbage.clear();
+        self.any_flags = false;
+        self.seq = seq;
+        // Cgroups reported removed last time go now; idle ones are swept now and then (a pass
+        // over every entry costs more than the rest of the update).
+        let mut gone: Vec<CgroupWindow> = self
+            .removed
+            .drain(..)
+            .filter_map(|id| self.map.remove(&id).map(|t| t.cg))
+            .collect();
+        if seq.is_multiple_of(SWEEP_EVERY_WINDOWS) {
+            gone.extend(
+                self.map
+                    .extract_if(|_, t| seq.saturating_sub(t.last_seq) > FORGET_AFTER_WINDOWS)
+                    .map(|(_, t)| t.cg),
+            );
+        }
+        let flags_of = |cg: &CgroupWindow| {
+            let mut flags = Vec::new();
+            for f in families {
+                f.flags(cg, &ctx, &mut flags);
+            }
+            flags
+        };
+        // New cgroups are moved out of the window; known ones swap their data with it in place,
+        // so the window's vector ends up holding the data it replaced (no copy, no allocation).
+        let map = &mut self.map;
+        let new: Vec<CgroupWindow> = window
+            .cgroups
+            .extract_if(.., |cg| !map.contains_key(&cg.id))
+            .collect();
+        for cg in &mut window.cgroups {
+            let flags = flags_of(cg);
+            let Some(t) = map.get_mut(&cg.id) else {
+                continue;
+            };
+            if t.cg.path != cg.path || t.cg.name != cg.name {
+                t.haystack = haystack(cg.name.as_deref(), cg.path.as_deref());
+                t.depth = cg.path.as_deref().map_or(0, depth_of);
+            }
+            std::mem::swap(&mut t.cg, cg);
+            t.last_seq = seq;
+            if t.cg.removed {
+                self.removed.push(t.cg.id);
+            }
+            self.any_flags |= !flags.is_empty();
+            t.flags = flags;
+        }
+        for cg in new {
+            let flags = flags_of(&cg);
+            self.any_flags |= !flags.is_empty();
+            if cg.removed {
+                self.removed.push(cg.id);
+            }
+            map.insert(
+                cg.id,
+                Tracked {
+                    haystack: haystack(cg.name.as_deref(), cg.path.as_deref()),
+                    depth: cg.path.as_deref().map_or(0, depth_of),
+                    cg,
+                    last_seq: seq,
+                    flags,
+                },
+            );
+        }
+        self.garbage.push(gone);
+        self.garbage.push(std::mem::take(&mut window.cgroups));
+        if self.map.len() > MAX_KNOWN {
+            let mut by_age: Vec<(u64, u64)> =
+                self.map.values().map(|t| (t.last_seq, t.cg.id)).collect();
+            by_age.sort_unstable();
+            for (_, id) in by_age.into_iter().take(self.map.len() - MAX_KNOWN) {
+                self.map.remove(&id);
+            }
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Tracked> {
+        self.map.get(&id)
+    }
+
+    /// Whether it had data in the window on screen (else its row is idle).
+    pub fn is_active(&self, t: &Tracked) -> bool {
+        t.last_seq == self.seq
+    }
+
+    /// The data the last update replaced, to be freed elsewhere.
+    pub fn take_garbage(&mut self) -> Vec<Vec<CgroupWindow>> {
+        std::mem::take(&mut self.garbage)
+    }
+
+    /// A row's label: a tree node's own, else the tracked cgroup's name or path.
+    pub fn label<'a>(&'a self, row: &'a Row) -> Cow<'a, str> {
+        match (&row.label, row.id.and_then(|id| self.get(id))) {
+            (Some(l), _) => Cow::Borrowed(l),
+            (None, Some(t)) => t.flat_label(),
+            (None, None) => Cow::Borrowed("?"),
+        }
+    }
+}
+
+/// What identifies a row across updates (the selection follows it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RowKey {
+    Cgroup(u64),
+    /// A tree node with no data of its own (an ancestor of traced cgroups).
+    Path(String),
+}
+
+/// A tree row's fold state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TreeMark {
+    Leaf,
+    Open,
+    /// Folded, hiding this many visible descendants.
+    Folded(u32),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub key: RowKey,
+    /// The tracked cgroup (None for a tree node without data).
+    pub id: Option<u64>,
+    /// Tree rows' label; flat rows take theirs from the store ([`Store::label`]), so building
+    /// the flat order allocates nothing per cgroup.
+    pub label: Option<String>,
+    /// 0 for the root, 1 for its children, …
+    pub depth: u16,
+    /// The path (tree nodes) — for folding.
+    pub path: Option<String>,
+    /// Some in tree mode.
+    pub tree: Option<TreeMark>,
+}
+
+/// How to order and filter.
+pub struct ViewSpec<'a> {
+    pub sort: &'a Column,
+    pub descending: bool,
+    pub filter: &'a Filter,
+    pub hide_idle: bool,
+    pub tree: bool,
+    pub folded: &'a HashSet<String>,
+}
+
+/// A row's sort value.
+#[derive(Clone, Debug, PartialEq)]
+enum Key {
+    Num(Option<f64>),
+    Text(String),
+}
+
+fn key_of(t: &Tracked, active: bool, col: &Column, ctx: &Ctx, label: &str) -> Key {
+    match col.source {
+        Source::Name => Key::Text(label.to_lowercase()),
+        Source::Flags => Key::Num(active.then_some(t.flags.len() as f64)),
+        Source::Data(f) => Key::Num(if active {
+            f(&t.cg, ctx).sort_key()
+        } else {
+            None
+        }),
+    }
+}
+
+/// `a` before `b`? Missing values last in either direction; ties by label.
+fn cmp_keys(a: &Key, b: &Key, descending: bool) -> Ordering {
+    let ord = match (a, b) {
+        (Key::Num(Some(x)), Key::Num(Some(y))) => x.total_cmp(y),
+        (Key::Num(Some(_)), Key::Num(None)) => return Ordering::Less,
+        (Key::Num(None), Key::Num(Some(_))) => return Ordering::Greater,
+        (Key::Text(x), Key::Text(y)) => x.cmp(y),
+        _ => Ordering::Equal,
+    };
+    if descending { ord.reverse() } else { ord }
+}
+
+/// Depth of a cgroup path: `/` is 0, `/a` 1, `/a/b` 2.
+pub fn depth_of(path: &str) -> u16 {
+    path.split('/').filter(|c| !c.is_empty()).count() as u16
+}
+
+fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+/// The visible rows, in order, into `out` (its allocation is reused).
+pub fn build(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
+    out.clear();
+    if spec.tree {
+        out.extend(build_tree(store, spec));
+    } else {
+        build_flat(store, spec, out);
+    }
+}
+
+fn visible(store: &Store, t: &Tracked, spec: &ViewSpec<'_>) -> bool {
+    (!spec.hide_idle || store.is_active(t)) && spec.filter.matches(&t.haystack)
+}
+
+fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
+    let ctx = store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
+    let by_name = matches!(spec.sort.source, Source::Name);
+    let mut items: Vec<(Option<f64>, Cow<'_, str>, &Tracked)> = store
+        .map
+        .values()
+        .filter(|t| visible(store, t, spec))
+        .map(|t| {
+            let key = match key_of(t, store.is_active(t), spec.sort, &ctx, "") {
+                Key::Num(k) => k,
+                Key::Text(_) => None,
+            };
+            (key, t.flat_label(), t)
+        })
+        .collect();
+    let lower = |s: &str| {
+        s.chars()
+            .flat_map(char::to_lowercase)
+            .collect::<Vec<char>>()
+    };
+    items.sort_unstable_by(|a, b| {
+        let by_key = if by_name {
+            let ord = lower(&a.1).cmp(&lower(&b.1));
+            if spec.descending { ord.reverse() } else { ord }
+        } else {
+            cmp_keys(&Key::Num(a.0), &Key::Num(b.0), spec.descending)
+        };
+        by_key
+            .then_with(|| a.1.cmp(&b.1))
+            .then(a.2.cg.id.cmp(&b.2.cg.id))
+    });
+    out.extend(items.into_iter().map(|(_, _, t)| Row {
+        key: RowKey::Cgroup(t.cg.id),
+        id: Some(t.cg.id),
+        label: None,
+        depth: t.depth,
+        path: None,
+        tree: None,
+    }));
+}
+
+struct Node {
+    path: String,
+    id: Option<u64>,
+    label: String,
+    children: Vec<usize>,
+    key: Key,
+    /// The best key in the subtree (siblings are ordered by it, so the hottest subtree is first).
+    best: Key,
+    visible: bool,
+    /// Visible descendants.
+    below: u32,
+}
+
+fn build_tree(store: &Store, spec: &ViewSpec<'_>) -> Vec<Row> {
+    let ctx = store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
+    let mut nodes: Vec<Node> = Vec::with_capacity(store.map.len() + 16);
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(store.map.len() + 16);
+    let empty = || Key::Num(None);
+    let new_node = |path: String, label: String| Node {
+        path,
+        id: None,
+        label,
+        children: Vec::new(),
+        key: empty(),
+        best: empty(),
+        visible: false,
+        below: 0,
+    };
+    nodes.push(new_node("/".into(), "/".into()));
+    index.insert("/".into(), 0);
+    // Parents are created before their children, so children always have larger indices.
+    fn ensure(
+        path: &str,
+        nodes: &mut Vec<Node>,
+        index: &mut HashMap<String, usize>,
+        new_node: &dyn Fn(String, String) -> Node,
+    ) -> usize {
+        if let Some(&i) = index.get(path) {
+            return i;
+        }
+        let parent = ensure(parent_of(path), nodes, index, new_node);
+        let label = path.rsplit('/').next().unwrap_or(path).to_string();
+        let i = nodes.len();
+        nodes.push(new_node(path.to_string(), label));
+        nodes[parent].children.push(i);
+        index.insert(path.to_string(), i);
+        i
+    }
+    let text_sort = matches!(spec.sort.source, Source::Name);
+    for t in store.map.values() {
+        let i = match t.cg.path.as_deref() {
+            Some(p) => ensure(p, &mut nodes, &mut index, &new_node),
+            None => {
+                let i = nodes.len();
+                nodes.push(new_node(String::new(), t.flat_label().into_owned()));
+                nodes[0].children.push(i);
+                i
+            }
+        };
+        let node = &mut nodes[i];
+        node.id = Some(t.cg.id);
+        if let Some(name) = &t.cg.name {
+            node.label = name.clone();
+        }
+        if visible(store, t, spec) {
+            node.visible = true;
+            node.key = key_of(t, store.is_active(t), spec.sort, &ctx, &node.label);
+        }
+    }
+    if text_sort {
+        for n in &mut nodes {
+            n.key = Key::Text(n.label.to_lowercase());
+        }
+    }
+    // Bottom-up: visibility, best key and visible descendants.
+    for i in (0..nodes.len()).rev() {
+        let mut best = if nodes[i].visible {
+            nodes[i].key.clone()
+        } else {
+            empty()
+        };
+        let mut any = nodes[i].visible;
+        let mut below = 0;
+        for &c in &nodes[i].children {
+            if !nodes[c].visible {
+                continue;
+            }
+            any = true;
+            below += 1 + nodes[c].below;
+            if !text_sort && cmp_keys(&nodes[c].best, &best, spec.descending) == Ordering::Less {
+                best = nodes[c].best.clone();
+            }
+        }
+        let n = &mut nodes[i];
+        n.visible = any;
+        n.below = below;
+        n.best = if text_sort { n.key.clone() } else { best };
+    }
+    let mut rows = Vec::new();
+    if !nodes[0].visible {
+        return rows;
+    }
+    let mut stack = vec![(0usize, 0u16)];
+    while let Some((i, depth)) = stack.pop() {
+        let n = &nodes[i];
+        let folded = spec.folded.contains(&n.path) && n.below > 0;
+        let mark = if n.below == 0 {
+            TreeMark::Leaf
+        } else if folded {
+            TreeMark::Folded(n.below)
+        } else {
+            TreeMark::Open
+        };
+        rows.push(Row {
+            key: match n.id {
+                Some(id) => RowKey::Cgroup(id),
+                None => RowKey::Path(n.path.clone()),
+            },
+            id: n.id,
+            label: Some(n.label.clone()),
+            depth,
+            path: (!n.path.is_empty()).then(|| n.path.clone()),
+            tree: Some(mark),
+        });
+        if folded {
+            continue;
+        }
+        let mut kids: Vec<usize> = n
+            .children
+            .iter()
+            .copied()
+            .filter(|&c| nodes[c].visible)
+            .collect();
+        kids.sort_unstable_by(|&a, &b| {
+            cmp_keys(&nodes[a].best, &nodes[b].best, spec.descending)
+                .then_with(|| nodes[a].label.cmp(&nodes[b].label))
+                .then_with(|| nodes[a].path.cmp(&nodes[b].path))
+        });
+        // Pushed in reverse so the first child is popped first.
+        for &c in kids.iter().rev() {
+            stack.push((c, depth + 1));
+        }
+    }
+    rows
+}

@@ -1,0 +1,106 @@
+//! cgtrace's own cost, shown in the header: CPU share and resident memory from `/proc/self`.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+/// CPU (percent of one CPU since the previous sample) and resident set size.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SelfUsage {
+    pub cpu_percent: f64,
+    pub rss_bytes: u64,
+}
+
+/// Samples `<proc>/self/stat` and `<proc>/self/statm`.
+pub struct SelfSampler {
+    proc_root: PathBuf,
+    ticks_per_s: f64,
+    page_size: u64,
+    prev: Option<(Instant, u64)>,
+}
+
+impl SelfSampler {
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let (hz, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_CLK_TCK),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        Self {
+            proc_root: proc_root.into(),
+            ticks_per_s: hz.max(1) as f64,
+            page_size: page.max(1) as u64,
+            prev: None,
+        }
+    }
+
+    /// A sample; the CPU share is 0 on the first call (nothing to compare with yet). `None` if
+    /// `/proc` is unreadable.
+    pub fn sample(&mut self) -> Option<SelfUsage> {
+        let stat = std::fs::read_to_string(self.proc_root.join("self/stat")).ok()?;
+        let statm = std::fs::read_to_string(self.proc_root.join("self/statm")).ok()?;
+        let ticks = cpu_ticks(&stat)?;
+        let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        let now = Instant::now();
+        let cpu_percent = match self.prev {
+            Some((t, prev)) => {
+                let secs = now.duration_since(t).as_secs_f64();
+                if secs > 0.0 {
+                    ticks.saturating_sub(prev) as f64 / self.ticks_per_s / secs * 100.0
+                } else {
+                    0.0
+                }
+            }
+            None => 0.0,
+        };
+        self.prev = Some((now, ticks));
+        Some(SelfUsage {
+            cpu_percent,
+            rss_bytes: rss_pages * self.page_size,
+        })
+    }
+
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line; the command name in parentheses
+/// may itself hold spaces and parentheses, so fields are counted after the last `)`.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ticks_and_rss_from_a_fixture_proc() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(tmp.path().join("self")).expect("mkdir");
+        let stat = "4242 (cg (trace) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 3 0 \
+                    1000 10000000 300 18446744073709551615";
+        std::fs::write(tmp.path().join("self/stat"), stat).expect("write");
+        std::fs::write(tmp.path().join("self/statm"), "5000 300 100 10 0 200 0").expect("write");
+        assert_eq!(cpu_ticks(stat), Some(200));
+        let mut s = SelfSampler::new(tmp.path());
+        let u = s.sample().expect("sample");
+        assert_eq!(u.cpu_percent, 0.0);
+        assert_eq!(u.rss_bytes, 300 * s.page_size);
+        assert_eq!(s.proc_root(), tmp.path());
+    }
+
+    #[test]
+    fn the_real_proc_self_is_readable() {
+        let mut s = SelfSampler::new("/proc");
+        assert!(s.sample().is_some_and(|u| u.rss_bytes > 0));
+    }
+}

@@ -1,0 +1,234 @@
+//! Where windows come from. The view is handed a [`Hello`] and then [`Event::Window`]s on its
+//! event channel, and never knows whether a live [`Session`] or a recording produced them:
+//! [`spawn_live`] drives a session exactly as `cgtrace stream` does (ring-buffer drain and window
+//! tick), [`spawn_recorded`] replays windows already made.
+
+use std::{
+    sync::mpsc::{self, Sender},
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::{Context as _, anyhow};
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{SignalKind, signal},
+    sync::mpsc::{UnboundedReceiver, unbounded_channel},
+    time::{Instant, MissedTickBehavior, interval, interval_at},
+};
+
+use super::event::Event;
+use crate::{
+    session::{Session, SessionOptions, drain_ring},
+    snapshot::{Hello, Window},
+};
+
+/// What the view asks of its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Windows of this length from now on (the current window ends at the next tick).
+    SetInterval(Duration),
+    Stop,
+}
+
+/// A running source: send it [`Control`]s; dropping it stops it and waits for its thread (for a
+/// live source, that detaches every program).
+pub struct SourceHandle {
+    send: Box<dyn Fn(Control) + Send>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SourceHandle {
+    pub fn send(&self, c: Control) {
+        (self.send)(c);
+    }
+}
+
+impl Drop for SourceHandle {
+    fn drop(&mut self) {
+        (self.send)(Control::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Tells the view the source stopped, even if its thread panicked.
+struct EndNotice {
+    events: Sender<Event>,
+    error: Option<String>,
+}
+
+impl Drop for EndNotice {
+    fn drop(&mut self) {
+        let error = if std::thread::panicking() {
+            Some("the collector thread panicked (see the log)".into())
+        } else {
+            self.error.take()
+        };
+        let _ = self.events.send(Event::SourceEnded(error));
+    }
+}
+
+/// Starts tracing on a thread of its own and returns once the programs are attached (or with the
+/// reason they could not be).
+pub fn spawn_live(
+    opts: SessionOptions,
+    events: Sender<Event>,
+) -> anyhow::Result<(Hello, SourceHandle)> {
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<anyhow::Result<Hello>>(1);
+    let (ctl_tx, ctl_rx) = unbounded_channel();
+    let thread = std::thread::Builder::new()
+        .name("cgtrace-collect".into())
+        .spawn(move || {
+            let mut notice = EndNotice {
+                events: events.clone(),
+                error: None,
+            };
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            if let Err(e) = rt.block_on(live(opts, ready_tx, events, ctl_rx)) {
+                log::error!("collector: {e:#}");
+                notice.error = Some(format!("{e:#}"));
+            }
+        })
+        .context("starting the collector thread")?;
+    let handle = SourceHandle {
+        send: Box::new(move |c| {
+            let _ = ctl_tx.send(c);
+        }),
+        thread: Some(thread),
+    };
+    match ready_rx.recv() {
+        Ok(Ok(hello)) => Ok((hello, handle)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(anyhow!("the collector stopped before tracing started")),
+    }
+}
+
+enum Wake {
+    Ring,
+    Window,
+    Control(Option<Control>),
+    Signal(&'static str),
+}
+
+async fn live(
+    opts: SessionOptions,
+    ready: mpsc::SyncSender<anyhow::Result<Hello>>,
+    events: Sender<Event>,
+    mut control: UnboundedReceiver<Control>,
+) -> anyhow::Result<()> {
+    let started = (|| {
+        let sigs = (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::hangup())?,
+            signal(SignalKind::interrupt())?,
+        );
+        let (session, ring) = Session::start(&opts)?;
+        // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring`
+        // drops.
+        let ring = unsafe { AsyncFd::register(ring) }
+            .map_err(|e| anyhow!("polling the ring buffer: {e}"))?;
+        anyhow::Ok((sigs, session, ring))
+    })();
+    let ((mut sigterm, mut sighup, mut sigint), mut session, mut ring) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return Ok(());
+        }
+    };
+    let _ = ready.send(Ok(session.hello.clone()));
+    log::info!(
+        "tracing started: interval {:?}, families {:?}",
+        opts.interval,
+        session.hello.families
+    );
+    let mut tick = interval_at(Instant::now() + opts.interval, opts.interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut drain_tick = interval(Duration::from_millis(200));
+    loop {
+        let wake = tokio::select! {
+            r = ring.readable_mut() => {
+                if let Ok(mut guard) = r {
+                    guard.clear_ready();
+                }
+                Wake::Ring
+            }
+            _ = drain_tick.tick() => Wake::Ring,
+            _ = tick.tick() => Wake::Window,
+            c = control.recv() => Wake::Control(c),
+            _ = sigterm.recv() => Wake::Signal("SIGTERM"),
+            _ = sighup.recv() => Wake::Signal("SIGHUP"),
+            _ = sigint.recv() => Wake::Signal("SIGINT"),
+        };
+        drain_ring(ring.get_mut(), session.drain_stats(), None);
+        match wake {
+            Wake::Ring => {}
+            Wake::Window => {
+                let w = session.next_window()?;
+                if events.send(Event::Window(Box::new(w))).is_err() {
+                    break;
+                }
+            }
+            Wake::Control(Some(Control::SetInterval(d))) => {
+                log::info!("interval set to {d:?}");
+                tick = interval_at(Instant::now() + d, d);
+                tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            }
+            Wake::Control(Some(Control::Stop) | None) => break,
+            Wake::Signal(name) => {
+                log::info!("{name}: stopping");
+                let _ = events.send(Event::Signal(name));
+            }
+        }
+    }
+    drop(session); // detaches every program
+    log::info!("tracing stopped");
+    Ok(())
+}
+
+/// Replays windows already made (a recording, a test), `pace` apart (all at once when `None`),
+/// then reports the end.
+pub fn spawn_recorded(
+    windows: Vec<Window>,
+    pace: Option<Duration>,
+    events: Sender<Event>,
+) -> std::io::Result<SourceHandle> {
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
+    let thread = std::thread::Builder::new()
+        .name("cgtrace-replay".into())
+        .spawn(move || {
+            let _notice = EndNotice {
+                events: events.clone(),
+                error: None,
+            };
+            let mut pace = pace;
+            for w in windows {
+                if events.send(Event::Window(Box::new(w))).is_err() {
+                    return;
+                }
+                let Some(p) = pace else { continue };
+                match ctl_rx.recv_timeout(p) {
+                    Ok(Control::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    Ok(Control::SetInterval(d)) => pace = Some(d),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+            }
+        })?;
+    Ok(SourceHandle {
+        send: Box::new(move |c| {
+            let _ = ctl_tx.send(c);
+        }),
+        thread: Some(thread),
+    })
+}

@@ -1,0 +1,416 @@
+//! `cgtrace top` in a real terminal: tmux runs it on this host next to a crowded and a quiet
+//! cgroup; the test reads the screen with `capture-pane`, types keys (sort, filter, detail, help,
+//! quit) and checks that the terminal is handed back clean and the process exited 0.
+//!
+//! Run as root, one test at a time (`--test-threads=1`): it shares CPUs with the other tests.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use cgtrace_tests::{
+    can_trace,
+    cgroup::TestCgroup,
+    stream::cgtrace_bin,
+    workload::{self, cpus},
+};
+
+const WIDTH: u16 = 120;
+const HEIGHT: u16 = 40;
+const PROMPT: &str = "cgtrace-test$ ";
+
+/// A private tmux server (its own socket) with one session, killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn version() -> Option<String> {
+        let out = Command::new("tmux").arg("-V").output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A `WIDTH`×`HEIGHT` pane running an interactive `sh` with a known prompt, no status line.
+    fn start() -> Result<Self> {
+        let t = Self {
+            socket: format!("cgtrace-test-{}", std::process::id()),
+        };
+        t.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            &WIDTH.to_string(),
+            "-y",
+            &HEIGHT.to_string(),
+            &format!("env PS1='{PROMPT}' sh"),
+        ])?;
+        t.run(&["set-option", "-g", "status", "off"])?;
+        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+            s.contains(PROMPT.trim_end())
+        })?;
+        Ok(t)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("tmux")
+            .arg("-u") // UTF-8 whatever the locale: the view draws µ, ▼, █
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .context("running tmux")?;
+        ensure!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Types `text` literally.
+    fn type_text(&self, text: &str) -> Result<()> {
+        self.run(&["send-keys", "-t", "top", "-l", text]).map(drop)
+    }
+
+    /// Sends named keys (`Enter`, `Escape`, `C-u`).
+    fn keys(&self, keys: &[&str]) -> Result<()> {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        self.run(&args).map(drop)
+    }
+
+    fn screen(&self) -> Result<String> {
+        self.run(&["capture-pane", "-p", "-t", "top"])
+    }
+
+    /// A pane format variable (`#{alternate_on}`, `#{cursor_flag}`).
+    fn var(&self, name: &str) -> Result<String> {
+        Ok(self
+            .run(&[
+                "display-message",
+                "-p",
+                "-t",
+                "top",
+                &format!("#{{{name}}}"),
+            ])?
+            .trim()
+            .to_string())
+    }
+
+    /// Polls the screen until `ok` holds; the error shows the last screen.
+    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.screen()?;
+            if ok(&s) {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                bail!("timed out waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// A table cell under the column titled `title` (titles are right-aligned over their cells; a
+/// cell spans from the end of the previous title to the end of its own).
+fn cell(screen: &str, row_contains: &str, title: &str) -> Option<String> {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let header = lines
+        .iter()
+        .find(|l| l.starts_with(&['N', 'A', 'M', 'E']))?;
+    let row = lines
+        .iter()
+        .find(|l| l.iter().collect::<String>().contains(row_contains))?;
+    // Title tokens with their end positions.
+    let mut tokens = Vec::new();
+    let mut start = None;
+    for (i, c) in header.iter().chain(std::iter::once(&' ')).enumerate() {
+        match (c.is_whitespace(), start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                tokens.push((header[s..i].iter().collect::<String>(), i));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    let k = tokens
+        .iter()
+        .position(|(t, _)| t.trim_end_matches(['▲', '▼']) == title)?;
+    let from = if k == 0 { 0 } else { tokens[k - 1].1 };
+    let to = tokens[k].1.min(row.len());
+    // Values hold no spaces: the cell is the last word before the column's end (the first data
+    // column follows the left-aligned name).
+    let text: String = row.get(from..to)?.iter().collect();
+    Some(text.split_whitespace().last()?.to_string())
+}
+
+/// The P50 column of every row with a value, top to bottom.
+fn p50_column(screen: &str) -> Vec<f64> {
+    screen
+        .lines()
+        .skip_while(|l| !l.starts_with("NAME"))
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|r| cell(screen, r, "P50").and_then(|c| duration_ns(&c)))
+        .collect()
+}
+
+/// `812ns`, `6.1µs`, `2.21ms`, `1.50s` in ns.
+fn duration_ns(text: &str) -> Option<f64> {
+    for (unit, scale) in [("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)] {
+        if let Some(v) = text.strip_suffix(unit) {
+            return v.parse::<f64>().ok().map(|v| v * scale);
+        }
+    }
+    None
+}
+
+fn header_window(screen: &str) -> Option<String> {
+    let line = screen.lines().nth(2)?;
+    let i = line.find("window #")?;
+    Some(line[i..].split_whitespace().nth(1)?.to_string())
+}
+
+#[test]
+fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let Some(version) = Tmux::version() else {
+        eprintln!("skipping: tmux is not installed (apt-get install tmux)");
+        return Ok(());
+    };
+    if cpus() < 2 {
+        eprintln!("skipping: needs 2 CPUs");
+        return Ok(());
+    }
+    eprintln!("{version}");
+    // The setup of `crowded_sleeper_waits_longer_than_quiet_sleeper`: a sleeper at the lowest
+    // weight next to three spinners on CPU 1 waits milliseconds; the same sleeper alone on CPU 0
+    // waits microseconds.
+    let spin = TestCgroup::new("top-spin")?;
+    let crowded = TestCgroup::new("top-crowded")?;
+    let quiet = TestCgroup::new("top-quiet")?;
+    crowded.set_lowest_weight()?;
+    quiet.set_lowest_weight()?;
+    let _spin = workload::spin(3, &spin.procs_file(), Some(1))?;
+    let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
+    let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
+
+    let log = std::env::temp_dir().join(format!("cgtrace-top-test-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let tmux = Tmux::start()?;
+    tmux.type_text(&format!(
+        "{} top --interval 1000 --log {}; echo cgtrace-exit=$?",
+        cgtrace_bin().display(),
+        log.display()
+    ))?;
+    tmux.keys(&["Enter"])?;
+
+    // Live, on the alternate screen, both rows with numbers.
+    let mut screen = tmux.wait_for("both test cgroups", Duration::from_secs(30), |s| {
+        [&crowded.rel, &quiet.rel]
+            .iter()
+            .all(|r| cell(s, r, "P50").and_then(|c| duration_ns(&c)).is_some())
+    })?;
+    ensure!(
+        tmux.var("alternate_on")? == "1",
+        "not on the alternate screen"
+    );
+    ensure!(screen.contains("LIVE"), "header shows LIVE:\n{screen}");
+
+    // The crowded cgroup's row shows the higher run-queue latency, window after window.
+    // Three windows (of at most eight: a burst of load on the quiet CPU can spoil one) where
+    // the crowded cgroup's median wait is above the quiet one's.
+    let mut seen = Vec::new();
+    let idle0 = workload::cpu_idle_ticks(0);
+    let t0 = Instant::now();
+    let mut good = 0;
+    while good < 3 {
+        let w = header_window(&screen);
+        let p50 = |rel: &str| cell(&screen, rel, "P50").and_then(|c| duration_ns(&c));
+        let p99 = |rel: &str| cell(&screen, rel, "P99").and_then(|c| duration_ns(&c));
+        let (c50, q50) = (p50(&crowded.rel), p50(&quiet.rel));
+        let (c99, q99) = (p99(&crowded.rel), p99(&quiet.rel));
+        eprintln!(
+            "window {w:?}: crowded p50 {c50:?} p99 {c99:?} ns, quiet p50 {q50:?} p99 {q99:?} ns"
+        );
+        if let (Some(c50), Some(q50)) = (c50, q50)
+            && c50 > q50
+        {
+            good += 1;
+        }
+        seen.push(w.clone());
+        if seen.len() >= 8 && good < 3 {
+            let idle = workload::cpu_idle_ticks(0).saturating_sub(idle0) as f64
+                / (t0.elapsed().as_secs_f64() * workload::clock_ticks() as f64);
+            bail!(
+                "crowded p50 above quiet p50 in only {good} of {} windows (CPU 0 was idle {:.0} % \
+                 of the time: something else ran on the quiet CPU?); last screen:\n{screen}",
+                seen.len(),
+                idle * 100.0
+            );
+        }
+        screen = tmux.wait_for("the next window", Duration::from_secs(10), |s| {
+            header_window(s) != w
+        })?;
+    }
+
+    // Sort: two columns right is P50, largest first; reversed, smallest first; then back.
+    let sorted = |s: &str, descending: bool| {
+        let v = p50_column(s);
+        v.len() >= 2
+            && v.windows(2).all(|w| {
+                if descending {
+                    w[0] >= w[1]
+                } else {
+                    w[0] <= w[1]
+                }
+            })
+    };
+    tmux.type_text(">>")?;
+    tmux.wait_for("rows by P50, descending", Duration::from_secs(5), |s| {
+        s.contains("sort P50▼") && sorted(s, true)
+    })?;
+    tmux.type_text("r")?;
+    tmux.wait_for("rows by P50, ascending", Duration::from_secs(5), |s| {
+        s.contains("sort P50▲") && sorted(s, false)
+    })?;
+    tmux.type_text("<<")?;
+    tmux.wait_for("sort by WAIT/s", Duration::from_secs(5), |s| {
+        s.contains("sort WAIT/s▼")
+    })?;
+
+    // Filter: only the quiet cgroup, then only the crowded one.
+    tmux.type_text("/top-quiet")?;
+    tmux.keys(&["Enter"])?;
+    tmux.wait_for("the quiet cgroup alone", Duration::from_secs(5), |s| {
+        s.contains(&quiet.rel) && !s.contains(&crowded.rel) && s.contains("substring \"top-quiet\"")
+    })?;
+    tmux.type_text("/")?;
+    tmux.keys(&["C-u"])?;
+    tmux.type_text("top-crowded")?;
+    tmux.keys(&["Enter"])?;
+    tmux.wait_for("the crowded cgroup alone", Duration::from_secs(5), |s| {
+        s.contains(&crowded.rel) && !s.contains(&quiet.rel)
+    })?;
+
+    // Detail pane of the crowded cgroup: its histogram by wait kind.
+    tmux.keys(&["Enter"])?;
+    let s = tmux.wait_for("the detail pane", Duration::from_secs(5), |s| {
+        s.contains("Run-queue latency") && s.contains("usecs") && s.contains("wakeup")
+    })?;
+    ensure!(
+        s.matches(crowded.rel.as_str()).count() >= 2,
+        "detail pane names the cgroup:\n{s}"
+    );
+
+    // Help overlay, closed by Esc (which then closes the detail pane, and quits only after).
+    tmux.type_text("?")?;
+    tmux.wait_for("the help overlay", Duration::from_secs(5), |s| {
+        s.contains("any key closes") && s.contains("q Ctrl-C F10")
+    })?;
+    tmux.keys(&["Escape"])?;
+    tmux.wait_for("the help to close", Duration::from_secs(5), |s| {
+        !s.contains("any key closes") && s.contains("Run-queue latency")
+    })?;
+
+    // Quit: the shell is back, on the normal screen, with a visible cursor and a sane tty.
+    tmux.type_text("q")?;
+    let s = tmux.wait_for("cgtrace to exit", Duration::from_secs(20), |s| {
+        s.contains("cgtrace-exit=")
+    })?;
+    ensure!(s.contains("cgtrace-exit=0"), "exit status:\n{s}");
+    ensure!(tmux.var("alternate_on")? == "0", "alternate screen left on");
+    ensure!(tmux.var("cursor_flag")? == "1", "cursor left hidden");
+    for leftover in ["NAME", "WAIT/s", "LIVE", "Run-queue latency"] {
+        ensure!(
+            !s.contains(leftover),
+            "{leftover:?} left on the screen:\n{s}"
+        );
+    }
+    tmux.type_text("stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo stty-done")?;
+    tmux.keys(&["Enter"])?;
+    let s = tmux.wait_for("stty", Duration::from_secs(5), |s| {
+        s.lines()
+            .any(|l| l.ends_with("stty-done") && !l.contains("grep"))
+    })?;
+    let modes = s
+        .lines()
+        .find(|l| l.ends_with("stty-done") && !l.contains("grep"))
+        .unwrap_or_default();
+    ensure!(
+        modes.split_whitespace().any(|m| m == "icanon")
+            && modes.split_whitespace().any(|m| m == "echo"),
+        "terminal left in raw mode: {modes:?}"
+    );
+    ensure!(
+        s.lines()
+            .rfind(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.starts_with(PROMPT.trim_end())),
+        "no shell prompt at the end:\n{s}"
+    );
+
+    // Logs went to the file, not the screen.
+    let logged = std::fs::read_to_string(&log).context("reading the log file")?;
+    ensure!(
+        logged.contains("tracing started") && logged.contains("cgtrace top stopped"),
+        "log file: {logged}"
+    );
+    let _ = std::fs::remove_file(&log);
+    eprintln!("windows seen: {seen:?}");
+    Ok(())
+}
+
+#[test]
+fn top_refuses_without_a_terminal() -> Result<()> {
+    let out = Command::new(cgtrace_bin())
+        .arg("top")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running cgtrace top")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "exit status {:?}", out.status);
+    ensure!(
+        err.contains("needs a terminal") && err.lines().count() == 1,
+        "stderr: {err}"
+    );
+    ensure!(out.stdout.is_empty(), "nothing on stdout");
+    Ok(())
+}
+
+#[test]
+fn cell_reads_right_aligned_columns() {
+    let screen = "\
+ LIVE  host
+x
+sort WAIT/s▼ · flat · interval 1s · window #7 12:00:00Z (1s)
+NAME                 WAIT/s▼   N/s    P50    P99
+/a                     1.2ms   900 2.21ms  9.9ms
+··/b/c                 812ns     3  6.1µs   70µs
+";
+    assert_eq!(cell(screen, "/a", "P50").as_deref(), Some("2.21ms"));
+    assert_eq!(cell(screen, "/b/c", "P99").as_deref(), Some("70µs"));
+    assert_eq!(cell(screen, "/b/c", "WAIT/s").as_deref(), Some("812ns"));
+    assert_eq!(duration_ns("6.1µs"), Some(6100.0));
+    assert_eq!(duration_ns("1.50s"), Some(1.5e9));
+    assert_eq!(header_window(screen).as_deref(), Some("#7"));
+    assert_eq!(p50_column(screen), [2_210_000.0, 6100.0]);
+}
