@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cgtrace set-up, build, run and test on a fresh Debian bookworm machine with rustup, as root.
 #
-#   scripts/setup.sh run [ARGS…]  install what is missing, build, start `cgtrace stream ARGS…`
+#   scripts/setup.sh run [ARGS…]  install what is missing, build, start `cgtrace top ARGS…`
+#                                 (`cgtrace stream ARGS…` when not on a terminal)
 #   scripts/setup.sh test         install what is missing, build, run the whole test suite
 #   scripts/setup.sh deps         only install what is missing
 #
@@ -110,7 +111,13 @@ run_tests() {
 
 case "${1:-}" in
   deps) deps ;;
-  run) shift; deps; build; say "starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
+  run)
+    shift; deps; build
+    # The live view on a terminal; the NDJSON stream when piped (no terminal to draw on).
+    if [ -t 0 ] && [ -t 1 ]; then
+      say "starting cgtrace top $*"; exec target/release/cgtrace top "$@"
+    fi
+    say "no terminal: starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
   test) deps; build; run_tests ;;
   *) die "usage: $0 run [ARGS…] | test | deps" ;;
 esac

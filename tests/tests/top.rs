@@ -334,8 +334,10 @@ fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Resul
 
     // Quit: the shell is back, on the normal screen, with a visible cursor and a sane tty.
     tmux.type_text("q")?;
+    // The typed command itself contains `cgtrace-exit=$?`: wait for the echoed number.
     let s = tmux.wait_for("cgtrace to exit", Duration::from_secs(20), |s| {
-        s.contains("cgtrace-exit=")
+        s.match_indices("cgtrace-exit=")
+            .any(|(i, m)| s[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
     })?;
     ensure!(s.contains("cgtrace-exit=0"), "exit status:\n{s}");
     ensure!(tmux.var("alternate_on")? == "0", "alternate screen left on");
@@ -413,4 +415,52 @@ NAME                 WAIT/s▼   N/s    P50    P99
     assert_eq!(duration_ns("1.50s"), Some(1.5e9));
     assert_eq!(header_window(screen).as_deref(), Some("#7"));
     assert_eq!(p50_column(screen), [2_210_000.0, 6100.0]);
+}
+
+/// A terminal that goes away (the tmux server killed: SIGHUP, then a dead tty) ends the view:
+/// it used to stop drawing but spin at full CPU in the input thread, never exiting.
+#[test]
+fn top_exits_when_its_terminal_goes_away() -> Result<()> {
+    if !cgtrace_tests::can_trace() {
+        return Ok(());
+    }
+    if Tmux::version().is_none() {
+        eprintln!("skipping: tmux is not installed (apt-get install tmux)");
+        return Ok(());
+    }
+    let log = std::env::temp_dir().join(format!("cgtrace-top-hup-{}.log", std::process::id()));
+    let tmux = Tmux::start()?;
+    tmux.type_text(&format!(
+        "{} top --interval 500 --log {}",
+        cgtrace_tests::stream::cgtrace_bin().display(),
+        log.display()
+    ))?;
+    tmux.keys(&["Enter"])?;
+    tmux.wait_for("the view", Duration::from_secs(30), |s| {
+        s.contains("cgtrace")
+    })?;
+    let pids = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", &format!("top --interval 500 --log {}", log.display())])
+            .output()?
+            .stdout,
+    )?;
+    let pid: i32 = pids
+        .lines()
+        .next()
+        .context("cgtrace top's pid")?
+        .trim()
+        .parse()?;
+    drop(tmux); // kill-server: the pane's processes get SIGHUP and lose their tty
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // SAFETY: signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        ensure!(
+            Instant::now() < deadline,
+            "cgtrace top (pid {pid}) still running 5 s after its terminal went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_file(&log);
+    Ok(())
 }
