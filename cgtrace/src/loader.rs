@@ -305,7 +305,7 @@ fn attach_throttle(
     for mode in order {
         let attempt = match mode {
             ThrottleMode::Fentry => attach_throttle_fentry(ebpf, btf),
-            ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf),
+            ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf, btf),
             ThrottleMode::Tgwalk => attach_throttle_tgwalk(ebpf, btf),
             _ => attach_throttle_tracepoint(ebpf, btf, layout),
         };
@@ -384,84 +384,108 @@ fn attach_throttle_tracepoint(
     ))
 }
 
-fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
-    for (program, function, exit) in [
-        ("throttle_cfs_rq_fexit", "throttle_cfs_rq", true),
-        ("unthrottle_cfs_rq_fentry", "unthrottle_cfs_rq", false),
-        ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", true),
-    ] {
+/// A tracing program on a kernel function: fentry, fexit, or a kprobe/kretprobe (aya's `KProbe`
+/// covers both; the kind comes from the program's section).
+#[derive(Clone, Copy)]
+enum Hook {
+    Fentry,
+    Fexit,
+    Kprobe,
+}
+
+/// Loads and attaches each `(program, kernel function, hook)`.
+fn attach_hooks(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    set: &[(&'static str, &str, Hook)],
+) -> Result<(), LoadError> {
+    for &(program, function, hook) in set {
         let err = |source| LoadError::Program { program, source };
         let prog = ebpf
             .program_mut(program)
             .ok_or(err(ProgramError::NotLoaded))?;
-        if exit {
-            let p: &mut FExit = prog.try_into().map_err(err)?;
-            p.load(function, btf).map_err(err)?;
-            p.attach().map_err(err)?;
-        } else {
-            let p: &mut FEntry = prog.try_into().map_err(err)?;
-            p.load(function, btf).map_err(err)?;
-            p.attach().map_err(err)?;
+        match hook {
+            Hook::Fentry => {
+                let p: &mut FEntry = prog.try_into().map_err(err)?;
+                p.load(function, btf).map_err(err)?;
+                p.attach().map_err(err)?;
+            }
+            Hook::Fexit => {
+                let p: &mut FExit = prog.try_into().map_err(err)?;
+                p.load(function, btf).map_err(err)?;
+                p.attach().map_err(err)?;
+            }
+            Hook::Kprobe => {
+                let p: &mut KProbe = prog.try_into().map_err(err)?;
+                p.load().map_err(err)?;
+                p.attach(function, 0).map_err(err)?;
+            }
         }
     }
+    Ok(())
+}
+
+fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
+    attach_hooks(
+        ebpf,
+        btf,
+        &[
+            ("throttle_cfs_rq_fexit", "throttle_cfs_rq", Hook::Fexit),
+            (
+                "unthrottle_cfs_rq_fentry",
+                "unthrottle_cfs_rq",
+                Hook::Fentry,
+            ),
+            ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", Hook::Fexit),
+        ],
+    )?;
     Ok("fexit throttle_cfs_rq (cfs_rq->throttled re-checked), fentry/fexit unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
 }
 
-fn attach_throttle_kprobe(ebpf: &mut Ebpf) -> Result<String, LoadError> {
-    // aya's KProbe covers kretprobes too (the kind comes from the program's section).
-    for (program, function) in [
-        ("throttle_cfs_rq_kprobe", "throttle_cfs_rq"),
-        ("throttle_cfs_rq_kretprobe", "throttle_cfs_rq"),
-        ("unthrottle_cfs_rq_kprobe", "unthrottle_cfs_rq"),
-        ("unthrottle_cfs_rq_kretprobe", "unthrottle_cfs_rq"),
-    ] {
-        let err = |source| LoadError::Program { program, source };
-        let p: &mut KProbe = ebpf
-            .program_mut(program)
-            .ok_or(err(ProgramError::NotLoaded))?
-            .try_into()
-            .map_err(err)?;
-        p.load().map_err(err)?;
-        p.attach(function, 0).map_err(err)?;
-    }
+fn attach_throttle_kprobe(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
+    attach_hooks(
+        ebpf,
+        btf,
+        &[
+            ("throttle_cfs_rq_kprobe", "throttle_cfs_rq", Hook::Kprobe),
+            ("throttle_cfs_rq_kretprobe", "throttle_cfs_rq", Hook::Kprobe),
+            (
+                "unthrottle_cfs_rq_kprobe",
+                "unthrottle_cfs_rq",
+                Hook::Kprobe,
+            ),
+            (
+                "unthrottle_cfs_rq_kretprobe",
+                "unthrottle_cfs_rq",
+                Hook::Kprobe,
+            ),
+        ],
+    )?;
     Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
 }
 
 /// tg-walk: the first group of `tg_throttle_down`'s pre-order walk whose parent is not throttled
-/// on that CPU opens the episode; `tg_unthrottle_up` closes it.
+/// on that CPU opens the episode; `tg_unthrottle_up` closes it. fentry, else kprobes.
 fn attach_throttle_tgwalk(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
-    let fentry = (|| -> Result<(), LoadError> {
-        for (program, function) in [
-            ("tg_throttle_down_fentry", "tg_throttle_down"),
-            ("tg_unthrottle_up_fentry", "tg_unthrottle_up"),
-        ] {
-            let err = |source| LoadError::Program { program, source };
-            let p: &mut FEntry = ebpf
-                .program_mut(program)
-                .ok_or(err(ProgramError::NotLoaded))?
-                .try_into()
-                .map_err(err)?;
-            p.load(function, btf).map_err(err)?;
-            p.attach().map_err(err)?;
-        }
-        Ok(())
-    })();
+    let fentry = attach_hooks(
+        ebpf,
+        btf,
+        &[
+            ("tg_throttle_down_fentry", "tg_throttle_down", Hook::Fentry),
+            ("tg_unthrottle_up_fentry", "tg_unthrottle_up", Hook::Fentry),
+        ],
+    );
     if fentry.is_ok() {
         return Ok("fentry tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into());
     }
-    for (program, function) in [
-        ("tg_throttle_down_kprobe", "tg_throttle_down"),
-        ("tg_unthrottle_up_kprobe", "tg_unthrottle_up"),
-    ] {
-        let err = |source| LoadError::Program { program, source };
-        let p: &mut KProbe = ebpf
-            .program_mut(program)
-            .ok_or(err(ProgramError::NotLoaded))?
-            .try_into()
-            .map_err(err)?;
-        p.load().map_err(err)?;
-        p.attach(function, 0).map_err(err)?;
-    }
+    attach_hooks(
+        ebpf,
+        btf,
+        &[
+            ("tg_throttle_down_kprobe", "tg_throttle_down", Hook::Kprobe),
+            ("tg_unthrottle_up_kprobe", "tg_unthrottle_up", Hook::Kprobe),
+        ],
+    )?;
     Ok("kprobe tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into())
 }
 

@@ -193,9 +193,10 @@ fn run_under_quota(
     Ok(lines)
 }
 
-/// Bursts well under the quota on average (2 threads x 80 ms every 500 ms = 0.32 CPUs of a 1-CPU
+/// Bursts well under the quota on average (2 threads x 150 ms every second = 0.3 CPUs of a 1-CPU
 /// quota) still get throttled, and that is flagged with a burst suggestion within the quota; a
-/// steady load under the quota is not flagged.
+/// steady load under the quota is not flagged. A burst lasts longer than a period, so whatever its
+/// alignment a whole period sees 200 ms of demand against 100 ms of quota.
 #[test]
 fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()> {
     if !can_trace() {
@@ -209,8 +210,8 @@ fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()>
     // Usage needs the cpuacct hierarchy on v1: make the same cgroup there.
     let _acct = cpuacct_twin(&bursty)?;
     let mut cmd = Command::new(workload::bin("burst"));
-    cmd.args(["2", "80", "500"]);
-    let lines = run_under_quota(&bursty, _acct.as_ref(), 100_000, cmd, 5)?;
+    cmd.args(["2", "150", "1000"]);
+    let lines = run_under_quota(&bursty, _acct.as_ref(), 100_000, cmd, 6)?;
     let (thr, _, _) = ours(&lines, &bursty.rel);
     assert!(thr > 0, "the bursts were throttled");
     let flags = flag_codes(&lines, &bursty.rel);
