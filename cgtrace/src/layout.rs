@@ -147,6 +147,11 @@ pub fn resolve_throttle(
     layout.tg_cfs_rq = f("task_group", "cfs_rq")?.offset;
     layout.tg_parent = f("task_group", "parent")?.offset;
     layout.rq_cpu = f("rq", "cpu")?.offset;
+    layout.hrtimer_expires = btf
+        .field_path("hrtimer", "node.expires")
+        .ok_or_else(|| miss("hrtimer.node.expires"))?
+        .offset;
+    layout.cfs_b_period = f("cfs_bandwidth", "period")?.offset;
     let sym = |name: &str| {
         syms.get(name).copied().ok_or_else(|| {
             miss(&format!(

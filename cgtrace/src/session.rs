@@ -2,37 +2,39 @@
 //! aggregator, turning the kernel's data into one [`Window`] per call. The stream (and later the
 //! view and the recorder) drive it; none of them talks to BPF directly.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::{
+    collections::HashMap as StdHashMap,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
 
 use anyhow::{Context as _, anyhow};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use cgtrace_common::{
-    event::{EventHeader, KIND_RUNQ_WAIT, read_pod},
+    event::{
+        EventHeader, KIND_RUNQ_WAIT, KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE,
+        read_pod,
+    },
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
     runq::{RunqEvent, WaitKind},
-};
-
-use std::collections::HashMap as StdHashMap;
-
-use cgtrace_common::{
-    event::{KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
     throttle::{
         CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, PeriodEvent, SliceEvent,
         ThrottleEvent,
     },
 };
+use tokio::{
+    io::unix::AsyncFd,
+    time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at},
+};
 
 use crate::{
-    aggregate::Aggregator,
-    aggregate::{CpuFiles, WindowInput},
+    aggregate::{Aggregator, CpuFiles, WindowInput},
     burners::{Burners, ThrottledPeriod},
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     loader::{TraceOptions, Tracer},
     runq::{RunqReader, comm_str, decode_event},
-    snapshot::ThrottleLine,
-    snapshot::{CgroupLayoutInfo, Hello, HistSpec, RunqWait, SCHEMA, Window},
+    snapshot::{CgroupLayoutInfo, Hello, HistSpec, RunqWait, SCHEMA, ThrottleLine, Window},
     throttle::{self, Episodes, ThrottleReader},
 };
 
@@ -346,5 +348,83 @@ pub fn drain_ring(
             },
             _ => stats.undecodable += 1,
         }
+    }
+}
+
+/// What one turn of the [`Pump`] produced.
+pub enum Pumped {
+    /// The ring buffer was drained (its records are in the session's drain state).
+    Drained,
+    /// A window ended.
+    Window(Box<Window>),
+}
+
+/// The one collection loop of a live session, shared by the stream and the view: drains the ring
+/// buffer when it signals (or every 200 ms) and ends a window on every interval tick. Callers
+/// `select!` on [`Pump::next`] next to their own events (signals, keys, a deadline); `next` is
+/// cancel-safe, as it changes nothing until its only await has returned.
+pub struct Pump {
+    pub session: Session,
+    ring: AsyncFd<RingBuf<MapData>>,
+    tick: Interval,
+    drain_tick: Interval,
+}
+
+impl Pump {
+    /// Starts tracing. Must run inside a tokio runtime (the ring buffer is registered with it).
+    pub fn start(opts: &SessionOptions) -> anyhow::Result<Self> {
+        let (session, ring) = Session::start(opts)?;
+        // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring`
+        // drops.
+        let ring = unsafe { AsyncFd::register(ring) }
+            .map_err(|e| anyhow!("polling the ring buffer: {e}"))?;
+        let mut pump = Self {
+            session,
+            ring,
+            tick: interval(opts.interval),
+            drain_tick: interval(Duration::from_millis(200)),
+        };
+        pump.set_interval(opts.interval);
+        Ok(pump)
+    }
+
+    /// Windows end every `every` from now on.
+    pub fn set_interval(&mut self, every: Duration) {
+        self.tick = interval_at(TokioInstant::now() + every, every);
+        self.tick
+            .set_missed_tick_behavior(MissedTickBehavior::Delay);
+    }
+
+    /// Waits for the ring buffer or a tick, drains, and ends a window on an interval tick.
+    /// Run-queue waits go to `waits` when given (event lines).
+    pub async fn next(&mut self, waits: Option<&mut Vec<RunqEvent>>) -> anyhow::Result<Pumped> {
+        let window = tokio::select! {
+            r = self.ring.readable_mut() => {
+                if let Ok(mut guard) = r {
+                    guard.clear_ready();
+                }
+                false
+            }
+            _ = self.drain_tick.tick() => false,
+            _ = self.tick.tick() => true,
+        };
+        self.drain(waits);
+        if window {
+            Ok(Pumped::Window(Box::new(self.session.next_window()?)))
+        } else {
+            Ok(Pumped::Drained)
+        }
+    }
+
+    /// Drains what is pending now.
+    pub fn drain(&mut self, waits: Option<&mut Vec<RunqEvent>>) {
+        drain_ring(self.ring.get_mut(), &mut self.session.drain, waits);
+    }
+
+    /// Drains, then ends the current (partial) window: the last one before stopping, so nothing
+    /// traced goes unreported.
+    pub fn last_window(&mut self, waits: Option<&mut Vec<RunqEvent>>) -> anyhow::Result<Window> {
+        self.drain(waits);
+        self.session.next_window()
     }
 }

@@ -7,15 +7,15 @@ use std::{
     time::Duration,
 };
 
+use cgtrace_common::runq::RunqEvent;
 use serde::Serialize;
 use tokio::{
-    io::unix::AsyncFd,
     signal::unix::{SignalKind, signal},
-    time::{MissedTickBehavior, interval, sleep},
+    time::sleep,
 };
 
 use crate::{
-    session::{Session, SessionOptions, drain_ring},
+    session::{Pump, Pumped, Session, SessionOptions},
     snapshot::CgroupWindow,
 };
 
@@ -38,10 +38,25 @@ fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> 
     }
 }
 
-enum Wake {
-    Ring,
-    Window,
-    Stop,
+/// Prints the event lines drained since the last call; `Ok(false)` when the reader went away.
+fn emit_events<W: Write>(
+    out: &mut W,
+    session: &mut Session,
+    waits: &mut Vec<RunqEvent>,
+) -> anyhow::Result<bool> {
+    for ev in std::mem::take(waits) {
+        let line = session.runq_wait(&ev);
+        if !emit(out, &line)? {
+            return Ok(false);
+        }
+    }
+    for (ev, period) in std::mem::take(&mut session.drain_stats().throttle_lines) {
+        let line = session.throttle_line(&ev, period);
+        if !emit(out, &line)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Runs the stream until `duration` (if any), a signal, or a closed stdout.
@@ -53,88 +68,54 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    let (mut session, ring) = Session::start(&opts)?;
-    // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring` drops.
-    let mut ring = unsafe { AsyncFd::register(ring) }
-        .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+    let mut pump = Pump::start(&opts)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
-    if !emit(&mut out, &session.hello)? {
+    if !emit(&mut out, &pump.session.hello)? {
         return Ok(());
     }
-    let mut tick = interval(opts.interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate
-    let mut drain_tick = interval(Duration::from_millis(200));
+    pump.session.drain_stats().keep_throttle_lines = events;
     let deadline = sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut windows = 0u64;
-    let mut open = true;
     let mut waits = Vec::new();
-    session.drain_stats().keep_throttle_lines = events;
     loop {
-        let wake = tokio::select! {
-            r = ring.readable_mut() => {
-                if let Ok(mut guard) = r {
-                    guard.clear_ready();
-                }
-                Wake::Ring
-            }
-            _ = drain_tick.tick() => Wake::Ring,
-            _ = tick.tick() => Wake::Window,
-            _ = sigint.recv() => Wake::Stop,
-            _ = sigterm.recv() => Wake::Stop,
-            () = &mut deadline => Wake::Stop,
+        let pumped = tokio::select! {
+            p = pump.next(events.then_some(&mut waits)) => Some(p?),
+            _ = sigint.recv() => None,
+            _ = sigterm.recv() => None,
+            () = &mut deadline => None,
         };
-        drain_ring(
-            ring.get_mut(),
-            session.drain_stats(),
-            events.then_some(&mut waits),
-        );
-        for ev in waits.drain(..) {
-            let line = session.runq_wait(&ev);
-            if !emit(&mut out, &line)? {
-                open = false;
-            }
+        // A reader that went away ends the stream (the programs detach when `pump` drops).
+        if !emit_events(&mut out, &mut pump.session, &mut waits)? {
+            return Ok(());
         }
-        let episodes = std::mem::take(&mut session.drain_stats().throttle_lines);
-        for (ev, period) in episodes {
-            let line = session.throttle_line(&ev, period);
-            if !emit(&mut out, &line)? {
-                open = false;
-            }
-        }
-        if !open {
-            break;
-        }
-        match wake {
-            Wake::Ring => {}
-            Wake::Window => {
-                let w = session.next_window()?;
+        match pumped {
+            None => break,
+            Some(Pumped::Drained) => {}
+            Some(Pumped::Window(w)) => {
                 windows += 1;
                 if !emit(&mut out, &w)? {
-                    open = false;
-                    break;
+                    return Ok(());
                 }
             }
-            Wake::Stop => break,
         }
     }
-    if open {
-        // The partial last window, so nothing traced is left unreported.
-        let w = session.next_window()?;
-        windows += 1;
-        if emit(&mut out, &w)? && summary {
-            let totals = session.totals();
-            emit(
-                &mut out,
-                &Summary {
-                    kind: "summary",
-                    windows,
-                    cgroups: &totals,
-                },
-            )?;
-        }
+    // The partial last window, so nothing traced is left unreported.
+    let w = pump.last_window(events.then_some(&mut waits))?;
+    if !emit_events(&mut out, &mut pump.session, &mut waits)? {
+        return Ok(());
     }
-    drop(session); // detaches every program
+    windows += 1;
+    if emit(&mut out, &w)? && summary {
+        let totals = pump.session.totals();
+        emit(
+            &mut out,
+            &Summary {
+                kind: "summary",
+                windows,
+                cgroups: &totals,
+            },
+        )?;
+    }
     Ok(())
 }

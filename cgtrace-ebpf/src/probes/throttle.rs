@@ -278,11 +278,24 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
             s
         }
     };
+    // A late expiry covers several periods, counted as the kernel's `hrtimer_forward_now` does.
+    // SAFETY: helper without preconditions.
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    let expires = read::<u64, false>(timer, layout!(hrtimer_expires)).unwrap_or(now_ns);
+    let period = read::<u64, false>(cfs_b, layout!(cfs_b_period)).unwrap_or(0);
+    let overrun = if period > 0 && now_ns > expires {
+        ((now_ns - expires) / period + 1).min(1000)
+    } else {
+        1
+    };
     // SAFETY: live map value; one timer per group, but entries may be read concurrently.
     unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_periods, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_periods, overrun);
         if throttled {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_throttled, 1);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stats).nr_throttled,
+                overrun,
+            );
         }
     }
     // Period boundaries of watched groups delimit the slices of each period.

@@ -11,15 +11,13 @@ use std::{
 
 use anyhow::{Context as _, anyhow};
 use tokio::{
-    io::unix::AsyncFd,
     signal::unix::{SignalKind, signal},
     sync::mpsc::{UnboundedReceiver, unbounded_channel},
-    time::{Instant, MissedTickBehavior, interval, interval_at},
 };
 
 use super::event::Event;
 use crate::{
-    session::{Session, SessionOptions, drain_ring},
+    session::{Pump, Pumped, SessionOptions},
     snapshot::{Hello, Window},
 };
 
@@ -115,8 +113,7 @@ pub fn spawn_live(
 }
 
 enum Wake {
-    Ring,
-    Window,
+    Pumped(Pumped),
     Control(Option<Control>),
     Signal(&'static str),
 }
@@ -133,57 +130,39 @@ async fn live(
             signal(SignalKind::hangup())?,
             signal(SignalKind::interrupt())?,
         );
-        let (session, ring) = Session::start(&opts)?;
-        // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring`
-        // drops.
-        let ring = unsafe { AsyncFd::register(ring) }
-            .map_err(|e| anyhow!("polling the ring buffer: {e}"))?;
-        anyhow::Ok((sigs, session, ring))
+        anyhow::Ok((sigs, Pump::start(&opts)?))
     })();
-    let ((mut sigterm, mut sighup, mut sigint), mut session, mut ring) = match started {
+    let ((mut sigterm, mut sighup, mut sigint), mut pump) = match started {
         Ok(s) => s,
         Err(e) => {
             let _ = ready.send(Err(e));
             return Ok(());
         }
     };
-    let _ = ready.send(Ok(session.hello.clone()));
+    let _ = ready.send(Ok(pump.session.hello.clone()));
     log::info!(
         "tracing started: interval {:?}, families {:?}",
         opts.interval,
-        session.hello.families
+        pump.session.hello.families
     );
-    let mut tick = interval_at(Instant::now() + opts.interval, opts.interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut drain_tick = interval(Duration::from_millis(200));
     loop {
         let wake = tokio::select! {
-            r = ring.readable_mut() => {
-                if let Ok(mut guard) = r {
-                    guard.clear_ready();
-                }
-                Wake::Ring
-            }
-            _ = drain_tick.tick() => Wake::Ring,
-            _ = tick.tick() => Wake::Window,
+            p = pump.next(None) => Wake::Pumped(p?),
             c = control.recv() => Wake::Control(c),
             _ = sigterm.recv() => Wake::Signal("SIGTERM"),
             _ = sighup.recv() => Wake::Signal("SIGHUP"),
             _ = sigint.recv() => Wake::Signal("SIGINT"),
         };
-        drain_ring(ring.get_mut(), session.drain_stats(), None);
         match wake {
-            Wake::Ring => {}
-            Wake::Window => {
-                let w = session.next_window()?;
-                if events.send(Event::Window(Box::new(w))).is_err() {
+            Wake::Pumped(Pumped::Drained) => {}
+            Wake::Pumped(Pumped::Window(w)) => {
+                if events.send(Event::Window(w)).is_err() {
                     break;
                 }
             }
             Wake::Control(Some(Control::SetInterval(d))) => {
                 log::info!("interval set to {d:?}");
-                tick = interval_at(Instant::now() + d, d);
-                tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                pump.set_interval(d);
             }
             Wake::Control(Some(Control::Stop) | None) => break,
             Wake::Signal(name) => {
@@ -192,7 +171,7 @@ async fn live(
             }
         }
     }
-    drop(session); // detaches every program
+    drop(pump); // detaches every program
     log::info!("tracing stopped");
     Ok(())
 }
