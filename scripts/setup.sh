@@ -104,7 +104,7 @@ run_tests() {
   cargo test --locked
   say "privileged tests on this kernel (real cgroups, real load)"
   cargo test --locked --release -p cgtrace-tests -- --test-threads=1
-  say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2): runq, throttle in fentry and kprobe modes"
+  say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2): runq, and throttle in fentry, kprobe and tgwalk modes"
   cargo xtask vm fetch
   cargo xtask vm matrix --bin target/release/cgtrace
 }

@@ -19,9 +19,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Write per-cgroup run-queue latency as NDJSON to stdout, one line per interval.
+    /// Write per-cgroup run-queue latency and CFS throttling as NDJSON to stdout, one line per
+    /// interval.
     Stream(StreamArgs),
-    /// Live full-screen view of per-cgroup run-queue latency (press ? for keys).
+    /// Live full-screen view of per-cgroup run-queue latency and throttling (press ? for keys).
     Top(TopArgs),
     /// Probe the kernel and say which attach mode each feature would use.
     Doctor,
@@ -57,7 +58,8 @@ struct StreamArgs {
     /// Do not print the closing `summary` line with since-start histograms.
     #[arg(long)]
     no_summary: bool,
-    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line.
+    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line, and each
+    /// throttle episode as a `throttle` line.
     #[arg(long)]
     events: bool,
 }
