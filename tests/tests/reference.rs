@@ -20,12 +20,16 @@ fn runqlat_agrees_on_median_and_p99() -> anyhow::Result<()> {
     let cpu = Some(cpus() - 1);
     let busy = TestCgroup::new("ref-busy")?;
     let solo = TestCgroup::new("ref-solo")?;
-    // A spinner on the same CPU gives the sleeper a real distribution of waits.
-    let _spin = workload::spin(1, &busy.procs_file(), cpu)?;
-    let sleeper = workload::sleeper(700, Some(&solo.procs_file()), cpu, false)?;
+    // Spinners on the same CPU and the lowest weight for the sleeper's cgroup give it waits of
+    // milliseconds: a median well inside a log2 bucket. (A sleeper at normal weight waits a few
+    // microseconds, with its median on the 4 µs bucket edge, where a few hundred nanoseconds of
+    // difference between two tools' timestamps decide the bucket.)
+    solo.set_lowest_weight()?;
+    let _spin = workload::spin(2, &busy.procs_file(), cpu)?;
+    let sleeper = workload::sleeper(1000, Some(&solo.procs_file()), cpu, false)?;
     let reference = Runqlat::start_for_pid(sleeper.pid())?;
     let mut s = Stream::start(&["--interval", "1000"])?;
-    let windows = s.windows(5)?;
+    let windows = s.windows(6)?;
     drop(s);
     let theirs = reference.stop()?;
     let ours = merge(&windows, &solo.rel, None);
@@ -39,7 +43,7 @@ fn runqlat_agrees_on_median_and_p99() -> anyhow::Result<()> {
     eprintln!("cgtrace slots {:?}", ours.log2_us_slots());
     eprintln!("runqlat slots {:?}", theirs.buckets);
     assert!(
-        ours.count > 1000 && theirs.total() > 1000,
+        ours.count > 300 && theirs.total() > 300,
         "both saw the sleeper"
     );
     assert_eq!(om.map(|s| s as usize), tm, "median bucket");

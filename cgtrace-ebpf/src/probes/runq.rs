@@ -115,6 +115,10 @@ fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs
 fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
     let c = counters();
     count(c, counters::SCHED_SWITCH);
+    // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
+    // any other work so a wait is not lengthened by what this program does first.
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
@@ -124,21 +128,15 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
             None => task_state::<DIRECT>(prev),
         };
         match state {
-            Some(TASK_RUNNING) => {
-                // SAFETY: helper without preconditions.
-                let now = unsafe { bpf_ktime_get_ns() };
-                match throttled_cfs_rq_of::<DIRECT>(prev) {
-                    Some(cfs_rq) => {
-                        if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT)
-                            == MODE_TRACEPOINT
-                        {
-                            task_throttled::<DIRECT>(c, cfs_rq, now);
-                        }
-                        start_wait(c, prev_pid, WaitKind::Throttled, now, cfs_rq as u64);
+            Some(TASK_RUNNING) => match throttled_cfs_rq_of::<DIRECT>(prev) {
+                Some(cfs_rq) => {
+                    if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT {
+                        task_throttled::<DIRECT>(c, cfs_rq, now);
                     }
-                    None => start_wait(c, prev_pid, WaitKind::Preempt, now, 0),
+                    start_wait(c, prev_pid, WaitKind::Throttled, now, cfs_rq as u64);
                 }
-            }
+                None => start_wait(c, prev_pid, WaitKind::Preempt, now, 0),
+            },
             // A task woken while still running can exit with a wait recorded that never ends.
             Some(s) if s & TASK_DEAD != 0 => {
                 let _ = RUNQ_START.remove(&prev_pid);
@@ -147,19 +145,17 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
         }
     }
     if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
-        end_wait::<DIRECT>(c, next, next_pid);
+        end_wait::<DIRECT>(c, next, next_pid, now);
     }
 }
 
 #[inline(always)]
-fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32) {
+fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32, now: u64) {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
         return;
     };
     let _ = RUNQ_START.remove(&pid);
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     if now < start.ts_ns {
         return;
     }
