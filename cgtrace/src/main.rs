@@ -4,7 +4,9 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use cgtrace::{doctor, loader::ThrottleMode, session::SessionOptions, stream, top};
+use cgtrace::{
+    doctor, loader::ThrottleMode, session::SessionOptions, stream, throttle::FlagRules, top,
+};
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +42,10 @@ struct TraceArgs {
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
+    /// Flag a cgroup throttled while its average use is below this fraction of its quota (0.05 to
+    /// 1.0).
+    #[arg(long, default_value_t = 0.5, value_parser = parse_fraction)]
+    below_quota_fraction: f64,
     /// How CFS throttle episodes are detected: the best available (auto), or one forced.
     #[arg(long, value_enum, default_value_t = ThrottleMode::Auto)]
     throttle_mode: ThrottleMode,
@@ -73,6 +79,14 @@ struct TopArgs {
     log: Option<PathBuf>,
 }
 
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.05..=1.0).contains(&v) {
+        return Err(format!("{v}: must be between 0.05 and 1.0"));
+    }
+    Ok(v)
+}
+
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
     let v: u32 = s
         .parse()
@@ -93,6 +107,9 @@ impl TraceArgs {
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,
+            flag_rules: FlagRules {
+                below_quota_fraction: self.below_quota_fraction,
+            },
         }
     }
 }

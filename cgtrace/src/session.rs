@@ -47,6 +47,7 @@ pub struct SessionOptions {
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
     pub throttle_mode: crate::loader::ThrottleMode,
+    pub flag_rules: crate::throttle::FlagRules,
 }
 
 /// What draining the ring buffer produced between windows: the daemon's own losses and counts,
@@ -193,6 +194,7 @@ impl Session {
             Some(cpu_files),
             opts.max_cgroups as usize,
         );
+        aggregator.set_flag_rules(opts.flag_rules);
         if throttle.is_some() {
             aggregator.prime_quota_baselines();
         }
