@@ -92,10 +92,11 @@ pub struct Layout {
     pub tg_cfs_rq: u32,
     pub tg_parent: u32,
     pub rq_cpu: u32,
-    /// `hrtimer.node.expires` and `cfs_bandwidth.period` (both `ktime_t`): a late period timer
-    /// covers `(now - expires) / period + 1` periods, as `hrtimer_forward_now` counts them.
-    pub hrtimer_expires: u32,
-    pub cfs_b_period: u32,
+    /// `cfs_bandwidth.nr_periods` and `cfs_bandwidth.nr_throttled` (`int`): their change across
+    /// one period-timer callback is how many periods it counted (overrun included) and whether
+    /// it found the group throttled, decided by the kernel under `cfs_b->lock`.
+    pub cfs_b_nr_periods: u32,
+    pub cfs_b_nr_throttled: u32,
     pub _pad: [u32; 3],
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
@@ -144,8 +145,8 @@ impl Layout {
         tg_cfs_rq: ABSENT,
         tg_parent: ABSENT,
         rq_cpu: ABSENT,
-        hrtimer_expires: ABSENT,
-        cfs_b_period: ABSENT,
+        cfs_b_nr_periods: ABSENT,
+        cfs_b_nr_throttled: ABSENT,
         _pad: [0; 3],
         period_timer_fn: 0,
         slack_timer_fn: 0,

@@ -60,6 +60,11 @@ pub static THROTTLE_EPISODES: HashMap<u64, HookEpisode> = HashMap::with_max_entr
 #[map]
 pub static THROTTLE_ARG: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
+/// The period timer running on this CPU and its group's `nr_periods`/`nr_throttled` at entry
+/// (hrtimer callbacks do not nest on a CPU).
+#[map]
+pub static THROTTLE_PERIOD_AT: PerCpuArray<[u64; 3]> = PerCpuArray::with_max_entries(1, 0);
+
 /// The daemon's window number, bumped at the end of each window (see `RunqHist`).
 #[map]
 pub static EPOCH: Array<u64> = Array::with_max_entries(1, 0);

@@ -95,6 +95,10 @@ pub fn resolve_throttle(
         family: "throttle",
     };
     let f = |s: &str, f: &str| btf.field(s, f).ok_or_else(|| miss(&format!("{s}.{f}")));
+    let fp = |s: &str, path: &str| {
+        btf.field_path(s, path)
+            .ok_or_else(|| miss(&format!("{s}.{path}")))
+    };
     for tp in [
         "hrtimer_expire_entry",
         "hrtimer_expire_exit",
@@ -116,10 +120,7 @@ pub fn resolve_throttle(
         .field("task_struct", "throttled")
         .map_or(ABSENT, |i| i.offset);
     layout.task_se = f("task_struct", "se")?.offset;
-    layout.task_se_cfs_rq = btf
-        .field_path("task_struct", "se.cfs_rq")
-        .ok_or_else(|| miss("task_struct.se.cfs_rq"))?
-        .offset;
+    layout.task_se_cfs_rq = fp("task_struct", "se.cfs_rq")?.offset;
     layout.se_parent = f("sched_entity", "parent")?.offset;
     layout.se_cfs_rq = f("sched_entity", "cfs_rq")?.offset;
     layout.cfs_rq_throttle_count = f("cfs_rq", "throttle_count")?.offset;
@@ -134,24 +135,15 @@ pub fn resolve_throttle(
     layout.cfs_b_period_timer = f("cfs_bandwidth", "period_timer")?.offset;
     layout.cfs_b_throttled_list = f("cfs_bandwidth", "throttled_cfs_rq")?.offset;
     layout.hrtimer_function = f("hrtimer", "function")?.offset;
-    layout.task_sum_exec = btf
-        .field_path("task_struct", "se.sum_exec_runtime")
-        .ok_or_else(|| miss("task_struct.se.sum_exec_runtime"))?
-        .offset;
-    layout.task_prev_sum_exec = btf
-        .field_path("task_struct", "se.prev_sum_exec_runtime")
-        .ok_or_else(|| miss("task_struct.se.prev_sum_exec_runtime"))?
-        .offset;
+    layout.task_sum_exec = fp("task_struct", "se.sum_exec_runtime")?.offset;
+    layout.task_prev_sum_exec = fp("task_struct", "se.prev_sum_exec_runtime")?.offset;
     layout.cfs_rq_runtime_enabled = f("cfs_rq", "runtime_enabled")?.offset;
     layout.cfs_b_throttled_time = f("cfs_bandwidth", "throttled_time")?.offset;
     layout.tg_cfs_rq = f("task_group", "cfs_rq")?.offset;
     layout.tg_parent = f("task_group", "parent")?.offset;
     layout.rq_cpu = f("rq", "cpu")?.offset;
-    layout.hrtimer_expires = btf
-        .field_path("hrtimer", "node.expires")
-        .ok_or_else(|| miss("hrtimer.node.expires"))?
-        .offset;
-    layout.cfs_b_period = f("cfs_bandwidth", "period")?.offset;
+    layout.cfs_b_nr_periods = f("cfs_bandwidth", "nr_periods")?.offset;
+    layout.cfs_b_nr_throttled = f("cfs_bandwidth", "nr_throttled")?.offset;
     let sym = |name: &str| {
         syms.get(name).copied().ok_or_else(|| {
             miss(&format!(

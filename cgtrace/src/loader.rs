@@ -110,10 +110,11 @@ impl Tracer {
         let mut layout = layout::resolve(&btf, opts.cgroup_v1)?;
         let syms = crate::kallsyms::lookup("/proc/kallsyms".as_ref(), &layout::THROTTLE_SYMBOLS)
             .unwrap_or_default();
+        let runq_only = layout;
         let throttle_ok = layout::resolve_throttle(&btf, &syms, &mut layout);
         if throttle_ok.is_err() {
             // Leave every throttle field absent: the runq programs then skip the throttle checks.
-            layout = layout::resolve(&btf, opts.cgroup_v1)?;
+            layout = runq_only;
         }
         let aya_btf = AyaBtf::from_sys_fs().map_err(|e| {
             LoadError::Btf(BtfError::Read {
@@ -270,12 +271,19 @@ fn attach_throttle(
         mode: "unavailable".into(),
         detail,
     };
-    // Periods are counted by the same program in every mode.
+    // Periods are counted by the same programs in every mode (the exit one also ends the
+    // tracepoint mode's timer-unthrottled episodes).
     let periods = load_with_fallback(
         ebpf,
         btf,
-        &[("throttle_period", "hrtimer_expire_entry")],
-        &[("throttle_period_probe", "hrtimer_expire_entry")],
+        &[
+            ("throttle_period", "hrtimer_expire_entry"),
+            ("throttle_timer_exit", "hrtimer_expire_exit"),
+        ],
+        &[
+            ("throttle_period_probe", "hrtimer_expire_entry"),
+            ("throttle_timer_exit_probe", "hrtimer_expire_exit"),
+        ],
     )
     .and_then(|set| attach_tp_btf(ebpf, &set));
     if let Err(e) = periods {
@@ -307,7 +315,7 @@ fn attach_throttle(
             ThrottleMode::Fentry => attach_throttle_fentry(ebpf, btf),
             ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf, btf),
             ThrottleMode::Tgwalk => attach_throttle_tgwalk(ebpf, btf),
-            _ => attach_throttle_tracepoint(ebpf, btf, layout),
+            _ => attach_throttle_tracepoint(ebpf, layout),
         };
         match attempt.and_then(|detail| set_throttle_mode(ebpf, mode).map(|()| detail)) {
             Ok(detail) => {
@@ -356,25 +364,14 @@ fn set_throttle_mode(ebpf: &mut Ebpf, mode: ThrottleMode) -> Result<(), LoadErro
 
 /// Tracepoint-only: episodes from the runq `sched_switch` program, closed at the period/slack
 /// timer's exit and at the remote-unthrottle CSD's exit.
-fn attach_throttle_tracepoint(
-    ebpf: &mut Ebpf,
-    btf: &AyaBtf,
-    layout: &Layout,
-) -> Result<String, LoadError> {
-    let set = load_with_fallback(
-        ebpf,
-        btf,
-        &[("throttle_timer_exit", "hrtimer_expire_exit")],
-        &[("throttle_timer_exit_probe", "hrtimer_expire_exit")],
-    )?;
-    attach_tp_btf(ebpf, &set)?;
+fn attach_throttle_tracepoint(ebpf: &mut Ebpf, layout: &Layout) -> Result<String, LoadError> {
     let mut closes = vec!["hrtimer_expire_exit"];
     if layout.csd_unthrottle_fn != 0 {
         attach_raw_tp(ebpf, "throttle_csd_exit", "csd_function_exit")?;
         closes.push("csd_function_exit (raw_tp)");
     }
     Ok(format!(
-        "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry of sched_cfs_period_timer",
+        "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry/exit of sched_cfs_period_timer",
         if layout.task_throttled != cgtrace_common::layout::ABSENT {
             "task-based throttling: tasks entering the limbo list"
         } else {
@@ -439,7 +436,7 @@ fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadE
             ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", Hook::Fexit),
         ],
     )?;
-    Ok("fexit throttle_cfs_rq (cfs_rq->throttled re-checked), fentry/fexit unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
+    Ok("fexit throttle_cfs_rq (cfs_rq->throttled re-checked), fentry/fexit unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry/exit".into())
 }
 
 fn attach_throttle_kprobe(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
@@ -461,7 +458,7 @@ fn attach_throttle_kprobe(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadE
             ),
         ],
     )?;
-    Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry".into())
+    Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry/exit".into())
 }
 
 /// tg-walk: the first group of `tg_throttle_down`'s pre-order walk whose parent is not throttled
@@ -476,7 +473,7 @@ fn attach_throttle_tgwalk(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadE
         ],
     );
     if fentry.is_ok() {
-        return Ok("fentry tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into());
+        return Ok("fentry tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry/exit".into());
     }
     attach_hooks(
         ebpf,
@@ -486,7 +483,7 @@ fn attach_throttle_tgwalk(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadE
             ("tg_unthrottle_up_kprobe", "tg_unthrottle_up", Hook::Kprobe),
         ],
     )?;
-    Ok("kprobe tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry".into())
+    Ok("kprobe tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry/exit".into())
 }
 
 /// Loads the direct-access set, else the probe-read set (or only that one when

@@ -22,7 +22,8 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     kernel::{layout, read, task_comm, task_tgid},
     maps::{
-        EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_STATS, THROTTLE_WATCH, count, counters,
+        EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_PERIOD_AT, THROTTLE_STATS,
+        THROTTLE_WATCH, count, counters,
     },
     probes::runq::wakeup_flags,
 };
@@ -264,39 +265,18 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
     let list = cfs_b.wrapping_add(layout!(cfs_b_throttled_list) as usize);
     let next: u64 = read::<u64, false>(list, 0).unwrap_or(list as u64);
     let throttled = next != list as u64;
-    let stats = match THROTTLE_STATS.get_ptr_mut(&cgroup_id) {
-        Some(s) => s,
-        None => {
-            let _ = THROTTLE_STATS.insert(
-                &cgroup_id,
-                &ThrottleStats::default(),
-                u64::from(BPF_NOEXIST),
-            );
-            let Some(s) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
-                return;
-            };
-            s
-        }
-    };
-    // A late expiry covers several periods, counted as the kernel's `hrtimer_forward_now` does.
-    // SAFETY: helper without preconditions.
-    let now_ns = unsafe { bpf_ktime_get_ns() };
-    let expires = read::<u64, false>(timer, layout!(hrtimer_expires)).unwrap_or(now_ns);
-    let period = read::<u64, false>(cfs_b, layout!(cfs_b_period)).unwrap_or(0);
-    let overrun = if period > 0 && now_ns > expires {
-        ((now_ns - expires) / period + 1).min(1000)
-    } else {
-        1
-    };
-    // SAFETY: live map value; one timer per group, but entries may be read concurrently.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stats).nr_periods, overrun);
-        if throttled {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stats).nr_throttled,
-                overrun,
-            );
-        }
+    // Counted at the exit, from the kernel's own counters: remember them now.
+    if let Some(at) = THROTTLE_PERIOD_AT.get_ptr_mut(0) {
+        let periods = read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0);
+        let throttled_n = read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0);
+        // SAFETY: per-CPU slot; hrtimer callbacks do not nest on a CPU.
+        unsafe {
+            *at = [
+                timer as u64,
+                periods as u32 as u64,
+                throttled_n as u32 as u64,
+            ]
+        };
     }
     // Period boundaries of watched groups delimit the slices of each period.
     // SAFETY: the value is copied out; bpf_ktime_get_ns has no preconditions.
@@ -333,12 +313,72 @@ pub fn throttle_period_probe(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
+/// Period timer exit: count the periods and throttled periods this callback added to the kernel's
+/// `nr_periods`/`nr_throttled` (its own decision, taken under `cfs_b->lock`, overrun included).
+#[inline(always)]
+fn period_exit(timer: *const u8) {
+    let Some(at) = THROTTLE_PERIOD_AT.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot written by this CPU's entry program.
+    let [stashed, periods0, throttled0] = unsafe { *at };
+    if stashed != timer as u64 {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { (*at)[0] = 0 };
+    let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
+    let tg = cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize);
+    let Some(cgroup_id) = tg_cgroup_id::<false>(tg) else {
+        return;
+    };
+    let periods = read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32;
+    let throttled = read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32;
+    let d_periods = u64::from(periods.wrapping_sub(periods0 as u32));
+    let d_throttled = u64::from(throttled.wrapping_sub(throttled0 as u32));
+    if d_periods == 0 && d_throttled == 0 {
+        return;
+    }
+    let stats = match THROTTLE_STATS.get_ptr_mut(&cgroup_id) {
+        Some(s) => s,
+        None => {
+            let _ = THROTTLE_STATS.insert(
+                &cgroup_id,
+                &ThrottleStats::default(),
+                u64::from(BPF_NOEXIST),
+            );
+            let Some(s) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
+                return;
+            };
+            s
+        }
+    };
+    // SAFETY: live map value; entries may be read concurrently.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+            &raw mut (*stats).nr_periods,
+            d_periods,
+        );
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+            &raw mut (*stats).nr_throttled,
+            d_throttled,
+        );
+    }
+}
+
 #[inline(always)]
 fn timer_exit<const DIRECT: bool>(timer: *const u8) {
     let f = timer_function::<DIRECT>(timer);
-    if f == 0 || (f != layout!(period_timer_fn) && f != layout!(slack_timer_fn)) {
+    if f == 0 {
         return;
     }
+    if f == layout!(period_timer_fn) {
+        period_exit(timer);
+    } else if f != layout!(slack_timer_fn) {
+        return;
+    }
+    // Tracepoint mode: episodes unthrottled by this timer on this CPU end here (a no-op when
+    // none is open, as in the hook modes).
     close_unthrottled(counters(), CLOSE_TIMER);
 }
 
