@@ -20,6 +20,13 @@ pub const CGROUP_UNREADABLE: u32 = 6;
 pub const THROTTLE_SLOTS_FULL: u32 = 7;
 /// Throttle episodes closed late (seen unthrottled at a context switch, not at the unthrottle).
 pub const THROTTLE_LATE_CLOSE: u32 = 8;
+/// A traced read could not be opened: `READ_INFLIGHT` full (the read is not timed).
+pub const READ_INFLIGHT_FULL: u32 = 9;
+/// A read could not be added: `READ_STATS` full (the read is lost from the aggregates; a slow
+/// read is still sent as an event).
+pub const READ_STATS_FULL: u32 = 10;
+/// A file's names could not be stored: `READ_FILES` full (its path shows as unknown).
+pub const READ_FILES_FULL: u32 = 11;
 /// Number of counters.
 pub const NR_COUNTERS: u32 = 12;
 
@@ -34,9 +41,9 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "cgroup_unreadable",
     "throttle_slots_full",
     "throttle_late_close",
-    "reserved9",
-    "reserved10",
-    "reserved11",
+    "read_inflight_full",
+    "read_stats_full",
+    "read_files_full",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

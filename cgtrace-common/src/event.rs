@@ -24,6 +24,11 @@ pub const KIND_THROTTLE_SLICE: u32 = 0x201;
 /// A bandwidth period of a recently throttled group ended: [`crate::throttle::PeriodEvent`].
 pub const KIND_THROTTLE_PERIOD: u32 = 0x202;
 
+/// A pseudo-file read at or above the read event threshold: [`crate::reads::SlowReadEvent`].
+pub const KIND_SLOW_READ: u32 = 0x300;
+/// A cgroup created or removed: [`crate::reads::CgroupChurnEvent`].
+pub const KIND_CGROUP_CHURN: u32 = 0x301;
+
 /// Why a record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {

@@ -103,6 +103,41 @@ pub struct Layout {
     pub period_timer_fn: u64,
     pub slack_timer_fn: u64,
     pub csd_unthrottle_fn: u64,
+
+    // --- reads family (all ABSENT when it is unavailable) ---
+    /// `task_struct.files`, `files_struct.fdt`, `fdtable.max_fds`, `fdtable.fd`: fd -> file.
+    pub task_files: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    /// `file.f_inode`, `file.f_path.dentry`
+    pub file_inode: u32,
+    pub file_dentry: u32,
+    /// `inode.i_sb`, `inode.i_ino`, `inode.i_private` (the `kernfs_node` on kernfs)
+    pub inode_sb: u32,
+    pub inode_ino: u32,
+    pub inode_private: u32,
+    /// `super_block.s_magic` (unsigned long), `super_block.s_dev` (u32)
+    pub sb_magic: u32,
+    pub sb_dev: u32,
+    /// `dentry.d_parent`, `dentry.d_name.name`
+    pub dentry_parent: u32,
+    pub dentry_name: u32,
+    /// `kernfs_node.__parent` (6.15+) or `kernfs_node.parent`; `kernfs_node.priv`
+    pub kn_parent: u32,
+    pub kn_priv: u32,
+    /// `cgroup.nr_dying_descendants` (int), `cgroup.level` (int), `cgroup.root`,
+    /// `cgroup_root.hierarchy_id` (int)
+    pub cgroup_nr_dying: u32,
+    pub cgroup_level: u32,
+    pub cgroup_root: u32,
+    pub root_hierarchy_id: u32,
+    /// `kiocb.ki_filp`
+    pub kiocb_filp: u32,
+    /// `pt_regs` slot of a syscall's first argument and of its number at exit (x86_64 `di` and
+    /// `orig_ax`).
+    pub regs_arg0: u32,
+    pub regs_nr: u32,
 }
 
 impl Layout {
@@ -151,6 +186,28 @@ impl Layout {
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,
+        task_files: ABSENT,
+        files_fdt: ABSENT,
+        fdt_max_fds: ABSENT,
+        fdt_fd: ABSENT,
+        file_inode: ABSENT,
+        file_dentry: ABSENT,
+        inode_sb: ABSENT,
+        inode_ino: ABSENT,
+        inode_private: ABSENT,
+        sb_magic: ABSENT,
+        sb_dev: ABSENT,
+        dentry_parent: ABSENT,
+        dentry_name: ABSENT,
+        kn_parent: ABSENT,
+        kn_priv: ABSENT,
+        cgroup_nr_dying: ABSENT,
+        cgroup_level: ABSENT,
+        cgroup_root: ABSENT,
+        root_hierarchy_id: ABSENT,
+        kiocb_filp: ABSENT,
+        regs_arg0: ABSENT,
+        regs_nr: ABSENT,
     };
 }
 
@@ -162,6 +219,11 @@ pub struct Config {
     pub runq_event_min_ns: u64,
     /// Wake the reader once this many bytes are pending in the ring buffer.
     pub ringbuf_wakeup_bytes: u64,
+    /// Pseudo-file reads at least this long (ns) are also sent as `SlowReadEvent`s.
+    pub read_event_min_ns: u64,
+    /// Syscall numbers of the read syscalls (`read`, `pread64`, `readv`, `preadv`, `preadv2`) on
+    /// this architecture, `reads::NO_SYSCALL` for unused slots.
+    pub read_syscalls: [u32; crate::reads::NR_READ_SYSCALLS],
 }
 
 impl Config {
@@ -169,6 +231,8 @@ impl Config {
     pub const DEFAULT: Self = Self {
         runq_event_min_ns: 10_000_000,
         ringbuf_wakeup_bytes: 64 * 1024,
+        read_event_min_ns: 5_000_000,
+        read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
     };
 }
 

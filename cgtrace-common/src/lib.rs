@@ -9,5 +9,6 @@ pub mod counters;
 pub mod event;
 pub mod hist;
 pub mod layout;
+pub mod reads;
 pub mod runq;
 pub mod throttle;

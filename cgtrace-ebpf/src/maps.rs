@@ -5,6 +5,7 @@ use aya_ebpf::{
 };
 use cgtrace_common::{
     counters::Counters,
+    reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
     runq::{RunqHist, RunqKey, RunqStart},
     throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
 };
@@ -72,6 +73,26 @@ pub static EPOCH: Array<u64> = Array::with_max_entries(1, 0);
 /// One all-zero histogram to insert new `RUNQ_HIST` entries from (too big for the stack).
 #[map]
 pub static ZERO_HIST: PerCpuArray<RunqHist> = PerCpuArray::with_max_entries(1, 0);
+
+/// tid -> the traced pseudo-file read it is in (or the rstat flush a thread outside any read is
+/// doing), from the read's start to its end.
+#[map]
+pub static READ_INFLIGHT: HashMap<u32, ReadInflight> = HashMap::with_max_entries(16384, 0);
+
+/// (reader cgroup, comm, file) -> cumulative read stats and latency histogram.
+#[map]
+pub static READ_STATS: HashMap<ReadKey, ReadStats> = HashMap::with_max_entries(4096, 0);
+
+/// file -> its name chain, written when it is first read.
+#[map]
+pub static READ_FILES: HashMap<FileKey, FileNames> = HashMap::with_max_entries(8192, 0);
+
+/// Scratch space too big for the stack: a zeroed `ReadStats` to insert from, and a name chain
+/// being built.
+#[map]
+pub static READ_ZERO: PerCpuArray<ReadStats> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static READ_NAMES_SCRATCH: PerCpuArray<FileNames> = PerCpuArray::with_max_entries(1, 0);
 
 /// This CPU's counters, looked up once per program run.
 #[inline(always)]

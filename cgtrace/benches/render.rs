@@ -87,6 +87,7 @@ fn window(seq: u64) -> Window {
                 removed: false,
                 runq: runq_window(&k),
                 throttle: None,
+                reads: None,
             }
         })
         .collect();
@@ -99,6 +100,9 @@ fn window(seq: u64) -> Window {
         cgroups_tracked: CGROUPS,
         cgroups_evicted: 0,
         cgroups,
+        memcgs: Vec::new(),
+        dying_memcgs: None,
+        churn: None,
     }
 }
 

@@ -59,6 +59,8 @@ pub struct WindowInput {
     /// Throttled periods and who burned them, by cgroup.
     pub burned: HashMap<u64, Vec<ThrottledPeriod>>,
     pub events: EventCounts,
+    /// Pseudo-file reads by reader cgroup.
+    pub reads: HashMap<u64, Vec<crate::reads::FileReads>>,
 }
 
 /// Per-cgroup state across windows.
@@ -158,12 +160,14 @@ impl Aggregator {
             episodes,
             mut burned,
             events,
+            mut reads,
         } = input;
         let flag_rules = self.flag_rules;
         let ids: HashSet<u64> = runq
             .keys()
             .chain(periods.keys())
             .chain(episodes.keys())
+            .chain(reads.keys())
             .copied()
             .collect();
         let mut removed = Vec::new();
@@ -214,6 +218,7 @@ impl Aggregator {
                 removed: gone && id != 0,
                 runq: runq_window(&kinds),
                 throttle,
+                reads: reads.remove(&id),
             });
             if gone && id != 0 {
                 removed.push(id);
@@ -242,6 +247,9 @@ impl Aggregator {
                 cgroups_tracked: self.table.len(),
                 cgroups_evicted: self.evicted,
                 cgroups,
+                memcgs: Vec::new(),
+                dying_memcgs: None,
+                churn: None,
             },
             removed,
         }
@@ -274,6 +282,7 @@ impl Aggregator {
                 removed: false,
                 runq: runq_window(&e.total),
                 throttle: None,
+                reads: None,
             })
             .collect();
         v.sort_by(|a, b| {

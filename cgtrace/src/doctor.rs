@@ -93,6 +93,7 @@ pub fn run() -> anyhow::Result<()> {
         ringbuf_bytes: 64 * 1024,
         cgroup_v1,
         throttle_mode: crate::loader::ThrottleMode::Auto,
+        reads_mode: crate::loader::ReadsMode::Auto,
     };
     match Tracer::start(&opts) {
         Ok(t) => {

@@ -158,6 +158,97 @@ pub fn resolve_throttle(
     Ok(())
 }
 
+/// Read syscall numbers on this architecture: `read`, `pread64`, `readv`, `preadv`, `preadv2`;
+/// and the `pt_regs` fields holding a syscall's first argument and its number at exit.
+#[cfg(target_arch = "x86_64")]
+const READ_SYSCALLS: Option<([u32; 5], &str, &str)> =
+    Some(([0, 17, 19, 295, 327], "di", "orig_ax"));
+#[cfg(not(target_arch = "x86_64"))]
+const READ_SYSCALLS: Option<([u32; 5], &str, &str)> = None;
+
+/// What the `reads` family can use on this kernel, beyond its field offsets.
+#[derive(Clone, Debug, Default)]
+pub struct ReadsSupport {
+    /// The syscall mode's syscall numbers (`None`: not on this architecture).
+    pub syscalls: Option<[u32; cgtrace_common::reads::NR_READ_SYSCALLS]>,
+    /// rstat lock tracepoints (6.10+) and `memcg_flush_stats` (6.11+).
+    pub rstat_tracepoints: bool,
+    pub memcg_flush_tracepoint: bool,
+    pub churn_tracepoints: bool,
+}
+
+/// Fills in the `reads` family's fields, or says what is missing.
+pub fn resolve_reads(btf: &Btf, layout: &mut Layout) -> Result<ReadsSupport, MissingField> {
+    let miss = |what: &str| MissingField {
+        what: what.to_string(),
+        family: "reads",
+    };
+    let f = |s: &str, f: &str| {
+        btf.field(s, f)
+            .map(|i| i.offset)
+            .ok_or_else(|| miss(&format!("{s}.{f}")))
+    };
+    let fp = |s: &str, path: &str| {
+        btf.field_path(s, path)
+            .map(|i| i.offset)
+            .ok_or_else(|| miss(&format!("{s}.{path}")))
+    };
+    layout.task_files = f("task_struct", "files")?;
+    layout.files_fdt = f("files_struct", "fdt")?;
+    layout.fdt_max_fds = f("fdtable", "max_fds")?;
+    layout.fdt_fd = f("fdtable", "fd")?;
+    layout.file_inode = f("file", "f_inode")?;
+    layout.file_dentry = fp("file", "f_path.dentry")?;
+    layout.inode_sb = f("inode", "i_sb")?;
+    layout.inode_ino = f("inode", "i_ino")?;
+    layout.inode_private = f("inode", "i_private")?;
+    layout.sb_magic = f("super_block", "s_magic")?;
+    layout.sb_dev = f("super_block", "s_dev")?;
+    layout.dentry_parent = f("dentry", "d_parent")?;
+    layout.dentry_name = fp("dentry", "d_name.name")?;
+    layout.kn_parent = f("kernfs_node", "__parent").or_else(|_| f("kernfs_node", "parent"))?;
+    layout.kn_priv = f("kernfs_node", "priv")?;
+    if layout.kn_id == ABSENT {
+        layout.kn_id = f("kernfs_node", "id")?;
+    }
+    if layout.cgroup_kn == ABSENT {
+        layout.cgroup_kn = f("cgroup", "kn")?;
+    }
+    layout.cgroup_nr_dying = f("cgroup", "nr_dying_descendants")?;
+    layout.cgroup_level = f("cgroup", "level")?;
+    layout.cgroup_root = f("cgroup", "root")?;
+    layout.root_hierarchy_id = f("cgroup_root", "hierarchy_id")?;
+    layout.kiocb_filp = f("kiocb", "ki_filp")?;
+    let mut support = ReadsSupport {
+        rstat_tracepoints: [
+            "cgroup_rstat_lock_contended",
+            "cgroup_rstat_locked",
+            "cgroup_rstat_unlock",
+        ]
+        .iter()
+        .all(|tp| btf.tracepoint_args(tp).is_some()),
+        memcg_flush_tracepoint: btf
+            .tracepoint_args("memcg_flush_stats")
+            .is_some_and(|n| n >= 4),
+        churn_tracepoints: btf.tracepoint_args("cgroup_mkdir").is_some()
+            && btf.tracepoint_args("cgroup_rmdir").is_some(),
+        syscalls: None,
+    };
+    if let Some((nrs, arg0, nr)) = READ_SYSCALLS
+        && let (Ok(a), Ok(n)) = (f("pt_regs", arg0), f("pt_regs", nr))
+    {
+        {
+            layout.regs_arg0 = a;
+            layout.regs_nr = n;
+            let mut all =
+                [cgtrace_common::reads::NO_SYSCALL; cgtrace_common::reads::NR_READ_SYSCALLS];
+            all[..nrs.len()].copy_from_slice(&nrs);
+            support.syscalls = Some(all);
+        }
+    }
+    Ok(support)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +281,10 @@ mod tests {
             .map(|s| (s.to_string(), 0xffff_ffff_8100_0000))
             .collect();
         resolve_throttle(&btf, &syms, &mut l).expect("throttle layout");
+        let reads = resolve_reads(&btf, &mut l).expect("reads layout");
+        assert!(reads.syscalls.is_some());
+        assert_ne!(l.kn_parent, ABSENT);
+        assert!(l.dentry_name > l.dentry_parent || l.dentry_parent > l.dentry_name);
         assert_ne!(l.cfs_rq_throttled, ABSENT);
         assert_ne!(l.cfs_b_period_timer, ABSENT);
         assert_eq!(l.period_timer_fn, 0xffff_ffff_8100_0000);

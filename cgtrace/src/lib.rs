@@ -14,6 +14,7 @@ pub mod hist;
 pub mod kallsyms;
 pub mod layout;
 pub mod loader;
+pub mod reads;
 pub mod runq;
 pub mod session;
 pub mod snapshot;

@@ -5,7 +5,12 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use cgtrace::{
-    doctor, loader::ThrottleMode, session::SessionOptions, stream, throttle::FlagRules, top,
+    doctor,
+    loader::{ReadsMode, ThrottleMode},
+    session::SessionOptions,
+    stream,
+    throttle::FlagRules,
+    top,
 };
 
 #[derive(Parser)]
@@ -49,6 +54,13 @@ struct TraceArgs {
     /// How CFS throttle episodes are detected: the best available (auto), or one forced.
     #[arg(long, value_enum, default_value_t = ThrottleMode::Auto)]
     throttle_mode: ThrottleMode,
+    /// How pseudo-file reads (cgroupfs, sysfs, procfs, FUSE) are timed: the best available
+    /// (auto), one forced, or off.
+    #[arg(long, value_enum, default_value_t = ReadsMode::Auto)]
+    reads_mode: ReadsMode,
+    /// Pseudo-file reads at least this long (ms) are also sent as `slow_read` events.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    slow_read_ms: u64,
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
     #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
     ringbuf_kib: u32,
@@ -64,8 +76,9 @@ struct StreamArgs {
     /// Do not print the closing `summary` line with since-start histograms.
     #[arg(long)]
     no_summary: bool,
-    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line, and each
-    /// throttle episode as a `throttle` line.
+    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line, each
+    /// throttle episode as a `throttle` line, and each read of at least `--slow-read-ms` as a
+    /// `slow_read` line.
     #[arg(long)]
     events: bool,
 }
@@ -110,6 +123,8 @@ impl TraceArgs {
             flag_rules: FlagRules {
                 below_quota_fraction: self.below_quota_fraction,
             },
+            reads_mode: self.reads_mode,
+            slow_read_min: Duration::from_millis(self.slow_read_ms),
         }
     }
 }

@@ -11,11 +11,12 @@ use anyhow::{Context as _, anyhow};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use cgtrace_common::{
     event::{
-        EventHeader, KIND_RUNQ_WAIT, KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE,
-        read_pod,
+        EventHeader, KIND_CGROUP_CHURN, KIND_RUNQ_WAIT, KIND_SLOW_READ, KIND_THROTTLE,
+        KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE, read_pod,
     },
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
+    reads::{CgroupChurnEvent, SlowReadEvent},
     runq::{RunqEvent, WaitKind},
     throttle::{
         CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, PeriodEvent, SliceEvent,
@@ -48,6 +49,9 @@ pub struct SessionOptions {
     pub ringbuf_bytes: u32,
     pub throttle_mode: crate::loader::ThrottleMode,
     pub flag_rules: crate::throttle::FlagRules,
+    pub reads_mode: crate::loader::ReadsMode,
+    /// Pseudo-file reads at least this long are also delivered as individual events.
+    pub slow_read_min: Duration,
 }
 
 /// What draining the ring buffer produced between windows: the daemon's own losses and counts,
@@ -63,7 +67,16 @@ pub struct DrainStats {
     /// Also keep each episode, with its period's top threads, for event lines (`--events`).
     pub keep_throttle_lines: bool,
     pub throttle_lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
+    /// Slow reads for event lines (kept only with `keep_throttle_lines`, bounded).
+    pub slow_reads: Vec<SlowReadEvent>,
+    /// Cgroup creations and removals since the last window.
+    pub churn: crate::reads::ChurnCounter,
+    /// Event lines not kept because the caller did not drain them in time.
+    pub lines_dropped: u64,
 }
+
+/// Event lines kept between two drains of the caller (beyond, they are counted as dropped).
+const MAX_PENDING_LINES: usize = 100_000;
 
 pub struct Session {
     _tracer: Tracer,
@@ -72,10 +85,21 @@ pub struct Session {
     /// `None` when the throttle family is unavailable on this kernel.
     throttle: Option<ThrottleReader>,
     counters: CounterReader,
+    /// `None` when the reads family is unavailable or off.
+    reads: Option<ReadsState>,
     aggregator: Aggregator,
     window_start: Instant,
     drain: DrainStats,
     drain_reported: u64,
+}
+
+/// The reads family's daemon side: its map reader and where dying memcgs are counted.
+struct ReadsState {
+    reader: crate::reads::ReadsReader,
+    /// The memory hierarchy's mount and whether it is cgroup2 (`None`: no memory controller).
+    memory: Option<(std::path::PathBuf, bool)>,
+    /// v1 controllers by hierarchy id, to name churn events' hierarchies.
+    subsystems: Vec<(String, u32)>,
 }
 
 /// The stream's name for a cgroup layout.
@@ -128,16 +152,23 @@ impl Session {
             config: Config {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
+                read_event_min_ns: opts.slow_read_min.as_nanos() as u64,
+                ..Config::DEFAULT
             },
             ringbuf_bytes: opts.ringbuf_bytes,
             cgroup_v1,
             throttle_mode: opts.throttle_mode,
+            reads_mode: opts.reads_mode,
         };
         let mut tracer = Tracer::start(&trace)?;
         let throttle_on = tracer
             .families
             .get("throttle")
             .is_some_and(|m| m.mode != "unavailable");
+        let reads_on = tracer
+            .families
+            .get("reads")
+            .is_some_and(|m| m.mode != "unavailable" && m.mode != "off");
         let ebpf = &mut tracer.ebpf;
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name)
@@ -147,6 +178,28 @@ impl Session {
         let throttle = if throttle_on {
             let stats: HashMap<MapData, u64, _> = take(ebpf, "THROTTLE_STATS")?.try_into()?;
             Some(ThrottleReader::new(stats))
+        } else {
+            None
+        };
+        let reads = if reads_on {
+            let stats: HashMap<MapData, _, _> = take(ebpf, "READ_STATS")?.try_into()?;
+            let files: HashMap<MapData, _, _> = take(ebpf, "READ_FILES")?.try_into()?;
+            let memory = match cgroups.for_controller("memory") {
+                Some(h) => Some((
+                    h.mount.clone(),
+                    matches!(h.version, crate::cgroup::Version::V2),
+                )),
+                None => cgroups.v2().map(|h| (h.mount.clone(), true)),
+            };
+            Some(ReadsState {
+                reader: crate::reads::ReadsReader::new(stats, files),
+                memory,
+                subsystems: cgroups
+                    .subsystems
+                    .iter()
+                    .map(|s| (s.name.clone(), s.hierarchy))
+                    .collect(),
+            })
         } else {
             None
         };
@@ -202,6 +255,7 @@ impl Session {
             runq: RunqReader::new(hist, epoch)?,
             throttle,
             counters: CounterReader::new(counters),
+            reads,
             aggregator,
             _tracer: tracer,
             hello,
@@ -228,19 +282,45 @@ impl Session {
         let episodes = std::mem::take(&mut self.drain.episodes);
         let burned = self.drain.burners.take(monotonic_ns());
         let kernel = self.counters.read_window();
-        let undecodable = self.drain.undecodable - self.drain_reported;
-        self.drain_reported = self.drain.undecodable;
+        let lost = self.drain.undecodable + self.drain.lines_dropped;
+        let undecodable = lost - self.drain_reported;
+        self.drain_reported = lost;
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
+        let reads = self.reads.as_mut().map(|r| r.reader.read_window());
+        let (by_cgroup, memcgs) = reads.map(|r| (r.by_cgroup, r.memcgs)).unwrap_or_default();
         let input = WindowInput {
             runq,
             periods,
             episodes,
             burned,
             events: event_counts(&kernel, undecodable),
+            reads: by_cgroup,
         };
-        let out = self.aggregator.window(input, now_unix_ms(), duration_ms);
+        let mut out = self.aggregator.window(input, now_unix_ms(), duration_ms);
+        if let Some(r) = &self.reads {
+            out.window.memcgs = memcgs;
+            out.window.dying_memcgs = r.memory.as_ref().and_then(|(mount, v2)| {
+                crate::reads::dying_memcgs(mount, *v2, "/proc/cgroups".as_ref())
+            });
+            let subsystems = &r.subsystems;
+            out.window.churn = self.drain.churn.take(|h| {
+                if h == 0 {
+                    return "cgroup2".to_string();
+                }
+                let names: Vec<&str> = subsystems
+                    .iter()
+                    .filter(|(_, id)| *id == h)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                if names.is_empty() {
+                    format!("hierarchy{h}")
+                } else {
+                    names.join(",")
+                }
+            });
+        }
         for id in out.removed {
             self.runq.forget(id);
             if let Some(t) = self.throttle.as_mut() {
@@ -279,6 +359,15 @@ impl Session {
             }
             .to_string(),
         }
+    }
+
+    /// The event line of one slow pseudo-file read.
+    pub fn slow_read(&mut self, ev: &SlowReadEvent) -> Option<crate::reads::SlowRead> {
+        let mut line = self.reads.as_mut()?.reader.slow_read(ev);
+        let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
+        line.path = path;
+        line.name = name.map(|n| n.display);
+        Some(line)
     }
 
     /// The event line of one run-queue wait.
@@ -346,6 +435,23 @@ pub fn drain_ring(
             },
             KIND_THROTTLE_PERIOD => match throttle::decode::<PeriodEvent>(&item) {
                 Some(ev) => stats.burners.period(&ev),
+                None => stats.undecodable += 1,
+            },
+            // SAFETY (both): #[repr(C)] integers and byte arrays, valid for any bytes.
+            KIND_SLOW_READ => match unsafe { read_pod::<SlowReadEvent>(&item) } {
+                Some(ev) => {
+                    if stats.keep_throttle_lines {
+                        if stats.slow_reads.len() < MAX_PENDING_LINES {
+                            stats.slow_reads.push(ev);
+                        } else {
+                            stats.lines_dropped += 1;
+                        }
+                    }
+                }
+                None => stats.undecodable += 1,
+            },
+            KIND_CGROUP_CHURN => match unsafe { read_pod::<CgroupChurnEvent>(&item) } {
+                Some(ev) => stats.churn.add(&ev),
                 None => stats.undecodable += 1,
             },
             _ => stats.undecodable += 1,

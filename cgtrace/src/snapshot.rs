@@ -85,6 +85,16 @@ pub struct Window {
     pub cgroups_evicted: u64,
     /// Cgroups with activity in this window.
     pub cgroups: Vec<CgroupWindow>,
+    /// `reads`: memory cgroups whose stat files were read in the window, with the flush cost and
+    /// their dying descendants, most read time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memcgs: Vec<crate::reads::MemcgTarget>,
+    /// `reads`: dying memory cgroups on the host at the end of the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dying_memcgs: Option<crate::reads::DyingMemcgs>,
+    /// `reads`: cgroups created and removed in the window, and by whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<crate::reads::Churn>,
 }
 
 /// Kernel events handled and lost in the window.
@@ -118,6 +128,9 @@ pub struct CgroupWindow {
     /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<crate::throttle::ThrottleWindow>,
+    /// Pseudo-file reads by this cgroup's tasks, per (comm, file), most time first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Vec<crate::reads::FileReads>>,
 }
 
 /// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.

@@ -56,6 +56,13 @@ fn emit_events<W: Write>(
             return Ok(false);
         }
     }
+    for ev in std::mem::take(&mut session.drain_stats().slow_reads) {
+        if let Some(line) = session.slow_read(&ev)
+            && !emit(out, &line)?
+        {
+            return Ok(false);
+        }
+    }
     Ok(true)
 }
 

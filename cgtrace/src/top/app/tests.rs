@@ -66,6 +66,7 @@ fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWi
         removed: false,
         runq: runq_window(&k),
         throttle: None,
+        reads: None,
     }
 }
 
@@ -79,6 +80,9 @@ fn window(seq: u64, cgroups: Vec<CgroupWindow>) -> Action {
         cgroups_tracked: cgroups.len(),
         cgroups_evicted: 0,
         cgroups,
+        memcgs: Vec::new(),
+        dying_memcgs: None,
+        churn: None,
     }))
 }
 

@@ -1,0 +1,789 @@
+//! `reads` in the daemon: per-window deltas of the kernel's cumulative read stats
+//! (`READ_STATS`), file paths from the names the kernel recorded (`READ_FILES`) and the mount
+//! table, memcg targets with their flush cost and dying descendants, the host's dying memcg count,
+//! cgroup churn, and the `slow_read` event lines.
+
+use std::{
+    collections::{BTreeMap, HashMap as StdHashMap},
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{HashMap, MapData};
+use cgtrace_common::{
+    hist::NR_BUCKETS,
+    reads::{
+        CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, CHURN_MKDIR, CgroupChurnEvent, FILE_NAME_HASH,
+        FILE_RSTAT_FLUSH, FUSE_SUPER_MAGIC, FileKey, FileNames, PROC_SUPER_MAGIC, ReadKey,
+        ReadStats, SYSFS_MAGIC, SlowReadEvent,
+    },
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{hist::Hist, runq::comm_str};
+
+/// Reads by one reader (cgroup + comm) of one file in one window.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FileReads {
+    pub comm: String,
+    /// The last reader's pid (thread group id).
+    pub pid: u32,
+    /// Full path (`/proc/<pid>/stat` for per-process proc files; `<rstat flush>` for flushes
+    /// outside any traced read).
+    pub file: String,
+    /// `cgroup`, `cgroup2`, `sysfs`, `proc`, `fuse`, or `rstat`.
+    pub fs: String,
+    /// cgroupfs files: the cgroup whose file it is (hierarchy and path within it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+    pub count: u64,
+    pub total_us: f64,
+    /// Time in rstat flushes (lock held) and waiting for the rstat lock.
+    pub flush_us: f64,
+    pub lock_wait_us: f64,
+    /// Reads that flushed; rstat lock acquisitions (CPUs walked on 6.16+); of those, contended.
+    pub flushed_reads: u64,
+    pub flush_locks: u64,
+    pub contended: u64,
+    pub bytes: u64,
+    pub latency: crate::hist::HistSummary,
+}
+
+/// The cgroup a cgroupfs file belongs to.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    /// `memory`, `cpu,cpuacct`, … (v1 controllers) or `cgroup2`.
+    pub hierarchy: String,
+    pub id: u64,
+    pub path: String,
+}
+
+/// A memory cgroup whose stat files were read in the window, and what that cost.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MemcgTarget {
+    pub hierarchy: String,
+    pub id: u64,
+    pub path: String,
+    /// Reads of its `memory.stat` (and other memcg stat files: `memory.numa_stat`, …).
+    pub stat_reads: u64,
+    pub read_us: f64,
+    pub flush_us: f64,
+    pub lock_wait_us: f64,
+    pub flushed_reads: u64,
+    /// Its `nr_dying_descendants` at the last read (removed but not yet freed cgroups below it).
+    pub dying_memcgs: u32,
+    /// Who read it, most time first (comm).
+    pub readers: Vec<String>,
+}
+
+/// Dying (removed, not yet freed) memory cgroups on the host.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DyingMemcgs {
+    pub total: u64,
+    /// `proc_cgroups` (v1: /proc/cgroups num_cgroups minus existing directories) or
+    /// `cgroup.stat` (v2: the root's nr_dying_descendants).
+    pub source: String,
+}
+
+/// Cgroups created and removed in the window, and by whom.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Churn {
+    pub created: u64,
+    pub removed: u64,
+    /// By hierarchy name.
+    pub by_hierarchy: BTreeMap<String, [u64; 2]>,
+    /// Who made or removed them (comm and the actor's cgroup id), most first, at most 10.
+    pub actors: Vec<ChurnActor>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChurnActor {
+    pub comm: String,
+    pub pid: u32,
+    pub cgroup_id: u64,
+    pub created: u64,
+    pub removed: u64,
+    /// One cgroup it created (an example path).
+    pub example: String,
+}
+
+/// A read at or above `--slow-read-ms` (`--events`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SlowRead {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the read returned.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// The reader's cgroup.
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub file: String,
+    pub fs: String,
+    pub target: Option<Target>,
+    pub duration_us: f64,
+    pub flush_us: f64,
+    pub lock_wait_us: f64,
+    pub flush_locks: u64,
+    pub contended: u64,
+    pub flushed: bool,
+    pub dying_memcgs: Option<u32>,
+    /// Bytes returned, or a negative errno.
+    pub ret: i64,
+}
+
+/// Memcg stat files whose read flushes rstat.
+pub fn is_memcg_stat_file(name: &str) -> bool {
+    matches!(
+        name,
+        "memory.stat" | "memory.numa_stat" | "memory.events" | "memory.events.local"
+    ) || name.starts_with("memory.") && name.ends_with("usage_in_bytes")
+}
+
+/// One mount: where a superblock is visible.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mount {
+    point: PathBuf,
+    /// `cgroup` mounts: the controllers (`memory`, `cpu,cpuacct`); `cgroup2` for cgroup2.
+    hierarchy: Option<String>,
+}
+
+/// `s_dev` -> the mount showing that superblock's root (from /proc/self/mountinfo).
+fn parse_mountinfo(text: &str) -> StdHashMap<u32, Mount> {
+    let mut out: StdHashMap<u32, Mount> = StdHashMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() < sep + 4 || sep < 6 {
+            continue;
+        }
+        let Some((maj, min)) = fields[2].split_once(':') else {
+            continue;
+        };
+        let (Ok(maj), Ok(min)) = (maj.parse::<u32>(), min.parse::<u32>()) else {
+            continue;
+        };
+        let dev = (maj << 20) | min;
+        let root = fields[3];
+        let point = PathBuf::from(unescape(fields[4]));
+        let fstype = fields[sep + 1];
+        let hierarchy = match fstype {
+            "cgroup2" => Some("cgroup2".to_string()),
+            "cgroup" => {
+                let known = [
+                    "cpu",
+                    "cpuacct",
+                    "cpuset",
+                    "memory",
+                    "blkio",
+                    "io",
+                    "pids",
+                    "devices",
+                    "freezer",
+                    "net_cls",
+                    "net_prio",
+                    "perf_event",
+                    "hugetlb",
+                    "rdma",
+                    "misc",
+                ];
+                let ctl: Vec<&str> = fields[sep + 3]
+                    .split(',')
+                    .filter(|o| known.contains(o) || o.starts_with("name="))
+                    .collect();
+                Some(ctl.join(","))
+            }
+            _ => None,
+        };
+        // Prefer the first mount of the superblock's root; a bind mount of a subdirectory
+        // only gives the hierarchy (its point does not lead to the root).
+        let have_root = out
+            .get(&dev)
+            .is_some_and(|m| !m.point.as_os_str().is_empty());
+        if root == "/" && !have_root {
+            out.insert(dev, Mount { point, hierarchy });
+        } else {
+            out.entry(dev).or_insert(Mount {
+                point: PathBuf::new(),
+                hierarchy,
+            });
+        }
+    }
+    out
+}
+
+/// mountinfo escapes spaces and the like as `\040`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn fs_name(magic: u64) -> &'static str {
+    match magic {
+        CGROUP_SUPER_MAGIC => "cgroup",
+        CGROUP2_SUPER_MAGIC => "cgroup2",
+        SYSFS_MAGIC => "sysfs",
+        PROC_SUPER_MAGIC => "proc",
+        FUSE_SUPER_MAGIC => "fuse",
+        _ => "other",
+    }
+}
+
+fn name_str(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// What a file is, resolved once.
+#[derive(Clone, Debug)]
+struct FileInfo {
+    path: String,
+    fs: &'static str,
+    /// cgroupfs: (hierarchy, path of the file's directory within it), and whether the file is
+    /// a memcg stat file.
+    cgroup: Option<(String, String)>,
+    memcg_stat: bool,
+}
+
+/// Builds a file's path from its name chain and its mount.
+fn file_info(names: &FileNames, mount: Option<&Mount>, name_hashed: bool) -> FileInfo {
+    let depth = (names.depth as usize).min(names.names.len());
+    let mut parts: Vec<String> = names.names[..depth]
+        .iter()
+        .rev()
+        .map(|n| name_str(n))
+        .collect();
+    if name_hashed {
+        for p in &mut parts {
+            if !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) {
+                *p = "<pid>".into();
+            }
+        }
+    }
+    let inner = if names.complete != 0 {
+        format!("/{}", parts.join("/"))
+    } else {
+        format!("/…/{}", parts.join("/"))
+    };
+    let fs = fs_name(names.magic);
+    let point = mount
+        .map(|m| m.point.to_string_lossy().into_owned())
+        .filter(|p| !p.is_empty() && p != "/")
+        .unwrap_or_default();
+    let path = format!("{point}{inner}");
+    let cgroup =
+        (names.magic == CGROUP_SUPER_MAGIC || names.magic == CGROUP2_SUPER_MAGIC).then(|| {
+            let hierarchy = mount
+                .and_then(|m| m.hierarchy.clone())
+                .unwrap_or_else(|| fs.to_string());
+            let dir = match inner.rfind('/') {
+                Some(0) | None => "/".to_string(),
+                Some(i) => inner[..i].to_string(),
+            };
+            (hierarchy, dir)
+        });
+    let file_name = parts.last().cloned().unwrap_or_default();
+    FileInfo {
+        path,
+        fs,
+        memcg_stat: cgroup.is_some() && is_memcg_stat_file(&file_name),
+        cgroup,
+    }
+}
+
+/// Cumulative values of one key at the last reading.
+struct Prev {
+    stats: Box<ReadStats>,
+    unchanged_windows: u32,
+}
+
+/// What one window of reads produced.
+#[derive(Default, Debug)]
+pub struct ReadsWindow {
+    /// By reader cgroup.
+    pub by_cgroup: StdHashMap<u64, Vec<FileReads>>,
+    pub memcgs: Vec<MemcgTarget>,
+}
+
+/// Reads `READ_STATS`/`READ_FILES` once per window.
+pub struct ReadsReader {
+    stats: HashMap<MapData, ReadKey, ReadStats>,
+    files: HashMap<MapData, FileKey, FileNames>,
+    prev: StdHashMap<ReadKey, Prev>,
+    info: StdHashMap<FileKey, FileInfo>,
+    mounts: StdHashMap<u32, Mount>,
+    mountinfo: PathBuf,
+}
+
+/// Keys idle this many windows are deleted from the kernel map (their last delta was reported).
+const IDLE_WINDOWS: u32 = 30;
+
+impl ReadsReader {
+    pub fn new(
+        stats: HashMap<MapData, ReadKey, ReadStats>,
+        files: HashMap<MapData, FileKey, FileNames>,
+    ) -> Self {
+        let mountinfo = PathBuf::from("/proc/self/mountinfo");
+        let mounts = std::fs::read_to_string(&mountinfo)
+            .map(|t| parse_mountinfo(&t))
+            .unwrap_or_default();
+        Self {
+            stats,
+            files,
+            prev: StdHashMap::new(),
+            info: StdHashMap::new(),
+            mounts,
+            mountinfo,
+        }
+    }
+
+    fn info_of(&mut self, key: &ReadKey) -> FileInfo {
+        if key.file == FILE_RSTAT_FLUSH {
+            return FileInfo {
+                path: "<rstat flush>".into(),
+                fs: "rstat",
+                cgroup: None,
+                memcg_stat: false,
+            };
+        }
+        let fk = FileKey {
+            file: key.file,
+            dev: key.dev,
+            _pad: 0,
+        };
+        if let Some(i) = self.info.get(&fk) {
+            return i.clone();
+        }
+        let Ok(names) = self.files.get(&fk, 0) else {
+            return FileInfo {
+                path: format!(
+                    "<unknown file {}:{} ino {}>",
+                    key.dev >> 20,
+                    key.dev & 0xfffff,
+                    key.file
+                ),
+                fs: "other",
+                cgroup: None,
+                memcg_stat: false,
+            };
+        };
+        if !self.mounts.contains_key(&key.dev)
+            && let Ok(t) = std::fs::read_to_string(&self.mountinfo)
+        {
+            self.mounts = parse_mountinfo(&t);
+        }
+        let info = file_info(
+            &names,
+            self.mounts.get(&key.dev),
+            key.file & FILE_NAME_HASH != 0 && names.magic == PROC_SUPER_MAGIC,
+        );
+        if self.info.len() > 65_536 {
+            self.info.clear();
+        }
+        self.info.insert(fk, info.clone());
+        info
+    }
+
+    /// Ends the window: deltas since the last call, grouped by reader cgroup and by memcg target.
+    pub fn read_window(&mut self) -> ReadsWindow {
+        let mut out = ReadsWindow::default();
+        let entries: Vec<(ReadKey, ReadStats)> = self.stats.iter().filter_map(Result::ok).collect();
+        let mut seen = std::collections::HashSet::with_capacity(entries.len());
+        let mut targets: BTreeMap<(String, u64), (MemcgTarget, BTreeMap<String, f64>)> =
+            BTreeMap::new();
+        for (key, cur) in entries {
+            seen.insert(key);
+            let base: Option<Box<ReadStats>> = self
+                .prev
+                .get(&key)
+                .filter(|p| p.stats.count <= cur.count)
+                .map(|p| p.stats.clone());
+            let base = base.as_deref();
+            let d = |f: fn(&ReadStats) -> u64| f(&cur).saturating_sub(base.map_or(0, f));
+            let count = d(|s| s.count);
+            if count == 0 {
+                if let Some(p) = self.prev.get_mut(&key) {
+                    p.unchanged_windows += 1;
+                    if p.unchanged_windows >= IDLE_WINDOWS {
+                        let _ = self.stats.remove(&key);
+                        self.prev.remove(&key);
+                    }
+                }
+                continue;
+            }
+            let mut hist = Hist::delta(
+                cur.count,
+                cur.total_ns,
+                &cur.buckets,
+                base.map(|b| (b.count, b.total_ns, &b.buckets)),
+            );
+            if base.is_none_or(|b| cur.max_ns > b.max_ns) || hist.count == cur.count {
+                hist.max_ns = cur.max_ns;
+            } else {
+                // The kernel keeps a since-start maximum only: bound this window's by its top
+                // bucket and its sum.
+                hist.max_ns = hist.top_bucket_upper_ns().min(cur.max_ns).min(hist.sum_ns);
+            }
+            let info = self.info_of(&key);
+            let target = info.cgroup.as_ref().map(|(h, p)| Target {
+                hierarchy: h.clone(),
+                id: cur.target_cgroup,
+                path: p.clone(),
+            });
+            let line = FileReads {
+                comm: comm_str(&key.comm),
+                pid: cur.last_tgid,
+                file: info.path.clone(),
+                fs: info.fs.to_string(),
+                target: target.clone(),
+                count,
+                total_us: d(|s| s.total_ns) as f64 / 1e3,
+                flush_us: d(|s| s.flush_ns) as f64 / 1e3,
+                lock_wait_us: d(|s| s.lock_wait_ns) as f64 / 1e3,
+                flushed_reads: d(|s| s.flushed_reads),
+                flush_locks: d(|s| s.flush_locks),
+                contended: d(|s| s.contended),
+                bytes: d(|s| s.bytes),
+                latency: hist.summary(),
+            };
+            if info.memcg_stat
+                && let Some(t) = &target
+            {
+                {
+                    let (m, readers) =
+                        targets
+                            .entry((t.hierarchy.clone(), t.id))
+                            .or_insert_with(|| {
+                                (
+                                    MemcgTarget {
+                                        hierarchy: t.hierarchy.clone(),
+                                        id: t.id,
+                                        path: t.path.clone(),
+                                        stat_reads: 0,
+                                        read_us: 0.0,
+                                        flush_us: 0.0,
+                                        lock_wait_us: 0.0,
+                                        flushed_reads: 0,
+                                        dying_memcgs: 0,
+                                        readers: Vec::new(),
+                                    },
+                                    BTreeMap::new(),
+                                )
+                            });
+                    m.stat_reads += line.count;
+                    m.read_us += line.total_us;
+                    m.flush_us += line.flush_us;
+                    m.lock_wait_us += line.lock_wait_us;
+                    m.flushed_reads += line.flushed_reads;
+                    m.dying_memcgs = cur.target_dying;
+                    *readers.entry(line.comm.clone()).or_default() += line.total_us;
+                }
+            }
+            out.by_cgroup.entry(key.cgroup_id).or_default().push(line);
+            self.prev.insert(
+                key,
+                Prev {
+                    stats: Box::new(cur),
+                    unchanged_windows: 0,
+                },
+            );
+        }
+        // Entries the kernel no longer has (deleted above) are forgotten.
+        self.prev.retain(|k, _| seen.contains(k));
+        for lines in out.by_cgroup.values_mut() {
+            lines.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+        }
+        out.memcgs = targets
+            .into_values()
+            .map(|(mut m, readers)| {
+                let mut r: Vec<(String, f64)> = readers.into_iter().collect();
+                r.sort_by(|a, b| b.1.total_cmp(&a.1));
+                m.readers = r.into_iter().take(5).map(|(c, _)| c).collect();
+                m
+            })
+            .collect();
+        out.memcgs.sort_by(|a, b| b.read_us.total_cmp(&a.read_us));
+        out
+    }
+
+    /// The event line of one slow read (paths resolved here; the reader's cgroup by the caller).
+    pub fn slow_read(&mut self, ev: &SlowReadEvent) -> SlowRead {
+        let info = self.info_of(&ev.key);
+        SlowRead {
+            kind: "slow_read".into(),
+            ts_ns: ev.header.ts_ns,
+            cpu: ev.header.cpu,
+            pid: ev.pid,
+            tgid: ev.tgid,
+            comm: comm_str(&ev.key.comm),
+            cgroup_id: ev.key.cgroup_id,
+            path: None,
+            name: None,
+            file: info.path.clone(),
+            fs: info.fs.to_string(),
+            target: info.cgroup.map(|(h, p)| Target {
+                hierarchy: h,
+                id: ev.target_cgroup,
+                path: p,
+            }),
+            duration_us: ev.duration_ns as f64 / 1e3,
+            flush_us: ev.flush_ns as f64 / 1e3,
+            lock_wait_us: ev.lock_wait_ns as f64 / 1e3,
+            flush_locks: ev.flush_locks,
+            contended: ev.contended,
+            flushed: ev.needs_flush != 0,
+            dying_memcgs: (ev.target_cgroup != 0).then_some(ev.target_dying),
+            ret: ev.ret,
+        }
+    }
+
+    /// The hierarchy name of a v1 hierarchy id (cgroup_root.hierarchy_id), from the mounts.
+    pub fn hierarchy_name(&self, hierarchy_id: u32, subsystems: &[(String, u32)]) -> String {
+        if hierarchy_id == 0 {
+            return "cgroup2".into();
+        }
+        let names: Vec<&str> = subsystems
+            .iter()
+            .filter(|(_, h)| *h == hierarchy_id)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if names.is_empty() {
+            format!("hierarchy{hierarchy_id}")
+        } else {
+            names.join(",")
+        }
+    }
+}
+
+/// Dying memcgs on the host: v2 from the root's `cgroup.stat`, v1 from /proc/cgroups minus the
+/// directories of the memory hierarchy.
+pub fn dying_memcgs(memory_mount: &Path, v2: bool, proc_cgroups: &Path) -> Option<DyingMemcgs> {
+    if v2 {
+        let text = std::fs::read_to_string(memory_mount.join("cgroup.stat")).ok()?;
+        let total = text.lines().find_map(|l| {
+            l.strip_prefix("nr_dying_descendants ")
+                .and_then(|v| v.trim().parse().ok())
+        })?;
+        return Some(DyingMemcgs {
+            total,
+            source: "cgroup.stat".into(),
+        });
+    }
+    let num = crate::cgroup::hierarchy::num_cgroups(proc_cgroups, "memory")?;
+    let dirs = count_dirs(memory_mount);
+    Some(DyingMemcgs {
+        total: num.saturating_sub(dirs),
+        source: "proc_cgroups".into(),
+    })
+}
+
+/// Directories in a cgroup hierarchy, its root included.
+fn count_dirs(root: &Path) -> u64 {
+    let mut n = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        n += 1;
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+        }
+    }
+    n
+}
+
+/// Cgroup churn collected from events between windows.
+#[derive(Default, Debug)]
+pub struct ChurnCounter {
+    by_hierarchy: BTreeMap<u32, [u64; 2]>,
+    actors: StdHashMap<(String, u32, u64), (u64, u64, String)>,
+}
+
+/// Actors kept per window (the rest still count in the totals).
+const MAX_ACTORS: usize = 1024;
+
+impl ChurnCounter {
+    pub fn add(&mut self, ev: &CgroupChurnEvent) {
+        let op = usize::from(ev.op != CHURN_MKDIR);
+        self.by_hierarchy.entry(ev.hierarchy_id).or_default()[op] += 1;
+        let key = (comm_str(&ev.comm), ev.tgid, ev.actor_cgroup);
+        if self.actors.len() >= MAX_ACTORS && !self.actors.contains_key(&key) {
+            return;
+        }
+        let e = self.actors.entry(key).or_default();
+        if op == 0 {
+            e.0 += 1;
+            if e.2.is_empty() {
+                e.2 = name_str(&ev.path);
+            }
+        } else {
+            e.1 += 1;
+        }
+    }
+
+    /// The window's churn; `None` when nothing happened.
+    pub fn take(&mut self, hierarchy_name: impl Fn(u32) -> String) -> Option<Churn> {
+        if self.by_hierarchy.is_empty() {
+            return None;
+        }
+        let by = std::mem::take(&mut self.by_hierarchy);
+        // One mkdir in the v1 world is one event per hierarchy it is made in: count the busiest.
+        let created = by.values().map(|v| v[0]).max().unwrap_or(0);
+        let removed = by.values().map(|v| v[1]).max().unwrap_or(0);
+        let mut actors: Vec<ChurnActor> = std::mem::take(&mut self.actors)
+            .into_iter()
+            .map(|((comm, pid, cgroup_id), (c, r, example))| ChurnActor {
+                comm,
+                pid,
+                cgroup_id,
+                created: c,
+                removed: r,
+                example,
+            })
+            .collect();
+        actors.sort_by_key(|a| std::cmp::Reverse(a.created + a.removed));
+        actors.truncate(10);
+        Some(Churn {
+            created,
+            removed,
+            by_hierarchy: by
+                .into_iter()
+                .map(|(h, v)| (hierarchy_name(h), v))
+                .collect(),
+            actors,
+        })
+    }
+}
+
+/// Bucket count of the kernel histograms (kept for the size check below).
+const _: () = assert!(NR_BUCKETS == 140);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cgtrace_common::reads::{NAME_DEPTH, NAME_LEN};
+
+    fn names(magic: u64, chain: &[&str], complete: bool) -> FileNames {
+        let mut n = FileNames {
+            magic,
+            depth: chain.len() as u32,
+            complete: u32::from(complete),
+            names: [[0; NAME_LEN]; NAME_DEPTH],
+        };
+        for (i, s) in chain.iter().enumerate() {
+            n.names[i][..s.len()].copy_from_slice(s.as_bytes());
+        }
+        n
+    }
+
+    const MOUNTINFO: &str = "\
+22 1 0:21 / /proc rw,nosuid - proc proc rw
+24 1 0:22 / /sys rw - sysfs sysfs rw
+30 24 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+31 24 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+40 1 0:50 / /var/lib/lxc\\040fs rw - fuse.lxcfs lxcfs rw,user_id=0
+41 1 0:50 /proc/meminfo /other/meminfo rw - fuse.lxcfs lxcfs rw
+";
+
+    #[test]
+    fn mountinfo_maps_devices_to_mounts_and_hierarchies() {
+        let m = parse_mountinfo(MOUNTINFO);
+        assert_eq!(m[&26].point, PathBuf::from("/sys/fs/cgroup/memory"));
+        assert_eq!(m[&26].hierarchy.as_deref(), Some("memory"));
+        assert_eq!(m[&27].hierarchy.as_deref(), Some("cpu,cpuacct"));
+        assert_eq!(m[&50].point, PathBuf::from("/var/lib/lxc fs"));
+        assert_eq!(m[&21].hierarchy, None);
+    }
+
+    #[test]
+    fn paths_are_built_from_the_name_chain() {
+        let m = parse_mountinfo(MOUNTINFO);
+        let i = file_info(
+            &names(CGROUP_SUPER_MAGIC, &["memory.stat", "b", "a"], true),
+            m.get(&26),
+            false,
+        );
+        assert_eq!(i.path, "/sys/fs/cgroup/memory/a/b/memory.stat");
+        assert!(i.memcg_stat);
+        assert_eq!(i.cgroup, Some(("memory".into(), "/a/b".into())));
+        let root = file_info(
+            &names(CGROUP_SUPER_MAGIC, &["memory.stat"], true),
+            m.get(&26),
+            false,
+        );
+        assert_eq!(root.cgroup, Some(("memory".into(), "/".into())));
+        let p = file_info(
+            &names(PROC_SUPER_MAGIC, &["stat", "4242"], true),
+            m.get(&21),
+            true,
+        );
+        assert_eq!(p.path, "/proc/<pid>/stat");
+        assert_eq!(p.fs, "proc");
+        let cut = file_info(
+            &names(SYSFS_MAGIC, &["scaling_cur_freq", "cpufreq"], false),
+            m.get(&22),
+            false,
+        );
+        assert_eq!(cut.path, "/sys/…/cpufreq/scaling_cur_freq");
+        let fuse = file_info(
+            &names(FUSE_SUPER_MAGIC, &["meminfo", "proc"], true),
+            m.get(&50),
+            false,
+        );
+        assert_eq!(fuse.path, "/var/lib/lxc fs/proc/meminfo");
+        assert!(!fuse.memcg_stat);
+    }
+
+    #[test]
+    fn churn_counts_and_ranks_actors() {
+        let mut c = ChurnCounter::default();
+        let mut ev = CgroupChurnEvent {
+            header: cgtrace_common::event::EventHeader {
+                kind: cgtrace_common::event::KIND_CGROUP_CHURN,
+                cpu: 0,
+                ts_ns: 1,
+            },
+            hierarchy_id: 3,
+            op: CHURN_MKDIR,
+            cgroup_id: 9,
+            level: 1,
+            pid: 7,
+            tgid: 7,
+            _pad: 0,
+            actor_cgroup: 1,
+            comm: *b"systemd\0\0\0\0\0\0\0\0\0",
+            path: [0; cgtrace_common::reads::CHURN_PATH_LEN],
+        };
+        ev.path[..3].copy_from_slice(b"/x1");
+        c.add(&ev);
+        c.add(&ev);
+        ev.op = cgtrace_common::reads::CHURN_RMDIR;
+        c.add(&ev);
+        let w = c.take(|h| format!("h{h}")).expect("churn");
+        assert_eq!((w.created, w.removed), (2, 1));
+        assert_eq!(w.by_hierarchy["h3"], [2, 1]);
+        assert_eq!(w.actors[0].comm, "systemd");
+        assert_eq!(w.actors[0].example, "/x1");
+        assert!(c.take(|h| format!("h{h}")).is_none());
+    }
+}
