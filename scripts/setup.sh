@@ -19,7 +19,7 @@ toolchain_of() { sed -n 's/^channel *= *"\(.*\)"/\1/p' "$1"; }
 STABLE=$(toolchain_of rust-toolchain.toml)
 NIGHTLY=$(toolchain_of cgtrace-ebpf/rust-toolchain.toml)
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless)
+APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless fuse3 lxcfs strace)
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and loads eBPF programs): sudo $0 $*"
 command -v rustup >/dev/null || die "rustup not found: install it (https://rustup.rs) and re-run"

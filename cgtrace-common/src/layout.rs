@@ -138,6 +138,9 @@ pub struct Layout {
     /// `orig_ax`).
     pub regs_arg0: u32,
     pub regs_nr: u32,
+    /// `pt_regs` slot of a syscall's second argument (`sendfile`'s in_fd; x86_64 `si`).
+    pub regs_arg1: u32,
+    pub _pad2: u32,
 }
 
 impl Layout {
@@ -208,6 +211,8 @@ impl Layout {
         kiocb_filp: ABSENT,
         regs_arg0: ABSENT,
         regs_nr: ABSENT,
+        regs_arg1: ABSENT,
+        _pad2: 0,
     };
 }
 
@@ -221,8 +226,9 @@ pub struct Config {
     pub ringbuf_wakeup_bytes: u64,
     /// Pseudo-file reads at least this long (ns) are also sent as `SlowReadEvent`s.
     pub read_event_min_ns: u64,
-    /// Syscall numbers of the read syscalls (`read`, `pread64`, `readv`, `preadv`, `preadv2`) on
-    /// this architecture, `reads::NO_SYSCALL` for unused slots.
+    /// Syscall numbers of the read syscalls on this architecture, `reads::NO_SYSCALL` for unused
+    /// slots: `read`, `pread64`, `readv`, `preadv`, `preadv2` (fd in the first argument) and, in
+    /// the last slot, `sendfile` (fd in the second: busybox `cat` reads that way).
     pub read_syscalls: [u32; crate::reads::NR_READ_SYSCALLS],
 }
 

@@ -161,10 +161,10 @@ pub fn resolve_throttle(
 /// Read syscall numbers on this architecture: `read`, `pread64`, `readv`, `preadv`, `preadv2`;
 /// and the `pt_regs` fields holding a syscall's first argument and its number at exit.
 #[cfg(target_arch = "x86_64")]
-const READ_SYSCALLS: Option<([u32; 5], &str, &str)> =
-    Some(([0, 17, 19, 295, 327], "di", "orig_ax"));
+const READ_SYSCALLS: Option<([u32; 6], [&str; 3])> =
+    Some(([0, 17, 19, 295, 327, 40], ["di", "si", "orig_ax"]));
 #[cfg(not(target_arch = "x86_64"))]
-const READ_SYSCALLS: Option<([u32; 5], &str, &str)> = None;
+const READ_SYSCALLS: Option<([u32; 6], [&str; 3])> = None;
 
 /// What the `reads` family can use on this kernel, beyond its field offsets.
 #[derive(Clone, Debug, Default)]
@@ -234,17 +234,13 @@ pub fn resolve_reads(btf: &Btf, layout: &mut Layout) -> Result<ReadsSupport, Mis
             && btf.tracepoint_args("cgroup_rmdir").is_some(),
         syscalls: None,
     };
-    if let Some((nrs, arg0, nr)) = READ_SYSCALLS
-        && let (Ok(a), Ok(n)) = (f("pt_regs", arg0), f("pt_regs", nr))
+    if let Some((nrs, [arg0, arg1, nr])) = READ_SYSCALLS
+        && let (Ok(a0), Ok(a1), Ok(n)) = (f("pt_regs", arg0), f("pt_regs", arg1), f("pt_regs", nr))
     {
-        {
-            layout.regs_arg0 = a;
-            layout.regs_nr = n;
-            let mut all =
-                [cgtrace_common::reads::NO_SYSCALL; cgtrace_common::reads::NR_READ_SYSCALLS];
-            all[..nrs.len()].copy_from_slice(&nrs);
-            support.syscalls = Some(all);
-        }
+        layout.regs_arg0 = a0;
+        layout.regs_arg1 = a1;
+        layout.regs_nr = n;
+        support.syscalls = Some(nrs);
     }
     Ok(support)
 }

@@ -715,7 +715,7 @@ fn attach_reads_syscall(
     ];
     load_tp_btf(ebpf, btf, &set)?;
     attach_tp_btf(ebpf, &set)?;
-    Ok("tp_btf sys_enter/sys_exit: read, pread64, readv, preadv, preadv2 of cgroupfs, sysfs, procfs and FUSE files".into())
+    Ok("tp_btf sys_enter/sys_exit: read, pread64, readv, preadv, preadv2, sendfile of cgroupfs, sysfs, procfs and FUSE files".into())
 }
 
 /// fentry/fexit on each pseudo-filesystem read function this kernel has (FUSE only when built

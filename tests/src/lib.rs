@@ -1,7 +1,11 @@
 //! Helpers for cgtrace's privileged integration tests (`tests/tests/*.rs`): real cgroups, real
 //! workloads, and the real `cgtrace` binary whose NDJSON output is parsed.
 pub mod cgroup;
+pub mod fuse;
+pub mod lxcfs;
+pub mod memcg;
 pub mod runqlat;
+pub mod strace;
 pub mod stream;
 pub mod workload;
 

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod vm;
+mod vm_reads;
 
 #[derive(Parser)]
 #[command(about = "cgtrace developer tasks")]

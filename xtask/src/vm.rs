@@ -28,6 +28,8 @@ use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use crate::vm_reads::{self, READS_SCENARIO, ReadsReport, check_reads};
+
 const DEFAULT_CACHE: &str = "/var/cache/cgtrace-vm";
 const BUSYBOX: &str = "/bin/busybox";
 const INIT_SCRIPT: &str = include_str!("../../tests/vm/init.sh");
@@ -127,6 +129,7 @@ struct MatrixArgs {
 enum Scenario {
     Runq,
     Throttle,
+    Reads,
     All,
 }
 
@@ -1038,6 +1041,8 @@ fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
     }];
     let runq = matches!(args.scenario, Scenario::Runq | Scenario::All);
     let throttle = matches!(args.scenario, Scenario::Throttle | Scenario::All);
+    let reads = matches!(args.scenario, Scenario::Reads | Scenario::All);
+    let mut reads_rows: Vec<(&'static str, String, ReadsReport)> = Vec::new();
     let mut rows = Vec::new();
     let mut throttle_rows = Vec::new();
     for spec in select_kernels(&args.kernel) {
@@ -1055,6 +1060,41 @@ fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
                 Err(e) => MatrixRow::error(spec, format!("{e:#}")),
             };
             rows.push(row);
+        }
+        if reads {
+            println!("=== kernel {} reads ===", spec.name);
+            let label = format!("{}-reads", spec.name);
+            let mut opts = args.boot.clone();
+            opts.append = format!(
+                "{} cgtrace.reads_mode={}",
+                opts.append,
+                vm_reads::expected_mode(spec.name)
+            )
+            .trim()
+            .to_string();
+            let report = match boot(cache, spec, &label, &bins, READS_SCENARIO.as_bytes(), &opts) {
+                Ok(outcome) => {
+                    let mut failures = Vec::new();
+                    if !outcome.passed() {
+                        failures.push(format!("guest: {}", outcome.summary()));
+                    }
+                    let objects = stream_objects(&outcome.lines, &mut failures);
+                    let r = check_reads(spec.name, objects, &outcome.lines, failures);
+                    reads_rows.push((spec.name, outcome_timing(&outcome), r));
+                    None
+                }
+                Err(e) => Some(e),
+            };
+            if let Some(e) = report {
+                reads_rows.push((
+                    spec.name,
+                    "-".into(),
+                    ReadsReport {
+                        failures: vec![format!("{e:#}")],
+                        ..ReadsReport::default()
+                    },
+                ));
+            }
         }
         if !throttle {
             continue;
@@ -1080,12 +1120,17 @@ fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
         }
     }
     print_table(&rows, &throttle_rows);
+    print_reads_table(&reads_rows);
     let failed = rows.iter().filter(|r| !r.failures.is_empty()).count()
+        + reads_rows
+            .iter()
+            .filter(|r| !r.2.failures.is_empty())
+            .count()
         + throttle_rows
             .iter()
             .filter(|r| !r.failures.is_empty())
             .count();
-    let total = rows.len() + throttle_rows.len();
+    let total = rows.len() + throttle_rows.len() + reads_rows.len();
     println!("{} passed, {failed} failed", total - failed);
     if failed > 0 {
         // The summary stays the last line of the output.
@@ -1174,6 +1219,56 @@ fn throttle_row(spec: &'static KernelSpec, mode: ThrottleMode, outcome: &Outcome
         report: Some(report),
         failures,
     }
+}
+
+fn print_reads_table(rows: &[(&'static str, String, ReadsReport)]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "{:<8}{:<8}{:>12}  {:<20}{:>8}{:>7}{:>11}{:>11}{:>11}{:>6}{:>18}",
+        "kernel",
+        "result",
+        "boot/total s",
+        "reads mode (want)",
+        "windows",
+        "reads",
+        "total ms",
+        "max ms",
+        "flush ms",
+        "slow",
+        "dying ours/kern"
+    );
+    for (kernel, timing, r) in rows {
+        println!(
+            "{:<8}{:<8}{:>12}  {:<20}{:>8}{:>7}{:>11.2}{:>11.2}{:>11.2}{:>6}{:>18}",
+            kernel,
+            verdict(&r.failures),
+            timing,
+            format!(
+                "{} ({})",
+                r.mode.as_deref().unwrap_or("-"),
+                vm_reads::expected_mode(kernel)
+            ),
+            r.windows,
+            r.reads,
+            r.read_us / 1e3,
+            r.max_us / 1e3,
+            r.flush_us / 1e3,
+            r.slow_reads,
+            format!(
+                "{}/{}",
+                r.dying_ours.map_or("-".into(), |v| v.to_string()),
+                r.dying_kernel.map_or("-".into(), |v| v.to_string())
+            )
+        );
+    }
+    for (kernel, _, r) in rows {
+        for failure in &r.failures {
+            println!("  {kernel} reads: {failure}");
+        }
+    }
+    println!();
 }
 
 fn verdict(failures: &[String]) -> &'static str {

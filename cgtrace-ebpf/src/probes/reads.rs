@@ -3,7 +3,8 @@
 //!
 //! Two ways to see a read, chosen by the loader:
 //! - syscall mode (every kernel; the only one where fentry is refused): tp_btf on the raw
-//!   `sys_enter`/`sys_exit` tracepoints. The syscall number is compared first, so other syscalls
+//!   `sys_enter`/`sys_exit` tracepoints (read, pread64, readv, preadv, preadv2, and sendfile,
+//!   whose in_fd is the file read: busybox `cat` uses it). The syscall number is compared first, so other syscalls
 //!   cost one compare; a read's fd is resolved to its file and kept only if the file's superblock
 //!   is cgroupfs, sysfs, procfs or FUSE. Ordinary file reads pay the fd lookup and nothing else.
 //! - fentry mode: fentry/fexit on the pseudo-filesystems' read functions (`kernfs_fop_read_iter`,
@@ -33,7 +34,7 @@ use cgtrace_common::{
         CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, CHURN_MKDIR, CHURN_PATH_LEN, CHURN_RMDIR,
         CgroupChurnEvent, FILE_NAME_HASH, FILE_RSTAT_FLUSH, FUSE_SUPER_MAGIC, FileKey, HOOK_FUSE,
         HOOK_KERNFS, HOOK_PROC, HOOK_SEQ, HOOK_SYSCALL, NAME_DEPTH, NAME_LEN, NR_READ_SYSCALLS,
-        PROC_SUPER_MAGIC, ReadInflight, ReadKey, SYSFS_MAGIC, SlowReadEvent, name_hash,
+        PROC_SUPER_MAGIC, ReadInflight, ReadKey, ReadStats, SYSFS_MAGIC, SlowReadEvent, name_hash,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -257,6 +258,19 @@ fn add(p: *mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
+/// Counts `ns` in the histogram of `s`.
+#[inline(always)]
+fn add_bucket(s: *mut ReadStats, ns: u64) {
+    // As in `runq`: through black_box, so the bounds check is `reg >= imm` on the loaded value,
+    // which the 5.10 and 6.1 verifiers can decide.
+    let idx = core::hint::black_box(u64::from(bucket_of(ns)));
+    if idx >= NR_BUCKETS as u64 {
+        return;
+    }
+    // SAFETY: `s` points into a live map value; the index is checked above.
+    unsafe { add(&raw mut (*s).buckets[idx as usize], 1) };
+}
+
 /// Ends the current thread's read opened by `hook` and accounts it.
 #[inline(always)]
 fn close_read(hook: u32, ret: i64) {
@@ -309,10 +323,7 @@ fn account(r: &ReadInflight, end: u64, ret: i64) {
                 if ret > 0 {
                     add(&raw mut (*s).bytes, ret as u64);
                 }
-                let b = core::hint::black_box(bucket_of(duration) as usize);
-                if b < NR_BUCKETS {
-                    add(&raw mut (*s).buckets[b], 1);
-                }
+                add_bucket(s, duration);
                 if duration > (*s).max_ns {
                     (*s).max_ns = duration;
                 }
@@ -370,7 +381,18 @@ pub fn reads_sys_enter(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let regs: P = ctx.arg(0);
-    let Some(fd) = rd::<u64>(regs, layout!(regs_arg0)) else {
+    // The last slot is sendfile(out_fd, in_fd, ...): the file read is the second argument.
+    // SAFETY: CONFIG is a plain static in .rodata.
+    let sendfile = id
+        == u64::from(unsafe {
+            core::ptr::read_volatile(&raw const CONFIG.read_syscalls[NR_READ_SYSCALLS - 1])
+        });
+    let slot = if sendfile {
+        layout!(regs_arg1)
+    } else {
+        layout!(regs_arg0)
+    };
+    let Some(fd) = rd::<u64>(regs, slot) else {
         return 0;
     };
     let task = current();
