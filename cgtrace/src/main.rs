@@ -58,9 +58,10 @@ struct TraceArgs {
     /// (auto), one forced, or off.
     #[arg(long, value_enum, default_value_t = ReadsMode::Auto)]
     reads_mode: ReadsMode,
-    /// Pseudo-file reads at least this long (ms) are also sent as `slow_read` events.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    slow_read_ms: u64,
+    /// Pseudo-file reads at least this long (ms, fractions allowed: 0.01 to 600000) are also sent
+    /// as `slow_read` events.
+    #[arg(long, default_value_t = 5.0, value_parser = parse_slow_read_ms)]
+    slow_read_ms: f64,
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
     #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
     ringbuf_kib: u32,
@@ -100,6 +101,16 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn parse_slow_read_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    if !(0.01..=600_000.0).contains(&v) {
+        return Err(format!("{v} ms: must be between 0.01 and 600000"));
+    }
+    Ok(v)
+}
+
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
     let v: u32 = s
         .parse()
@@ -124,7 +135,7 @@ impl TraceArgs {
                 below_quota_fraction: self.below_quota_fraction,
             },
             reads_mode: self.reads_mode,
-            slow_read_min: Duration::from_millis(self.slow_read_ms),
+            slow_read_min: Duration::from_secs_f64(self.slow_read_ms / 1e3),
         }
     }
 }
