@@ -133,7 +133,13 @@ pub struct ReadInflight {
     pub hook: u32,
     /// `memcg_flush_stats` said a flush was needed (or a flush function ran).
     pub needs_flush: u32,
-    pub _pad: u32,
+    /// 1 while the read (or flush) is in progress. Entries stay after a read ends, so the next
+    /// read of the same open file by the thread reuses the file's key (`file_ptr`, `inode_ptr`).
+    pub open: u32,
+    pub file_ptr: u64,
+    pub inode_ptr: u64,
+    /// cgroupfs: the target's `struct cgroup`, whose dying count is re-read at every read.
+    pub target_cgrp: u64,
 }
 
 /// A read at or above the event threshold.

@@ -75,9 +75,10 @@ pub static EPOCH: Array<u64> = Array::with_max_entries(1, 0);
 pub static ZERO_HIST: PerCpuArray<RunqHist> = PerCpuArray::with_max_entries(1, 0);
 
 /// tid -> the traced pseudo-file read it is in (or the rstat flush a thread outside any read is
-/// doing), from the read's start to its end.
+/// doing), and after it ends the key of the last file it read (reused by its next read of the
+/// same file). LRU: threads that stopped reading are evicted.
 #[map]
-pub static READ_INFLIGHT: HashMap<u32, ReadInflight> = HashMap::with_max_entries(16384, 0);
+pub static READ_INFLIGHT: LruHashMap<u32, ReadInflight> = LruHashMap::with_max_entries(16384, 0);
 
 /// (reader cgroup, comm, file) -> cumulative read stats and latency histogram.
 #[map]

@@ -49,6 +49,8 @@ pub struct BenchArgs {
 enum Bench {
     /// Slowdown of `perf bench sched pipe` under cgtrace and under runqlat, vs bare.
     Runq(RunqArgs),
+    /// Nanoseconds added per read syscall (regular and cgroup files, 1-byte reads) by cgtrace.
+    Reads(crate::bench_reads::ReadsArgs),
 }
 
 #[derive(Args)]
@@ -106,6 +108,7 @@ impl Config {
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.bench {
         Bench::Runq(args) => runq(Plan::new(args)?),
+        Bench::Reads(args) => crate::bench_reads::run(args),
     }
 }
 

@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_reads;
 mod vm;
 mod vm_reads;
 

@@ -177,9 +177,36 @@ fn open_read(task: P, file: P, hook: u32) {
         return;
     }
     let t = tid();
-    // SAFETY: lookup only. Nested hooks (kernfs -> seq_read_iter) keep the outer read.
-    if unsafe { READ_INFLIGHT.get(&t) }.is_some_and(|r| r.hook != HOOK_FLUSH) {
-        return;
+    if let Some(e) = READ_INFLIGHT.get_ptr_mut(&t) {
+        // SAFETY: this thread's live map value; only this thread writes it.
+        unsafe {
+            // Nested hooks (kernfs -> seq_read_iter) keep the outer read.
+            if (*e).open != 0 && (*e).hook != HOOK_FLUSH {
+                return;
+            }
+            // The same open file as this thread's last read: reuse its key.
+            if (*e).open == 0 && (*e).file_ptr == file as u64 && (*e).inode_ptr == inode as u64 {
+                (*e).start_ns = now();
+                (*e).key.cgroup_id = task_cgroup_id::<false>(task).unwrap_or(0);
+                (*e).key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+                (*e).flush_ns = 0;
+                (*e).lock_wait_ns = 0;
+                (*e).flush_locks = 0;
+                (*e).contended = 0;
+                (*e).locked_at = 0;
+                (*e).contended_at = 0;
+                (*e).flush_entry_at = 0;
+                (*e).flush_span_ns = 0;
+                (*e).needs_flush = 0;
+                (*e).hook = hook;
+                if (*e).target_cgrp != 0 {
+                    (*e).target_dying = rd::<i32>((*e).target_cgrp as P, layout!(cgroup_nr_dying))
+                        .unwrap_or(0) as u32;
+                }
+                (*e).open = 1;
+                return;
+            }
+        }
     }
     let start_ns = now();
     let dev: u32 = rd(sb, layout!(sb_dev)).unwrap_or(0);
@@ -187,13 +214,14 @@ fn open_read(task: P, file: P, hook: u32) {
     let dentry: P = rd(file, layout!(file_dentry)).unwrap_or(core::ptr::null());
     let mut target_cgroup = 0u64;
     let mut target_dying = 0u32;
+    let mut target_cgrp: P = core::ptr::null();
     if magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC {
         // The file's kernfs node, its directory's node, and that directory's `struct cgroup`.
         let kn: P = rd(inode, layout!(inode_private)).unwrap_or(core::ptr::null());
         let dir: P = rd(kn, layout!(kn_parent)).unwrap_or(core::ptr::null());
         target_cgroup = rd(dir, layout!(kn_id)).unwrap_or(0);
-        let cgrp: P = rd(dir, layout!(kn_priv)).unwrap_or(core::ptr::null());
-        target_dying = rd::<i32>(cgrp, layout!(cgroup_nr_dying)).unwrap_or(0) as u32;
+        target_cgrp = rd(dir, layout!(kn_priv)).unwrap_or(core::ptr::null());
+        target_dying = rd::<i32>(target_cgrp, layout!(cgroup_nr_dying)).unwrap_or(0) as u32;
     } else if magic == PROC_SUPER_MAGIC {
         // /proc/<pid>/x and /proc/<pid>/task/<tid>/x: one file per name, not per pid.
         let parent: P = rd(dentry, layout!(dentry_parent)).unwrap_or(core::ptr::null());
@@ -244,9 +272,12 @@ fn open_read(task: P, file: P, hook: u32) {
         target_dying,
         hook,
         needs_flush: 0,
-        _pad: 0,
+        open: 1,
+        file_ptr: file as u64,
+        inode_ptr: inode as u64,
+        target_cgrp: target_cgrp as u64,
     };
-    // A leftover flush-only entry of this thread is replaced (it can only be stale).
+    // Replaces this thread's last entry (a finished read, or a stale flush-only one).
     if READ_INFLIGHT.insert(&t, &inflight, 0).is_err() {
         count(counters(), counters::READ_INFLIGHT_FULL);
     }
@@ -275,14 +306,17 @@ fn add_bucket(s: *mut ReadStats, ns: u64) {
 #[inline(always)]
 fn close_read(hook: u32, ret: i64) {
     let t = tid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(r) = (unsafe { READ_INFLIGHT.get(&t) }).copied() else {
+    let Some(e) = READ_INFLIGHT.get_ptr_mut(&t) else {
         return;
     };
-    if r.hook != hook {
-        return;
-    }
-    let _ = READ_INFLIGHT.remove(&t);
+    // SAFETY: this thread's live map value; it is copied before being marked closed.
+    let r = unsafe {
+        if (*e).open == 0 || (*e).hook != hook {
+            return;
+        }
+        (*e).open = 0;
+        *e
+    };
     account(&r, now(), ret);
 }
 
@@ -315,11 +349,14 @@ fn account(r: &ReadInflight, end: u64, ret: i64) {
             unsafe {
                 add(&raw mut (*s).count, 1);
                 add(&raw mut (*s).total_ns, duration);
-                add(&raw mut (*s).flush_ns, flush_ns);
-                add(&raw mut (*s).lock_wait_ns, r.lock_wait_ns);
-                add(&raw mut (*s).flush_locks, r.flush_locks);
-                add(&raw mut (*s).flushed_reads, flushed);
-                add(&raw mut (*s).contended, r.contended);
+                // Most reads flush nothing: skip those atomic adds.
+                if flushed != 0 {
+                    add(&raw mut (*s).flush_ns, flush_ns);
+                    add(&raw mut (*s).lock_wait_ns, r.lock_wait_ns);
+                    add(&raw mut (*s).flush_locks, r.flush_locks);
+                    add(&raw mut (*s).flushed_reads, flushed);
+                    add(&raw mut (*s).contended, r.contended);
+                }
                 if ret > 0 {
                     add(&raw mut (*s).bytes, ret as u64);
                 }
@@ -496,7 +533,11 @@ pub fn reads_fuse_exit(ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn inflight_or_flush() -> Option<*mut ReadInflight> {
     let t = tid();
-    if let Some(p) = READ_INFLIGHT.get_ptr_mut(&t) {
+    let existing = READ_INFLIGHT.get_ptr_mut(&t);
+    // SAFETY: this thread's live map value.
+    if let Some(p) = existing
+        && unsafe { (*p).open } != 0
+    {
         return Some(p);
     }
     let task = current();
@@ -522,12 +563,17 @@ fn inflight_or_flush() -> Option<*mut ReadInflight> {
         target_dying: 0,
         hook: HOOK_FLUSH,
         needs_flush: 1,
-        _pad: 0,
+        open: 1,
+        file_ptr: 0,
+        inode_ptr: 0,
+        target_cgrp: 0,
     };
-    if READ_INFLIGHT
-        .insert(&t, &r, u64::from(BPF_NOEXIST))
-        .is_err()
-    {
+    if let Some(p) = existing {
+        // SAFETY: this thread's live map value (a finished read's entry, reused).
+        unsafe { *p = r };
+        return Some(p);
+    }
+    if READ_INFLIGHT.insert(&t, &r, 0).is_err() {
         count(counters(), counters::READ_INFLIGHT_FULL);
         return None;
     }
@@ -543,7 +589,11 @@ pub fn reads_memcg_flush(ctx: BtfTracePointContext) -> u32 {
     }
     if let Some(r) = READ_INFLIGHT.get_ptr_mut(&tid()) {
         // SAFETY: live map value of this thread.
-        unsafe { (*r).needs_flush = 1 };
+        unsafe {
+            if (*r).open != 0 {
+                (*r).needs_flush = 1;
+            }
+        }
     }
     0
 }
@@ -589,13 +639,16 @@ pub fn reads_rstat_unlock(_ctx: BtfTracePointContext) -> u32 {
     let t = now();
     // SAFETY: live map value of this thread.
     unsafe {
+        if (*r).open == 0 {
+            return 0;
+        }
         if (*r).locked_at != 0 {
             (*r).flush_ns += t.saturating_sub((*r).locked_at);
             (*r).locked_at = 0;
         }
         if (*r).hook == HOOK_FLUSH && (*r).flush_entry_at == 0 {
+            (*r).open = 0;
             let done = *r;
-            let _ = READ_INFLIGHT.remove(&t_id);
             account(&done, t, 0);
         }
     }
@@ -624,14 +677,17 @@ fn flush_exit() {
     let t = now();
     // SAFETY: live map value of this thread.
     unsafe {
+        if (*r).open == 0 {
+            return;
+        }
         if (*r).flush_entry_at != 0 {
             (*r).flush_span_ns += t.saturating_sub((*r).flush_entry_at);
             (*r).flush_entry_at = 0;
             (*r).needs_flush = 1;
         }
         if (*r).hook == HOOK_FLUSH {
+            (*r).open = 0;
             let done = *r;
-            let _ = READ_INFLIGHT.remove(&t_id);
             account(&done, t, 0);
         }
     }
