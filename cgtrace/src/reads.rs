@@ -45,6 +45,9 @@ pub struct FileReads {
     pub flush_locks: u64,
     pub contended: u64,
     pub bytes: u64,
+    /// cgroupfs files: the target cgroup's `nr_dying_descendants` at the last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dying_memcgs: Option<u32>,
     pub latency: crate::hist::HistSummary,
 }
 
@@ -461,6 +464,7 @@ impl ReadsReader {
                 flush_locks: d(|s| s.flush_locks),
                 contended: d(|s| s.contended),
                 bytes: d(|s| s.bytes),
+                dying_memcgs: target.as_ref().map(|_| cur.target_dying),
                 latency: hist.summary(),
             };
             if info.memcg_stat

@@ -9,6 +9,7 @@
 //! with another attached list it in [`Column::needs`] (the run-queue `WTHR%`, the share of waiting
 //! that was throttling, needs `throttle`).
 
+pub mod reads;
 pub mod runq;
 pub mod throttle;
 
@@ -71,4 +72,4 @@ pub trait Family: Sync {
 }
 
 /// Every family the view knows, in column order.
-pub static FAMILIES: &[&dyn Family] = &[&runq::Runq, &throttle::Throttle];
+pub static FAMILIES: &[&dyn Family] = &[&runq::Runq, &throttle::Throttle, &reads::Reads];
