@@ -6,7 +6,8 @@
 //! busybox-static, the requested binaries with their shared libraries, `tests/vm/init.sh` as
 //! `/init` and a guest script, boots it under QEMU TCG and streams the serial console.
 //!
-//! The matrix has two scenarios, each checked on the host from the captured serial log:
+//! The matrix has three scenarios, each checked on the host from the captured serial log
+//! (`reads`, slow pseudo-file reads and dying memcgs, is in `vm_reads.rs`):
 //! `runq` (`tests/vm/runq.sh`: run-queue latency lands on the right cgroup2 paths) and
 //! `throttle` (`tests/vm/throttle.sh`, one boot per throttle attach mode: cgtrace's
 //! `nr_throttled` and throttled time for a cgroup with `cpu.max` 20000/100000 against the guest
