@@ -318,3 +318,57 @@ fn lxcfs_meminfo_is_charged_to_the_reader_and_lxcfs_reads_its_memcg() -> anyhow:
     );
     Ok(())
 }
+
+#[test]
+fn reads_modes_off_and_forced() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    // Off: the family says so and no window carries reads.
+    let mut stream = Stream::start(&["--interval", "200", "--reads-mode", "off"])?;
+    assert_eq!(stream.hello()["families"]["reads"]["mode"], "off");
+    let _ = std::fs::read_to_string("/proc/self/stat")?;
+    stream.windows(2)?;
+    let (code, lines) = stream.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["type"] == "window")
+            .all(|w| w["cgroups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|c| c["reads"].is_null())),
+        "reads with --reads-mode off"
+    );
+    // Forced fentry: either it attaches, or one line says why and what to do.
+    let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
+        .args([
+            "stream",
+            "--duration",
+            "1",
+            "--reads-mode",
+            "fentry",
+            "--no-summary",
+        ])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        let hello: Value = serde_json::from_str(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .context("no hello")?,
+        )?;
+        assert_eq!(hello["families"]["reads"]["mode"], "fentry");
+    } else {
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("--reads-mode fentry is not available")
+                && stderr.contains("try --reads-mode auto"),
+            "{stderr}"
+        );
+    }
+    Ok(())
+}
