@@ -174,10 +174,14 @@ impl Tracer {
         };
         families.insert("throttle".to_string(), throttle);
         let reads = match (reads_support, opts.reads_mode) {
+            (_, ReadsMode::Off) => FamilyMode {
+                mode: "off".into(),
+                detail: "turned off by --reads-mode off".into(),
+            },
             (Ok(support), mode) => {
                 attach_reads(&mut ebpf, &aya_btf, &btf, &support, &capabilities, mode)?
             }
-            (Err(missing), ReadsMode::Auto | ReadsMode::Off) => FamilyMode {
+            (Err(missing), ReadsMode::Auto) => FamilyMode {
                 mode: "unavailable".into(),
                 detail: missing.to_string(),
             },
