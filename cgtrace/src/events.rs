@@ -92,7 +92,10 @@ mod tests {
     fn parses_families_all_and_rejects_unknown() {
         let s = EventSelection::parse(&["runq,throttle"]).unwrap();
         assert!(s.has("runq") && s.has("throttle") && !s.has("reads"));
-        assert_eq!(EventSelection::parse(&["all"]).unwrap(), EventSelection::all());
+        assert_eq!(
+            EventSelection::parse(&["all"]).unwrap(),
+            EventSelection::all()
+        );
         assert!(EventSelection::parse::<&str>(&[]).unwrap().is_empty());
         assert!(s.has_kind(0x100) && s.has_kind(0x202) && !s.has_kind(0x301));
         assert!(!EventSelection::all().has_kind(0x900), "no family");

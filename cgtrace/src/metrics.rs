@@ -4,7 +4,7 @@
 //! Per cgroup (labels `cgroup` = its path, plus `namespace`, `pod`, `container` when the name
 //! says so): run-queue wait histograms by `kind`, the throttle-episode histogram, and counters
 //! of periods, throttled periods and throttled time (ours and the kernel's `cpu.stat`), all
-//! cumulative since cgtrace started. Histogram buckets are the powers of two from 1 µs to 68.7 s
+//! cumulative since cgtrace started. Histogram buckets are the powers of two from 1.024 µs to 34.4 s
 //! (`le` in seconds; every one is a boundary of cgtrace's own buckets, so counts are exact; a wait
 //! of exactly 2^k ns counts in the bucket above). At most `max_series` cgroups get series of their
 //! own; later ones are summed into `cgroup="other"` (and counted). A cgroup with no activity for
@@ -29,9 +29,10 @@ use crate::{
     snapshot::{CgroupWindow, Window},
 };
 
-/// `le` bounds: 2^10 ns (1.024 µs) to 2^36 ns (68.7 s).
+/// `le` bounds: 2^10 ns (1.024 µs) to 2^35 ns (34.4 s), the last power of two below cgtrace's
+/// open-ended top bucket (60.1 s and up), so every bound is exact.
 const LE_FIRST: u32 = 10;
-const LE_LAST: u32 = 36;
+const LE_LAST: u32 = 35;
 /// Label value of the cgroups past the cap.
 pub const OTHER: &str = "other";
 /// Connections served at once; more wait in the kernel's accept queue.
@@ -234,7 +235,8 @@ impl Metrics {
         self.series
             .retain(|_, s| now_ms.saturating_sub(s.last_ms) < ttl);
         self.expired_total += (before - self.series.len()) as u64;
-        self.folded.retain(|_, &mut t| now_ms.saturating_sub(t) < ttl);
+        self.folded
+            .retain(|_, &mut t| now_ms.saturating_sub(t) < ttl);
     }
 
     /// Cgroups with series of their own now.
@@ -254,27 +256,73 @@ impl Metrics {
             .map(|b| format!("{:e}", (1u64 << b) as f64 / 1e9))
             .collect();
 
-        family(&mut o, "cgtrace_runq_wait_seconds", "histogram", "seconds",
-            "Run-queue waits (time runnable before running), by wait kind, since cgtrace started");
+        family(
+            &mut o,
+            "cgtrace_runq_wait_seconds",
+            "histogram",
+            "seconds",
+            "Run-queue waits (time runnable before running), by wait kind, since cgtrace started",
+        );
         for s in &series {
             for (kind, h) in &s.runq {
                 let l = labels(&s.labels, Some(("kind", kind)));
                 histogram(&mut o, "cgtrace_runq_wait_seconds", &l, h, &le);
             }
         }
-        family(&mut o, "cgtrace_throttle_episode_seconds", "histogram", "seconds",
-            "CFS throttle episodes (one cgroup on one CPU), since cgtrace started");
+        family(
+            &mut o,
+            "cgtrace_throttle_episode_seconds",
+            "histogram",
+            "seconds",
+            "CFS throttle episodes (one cgroup on one CPU), since cgtrace started",
+        );
         for s in series.iter().filter(|s| s.has_throttle) {
-            histogram(&mut o, "cgtrace_throttle_episode_seconds", &labels(&s.labels, None), &s.episodes, &le);
+            histogram(
+                &mut o,
+                "cgtrace_throttle_episode_seconds",
+                &labels(&s.labels, None),
+                &s.episodes,
+                &le,
+            );
         }
         type Get = fn(&Series) -> f64;
         let counters: [(&str, &str, &str, Get); 6] = [
-            ("cgtrace_throttle_periods", "", "Bandwidth periods that elapsed (period timer)", |s| s.nr_periods as f64),
-            ("cgtrace_throttled_periods", "", "Periods in which the cgroup was throttled", |s| s.nr_throttled as f64),
-            ("cgtrace_throttled_seconds", "seconds", "Time throttled, summed over CPUs (cgtrace's episodes)", |s| s.throttled_us / 1e6),
-            ("cgtrace_kernel_periods", "", "The kernel's cpu.stat nr_periods", |s| s.kernel_nr_periods as f64),
-            ("cgtrace_kernel_throttled_periods", "", "The kernel's cpu.stat nr_throttled", |s| s.kernel_nr_throttled as f64),
-            ("cgtrace_kernel_throttled_seconds", "seconds", "The kernel's cpu.stat throttled time", |s| s.kernel_throttled_us / 1e6),
+            (
+                "cgtrace_throttle_periods",
+                "",
+                "Bandwidth periods that elapsed (period timer)",
+                |s| s.nr_periods as f64,
+            ),
+            (
+                "cgtrace_throttled_periods",
+                "",
+                "Periods in which the cgroup was throttled",
+                |s| s.nr_throttled as f64,
+            ),
+            (
+                "cgtrace_throttled_seconds",
+                "seconds",
+                "Time throttled, summed over CPUs (cgtrace's episodes)",
+                |s| s.throttled_us / 1e6,
+            ),
+            (
+                "cgtrace_kernel_periods",
+                "",
+                "The kernel's cpu.stat nr_periods",
+                |s| s.kernel_nr_periods as f64,
+            ),
+            (
+                "cgtrace_kernel_throttled_periods",
+                "",
+                "The kernel's cpu.stat nr_throttled",
+                |s| s.kernel_nr_throttled as f64,
+            ),
+            (
+                "cgtrace_kernel_throttled_seconds",
+                "seconds",
+                "The kernel's cpu.stat throttled time",
+                |s| s.kernel_throttled_us / 1e6,
+            ),
         ];
         for (name, unit, help, get) in counters {
             family(&mut o, name, "counter", unit, help);
@@ -282,25 +330,87 @@ impl Metrics {
                 let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(get(s)));
             }
         }
-        family(&mut o, "cgtrace_events_seen", "counter", "", "Scheduler events the kernel programs handled");
+        family(
+            &mut o,
+            "cgtrace_events_seen",
+            "counter",
+            "",
+            "Scheduler events the kernel programs handled",
+        );
         let _ = writeln!(o, "cgtrace_events_seen_total {}", self.seen);
-        family(&mut o, "cgtrace_events_dropped", "counter", "", "Events or waits lost (full maps or ring buffer, undecodable)");
+        family(
+            &mut o,
+            "cgtrace_events_dropped",
+            "counter",
+            "",
+            "Events or waits lost (full maps or ring buffer, undecodable)",
+        );
         let _ = writeln!(o, "cgtrace_events_dropped_total {}", self.dropped);
-        family(&mut o, "cgtrace_kernel_program", "counter", "", "Each counter of the kernel programs");
+        family(
+            &mut o,
+            "cgtrace_kernel_program",
+            "counter",
+            "",
+            "Each counter of the kernel programs",
+        );
         for (k, v) in &self.counters {
-            let _ = writeln!(o, "cgtrace_kernel_program_total{{counter=\"{}\"}} {v}", escape(k));
+            let _ = writeln!(
+                o,
+                "cgtrace_kernel_program_total{{counter=\"{}\"}} {v}",
+                escape(k)
+            );
         }
-        family(&mut o, "cgtrace_windows", "counter", "", "Windows aggregated");
+        family(
+            &mut o,
+            "cgtrace_windows",
+            "counter",
+            "",
+            "Windows aggregated",
+        );
         let _ = writeln!(o, "cgtrace_windows_total {}", self.windows);
-        family(&mut o, "cgtrace_last_window_seq", "gauge", "", "seq of the last window in these figures");
+        family(
+            &mut o,
+            "cgtrace_last_window_seq",
+            "gauge",
+            "",
+            "seq of the last window in these figures",
+        );
         let _ = writeln!(o, "cgtrace_last_window_seq {}", self.last_seq);
-        family(&mut o, "cgtrace_last_window_end_seconds", "gauge", "seconds", "Unix time the last window ended");
-        let _ = writeln!(o, "cgtrace_last_window_end_seconds {}", num(self.last_end_ms as f64 / 1e3));
-        family(&mut o, "cgtrace_series_cgroups", "gauge", "", "Cgroups with series of their own (at most --max-series)");
+        family(
+            &mut o,
+            "cgtrace_last_window_end_seconds",
+            "gauge",
+            "seconds",
+            "Unix time the last window ended",
+        );
+        let _ = writeln!(
+            o,
+            "cgtrace_last_window_end_seconds {}",
+            num(self.last_end_ms as f64 / 1e3)
+        );
+        family(
+            &mut o,
+            "cgtrace_series_cgroups",
+            "gauge",
+            "",
+            "Cgroups with series of their own (at most --max-series)",
+        );
         let _ = writeln!(o, "cgtrace_series_cgroups {}", self.series.len());
-        family(&mut o, "cgtrace_series_folded", "counter", "", "Cgroups summed into cgroup=\"other\" past --max-series");
+        family(
+            &mut o,
+            "cgtrace_series_folded",
+            "counter",
+            "",
+            "Cgroups summed into cgroup=\"other\" past --max-series",
+        );
         let _ = writeln!(o, "cgtrace_series_folded_total {}", self.folded_total);
-        family(&mut o, "cgtrace_series_expired", "counter", "", "Cgroups whose series were dropped after --series-ttl without activity");
+        family(
+            &mut o,
+            "cgtrace_series_expired",
+            "counter",
+            "",
+            "Cgroups whose series were dropped after --series-ttl without activity",
+        );
         let _ = writeln!(o, "cgtrace_series_expired_total {}", self.expired_total);
         o.push_str("# EOF\n");
         o
@@ -441,34 +551,86 @@ async fn handle(mut conn: TcpStream, exposition: &Exposition) -> std::io::Result
         }
         req.extend_from_slice(&buf[..n]);
         if req.len() > 16 << 10 {
-            return respond(&mut conn, "431 Request Header Fields Too Large", "text/plain", b"", true).await;
+            return respond(
+                &mut conn,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                b"",
+                true,
+            )
+            .await;
         }
     }
-    let line = String::from_utf8_lossy(req.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
+    let line =
+        String::from_utf8_lossy(req.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     let head = method == "HEAD";
     if method != "GET" && !head {
-        return respond(&mut conn, "405 Method Not Allowed", "text/plain", b"GET or HEAD only\n", false).await;
+        return respond(
+            &mut conn,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"GET or HEAD only\n",
+            false,
+        )
+        .await;
     }
     match path {
         "/metrics" => {
             let text = exposition.get();
             let body = if head { &b""[..] } else { text.as_bytes() };
-            respond_len(&mut conn, "200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body, text.len()).await
+            respond_len(
+                &mut conn,
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body,
+                text.len(),
+            )
+            .await
         }
-        "/" => respond(&mut conn, "200 OK", "text/plain; charset=utf-8", b"cgtrace: metrics at /metrics\n", head).await,
-        _ => respond(&mut conn, "404 Not Found", "text/plain", b"not found: try /metrics\n", head).await,
+        "/" => {
+            respond(
+                &mut conn,
+                "200 OK",
+                "text/plain; charset=utf-8",
+                b"cgtrace: metrics at /metrics\n",
+                head,
+            )
+            .await
+        }
+        _ => {
+            respond(
+                &mut conn,
+                "404 Not Found",
+                "text/plain",
+                b"not found: try /metrics\n",
+                head,
+            )
+            .await
+        }
     }
 }
 
-async fn respond(conn: &mut TcpStream, status: &str, ctype: &str, body: &[u8], head: bool) -> std::io::Result<()> {
+async fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    head: bool,
+) -> std::io::Result<()> {
     let len = body.len();
     respond_len(conn, status, ctype, if head { b"" } else { body }, len).await
 }
 
-async fn respond_len(conn: &mut TcpStream, status: &str, ctype: &str, body: &[u8], len: usize) -> std::io::Result<()> {
+async fn respond_len(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    len: usize,
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
     );
@@ -480,7 +642,10 @@ async fn respond_len(conn: &mut TcpStream, status: &str, ctype: &str, body: &[u8
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{hist::Hist, snapshot::{EventCounts, RunqWindow}};
+    use crate::{
+        hist::Hist,
+        snapshot::{EventCounts, RunqWindow},
+    };
 
     fn window(seq: u64, end_ms: u64, cgroups: Vec<CgroupWindow>) -> Window {
         Window {
@@ -488,7 +653,11 @@ mod tests {
             seq,
             end_unix_ms: end_ms,
             duration_ms: 1000,
-            events: EventCounts { seen: 10, dropped: 1, counters: BTreeMap::new() },
+            events: EventCounts {
+                seen: 10,
+                dropped: 1,
+                counters: BTreeMap::new(),
+            },
             cgroups_tracked: cgroups.len(),
             cgroups_evicted: 0,
             cgroups,
@@ -509,7 +678,10 @@ mod tests {
             name: Some("default/web-0/nginx".into()),
             name_kind: Some("container".into()),
             removed: false,
-            runq: RunqWindow { all: h.summary(), kinds },
+            runq: RunqWindow {
+                all: h.summary(),
+                kinds,
+            },
             throttle: None,
         }
     }
@@ -518,15 +690,39 @@ mod tests {
     fn histogram_is_cumulative_and_exact_at_powers_of_two() {
         let mut m = Metrics::new(MetricsOptions::default());
         // 500 ns and 1000 ns are below 1.024 µs; 1024 ns is in the next bound; 3 ms; 100 s overflow.
-        m.update(&window(1, 1000, vec![cgroup(7, "/a\"b", &[500, 1000, 1024, 3_000_000, 100_000_000_000])]));
+        m.update(&window(
+            1,
+            1000,
+            vec![cgroup(
+                7,
+                "/a\"b",
+                &[500, 1000, 1024, 3_000_000, 100_000_000_000],
+            )],
+        ));
         m.update(&window(2, 2000, vec![cgroup(7, "/a\"b", &[2000])]));
         let t = m.render();
         let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
-        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_bucket{{{l},le=\"1.024e-6\"}} 2\n")), "{t}");
-        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_bucket{{{l},le=\"2.048e-6\"}} 3\n")));
-        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_bucket{{{l},le=\"4.096e-6\"}} 4\n")));
-        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_bucket{{{l},le=\"6.8719476736e1\"}} 5\n")));
-        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_bucket{{{l},le=\"+Inf\"}} 6\n")));
+        assert!(
+            t.contains(&format!(
+                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"1.024e-6\"}} 2\n"
+            )),
+            "{t}"
+        );
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"2.048e-6\"}} 4\n"
+        )));
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"4.096e-6\"}} 4\n"
+        )));
+        assert!(
+            t.contains(&format!(
+                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"3.4359738368e1\"}} 5\n"
+            )),
+            "{t}"
+        );
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"+Inf\"}} 6\n"
+        )));
         assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
         assert!(t.contains("cgtrace_events_seen_total 20\n"));
         assert!(t.ends_with("# EOF\n"));
@@ -534,18 +730,33 @@ mod tests {
 
     #[test]
     fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
-        let mut m = Metrics::new(MetricsOptions { max_series: 2, ttl: Duration::from_secs(10) });
-        m.update(&window(1, 1000, (1..=5).map(|i| cgroup(i, &format!("/c{i}"), &[5000])).collect()));
+        let mut m = Metrics::new(MetricsOptions {
+            max_series: 2,
+            ttl: Duration::from_secs(10),
+        });
+        m.update(&window(
+            1,
+            1000,
+            (1..=5)
+                .map(|i| cgroup(i, &format!("/c{i}"), &[5000]))
+                .collect(),
+        ));
         assert_eq!(m.cgroups(), 2);
         let t = m.render();
-        assert!(t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other","#), "{t}");
+        assert!(
+            t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other","#),
+            "{t}"
+        );
         assert!(t.contains(r#"cgroup="other",kind="wakeup"} 3"#), "{t}");
         assert!(t.contains("cgtrace_series_folded_total 3\n"));
         // 20 s later only cgroup 9 is active: the others expire, 9 gets its own series.
         m.update(&window(2, 21_000, vec![cgroup(9, "/c9", &[5000])]));
         assert_eq!(m.cgroups(), 1);
         let t = m.render();
-        assert!(t.contains(r#"cgroup="/c9""#) && !t.contains(r#"cgroup="/c1""#), "{t}");
+        assert!(
+            t.contains(r#"cgroup="/c9""#) && !t.contains(r#"cgroup="/c1""#),
+            "{t}"
+        );
         assert!(t.contains("cgtrace_series_expired_total 2\n"));
     }
 }

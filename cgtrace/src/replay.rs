@@ -89,7 +89,8 @@ pub fn stream<W: Write>(
                     // SAFETY: EventHeader is #[repr(C)] integers.
                     if let Some(h) = unsafe { cgtrace_common::event::read_pod::<EventHeader>(raw) }
                         && events.has_kind(h.kind)
-                        && crate::events::family_of(h.kind).is_some_and(|f| f != "runq" && f != "throttle")
+                        && crate::events::family_of(h.kind)
+                            .is_some_and(|f| f != "runq" && f != "throttle")
                     {
                         r.unrendered += 1;
                     }

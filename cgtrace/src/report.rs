@@ -299,9 +299,15 @@ pub fn build(rec: &Recording) -> Report {
             )
         })
         .collect();
-    let mut throttled: Vec<ThrottledCgroup> =
-        thr.into_values().filter(|t| t.nr_throttled > 0 || t.episodes > 0).collect();
-    throttled.sort_by(|a, b| b.throttled_us.total_cmp(&a.throttled_us).then(a.id.cmp(&b.id)));
+    let mut throttled: Vec<ThrottledCgroup> = thr
+        .into_values()
+        .filter(|t| t.nr_throttled > 0 || t.episodes > 0)
+        .collect();
+    throttled.sort_by(|a, b| {
+        b.throttled_us
+            .total_cmp(&a.throttled_us)
+            .then(a.id.cmp(&b.id))
+    });
     episodes.sort_by(|a, b| b.duration_us.total_cmp(&a.duration_us));
     waits.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
     Report {
@@ -372,7 +378,10 @@ fn window_cgroup(
     e.name.clone_from(&name);
     let u = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
     let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    e.quota_cores = t.get("quota_cores").and_then(Value::as_f64).or(e.quota_cores);
+    e.quota_cores = t
+        .get("quota_cores")
+        .and_then(Value::as_f64)
+        .or(e.quota_cores);
     e.nr_periods += u("nr_periods");
     e.nr_throttled += u("nr_throttled");
     e.throttled_us += f("throttled_us");
@@ -411,7 +420,11 @@ fn add_hist(
     if h.count == 0 {
         return;
     }
-    let a = fam.entry(family.to_string()).or_default().entry(id).or_default();
+    let a = fam
+        .entry(family.to_string())
+        .or_default()
+        .entry(id)
+        .or_default();
     a.path.clone_from(path);
     a.name.clone_from(name);
     let hist = Hist::from_summary(h);
@@ -487,7 +500,10 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     if !r.throttled.is_empty() {
-        let _ = writeln!(o, "\n## throttled cgroups (ours vs the kernel's cpu.stat over the same windows)");
+        let _ = writeln!(
+            o,
+            "\n## throttled cgroups (ours vs the kernel's cpu.stat over the same windows)"
+        );
         for t in r.throttled.iter().take(TOP) {
             let _ = writeln!(
                 o,
@@ -529,12 +545,18 @@ pub fn render_text(r: &Report) -> String {
                 let top: Vec<String> = p
                     .top
                     .iter()
-                    .map(|t| format!("{} [{}] {:.1} ms on {} CPUs", t.comm, t.tid, t.cpu_ms, t.cpus))
+                    .map(|t| {
+                        format!(
+                            "{} [{}] {:.1} ms on {} CPUs",
+                            t.comm, t.tid, t.cpu_ms, t.cpus
+                        )
+                    })
                     .collect();
                 let _ = writeln!(
                     o,
                     "    quota burned{} by {} threads ({:.1} ms CPU): {}",
-                    p.burned_in_ms.map_or(String::new(), |b| format!(" in {b:.1} ms")),
+                    p.burned_in_ms
+                        .map_or(String::new(), |b| format!(" in {b:.1} ms")),
                     p.threads,
                     p.cpu_ms,
                     top.join(", ")

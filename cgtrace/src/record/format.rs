@@ -174,13 +174,17 @@ pub fn header(hello_json: &[u8]) -> Vec<u8> {
 /// Why a file cannot be read at all. Each message says what is wrong and what to do.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FormatError {
-    #[error("the file is empty: nothing was recorded (the recorder stopped before writing its header)")]
+    #[error(
+        "the file is empty: nothing was recorded (the recorder stopped before writing its header)"
+    )]
     Empty,
     #[error(
         "this is a cgtrace NDJSON stream, not a recording: read it with jq, or record with `cgtrace record -o FILE`"
     )]
     Stream,
-    #[error("not a cgtrace recording (its first bytes are not the cgtrace magic): check the file name")]
+    #[error(
+        "not a cgtrace recording (its first bytes are not the cgtrace magic): check the file name"
+    )]
     NotOurs,
     #[error("the file ends inside its header ({len} bytes): nothing was recorded")]
     TruncatedHeader { len: usize },
@@ -276,7 +280,11 @@ mod tests {
             assert_eq!(get_uleb32(&b), Some((v, b.len())));
         }
         assert_eq!(get_uleb32(&[0x80, 0x80]), None, "unterminated");
-        assert_eq!(get_uleb32(&[0xff, 0xff, 0xff, 0xff, 0x7f]), None, "over 32 bits");
+        assert_eq!(
+            get_uleb32(&[0xff, 0xff, 0xff, 0xff, 0x7f]),
+            None,
+            "over 32 bits"
+        );
     }
 
     #[test]
@@ -315,15 +323,25 @@ mod tests {
             parse_header(b"{\"type\":\"hello\",\"schema\":1}\n"),
             Err(FormatError::Stream)
         );
-        assert_eq!(parse_header(b"\x7fELF\x02\x01\x01\0\0\0"), Err(FormatError::NotOurs));
+        assert_eq!(
+            parse_header(b"\x7fELF\x02\x01\x01\0\0\0"),
+            Err(FormatError::NotOurs)
+        );
         let mut newer = h.clone();
         newer[8..10].copy_from_slice(&2u16.to_le_bytes());
         let e = parse_header(&newer).unwrap_err();
         assert_eq!(e, FormatError::NewerMajor { major: 2, minor: 0 });
-        assert!(e.to_string().contains("replay it with a newer cgtrace"), "{e}");
+        assert!(
+            e.to_string().contains("replay it with a newer cgtrace"),
+            "{e}"
+        );
         let mut newer_minor = h.clone();
         newer_minor[10..12].copy_from_slice(&7u16.to_le_bytes());
-        assert_eq!(parse_header(&newer_minor).unwrap().minor, 7, "newer minor is read");
+        assert_eq!(
+            parse_header(&newer_minor).unwrap().minor,
+            7,
+            "newer minor is read"
+        );
         let mut bad_hello = h.clone();
         let last = bad_hello.len() - 2;
         bad_hello[last] ^= 0xff;

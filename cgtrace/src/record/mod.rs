@@ -180,8 +180,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         opts.output.display(),
         match (opts.max_size, opts.on_full) {
             (None, _) => String::new(),
-            (Some(m), OnFull::Stop) =>
-                format!(" (stops at --max-size {})", human_bytes(m)),
+            (Some(m), OnFull::Stop) => format!(" (stops at --max-size {})", human_bytes(m)),
             (Some(m), OnFull::Rotate { keep }) => format!(
                 " (at --max-size {} rotates to {}.1 … .{keep})",
                 human_bytes(m),
@@ -223,31 +222,25 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         waits.clear();
         pump.session.drain_stats().throttle_lines.clear();
         let Some(pumped) = pumped else { break };
-        if let Pumped::Window(w) = pumped {
+        if let Pumped::Window(w) = &pumped {
             windows += 1;
-            let json = serde_json::to_string(&*w)?;
-            rec.window(&w, &json);
+            let json = serde_json::to_string(&**w)?;
+            rec.window(w, &json);
             if stdout_open && !stream::emit_line(&mut out, &json)? {
                 stdout_open = false;
             }
             if let Some(e) = exporter.as_mut() {
-                e.update(&w);
+                e.update(w);
             }
-            if flush(&mut rec.writer, false)? == Flushed::Full {
-                stop_reason = "max-size";
-                break;
-            }
-        } else if rec
-            .writer
-            .pending()
-            .1
-            .is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
-            || rec.writer.pending().0 >= writer::CHUNK_BYTES
-        {
-            if flush(&mut rec.writer, false)? == Flushed::Full {
-                stop_reason = "max-size";
-                break;
-            }
+        }
+        // Every window ends a chunk; so does a second's worth of events, or a full buffer.
+        let (pending, since) = rec.writer.pending();
+        let due = matches!(pumped, Pumped::Window(_))
+            || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
+            || pending >= writer::CHUNK_BYTES;
+        if due && flush(&mut rec.writer, false)? == Flushed::Full {
+            stop_reason = "max-size";
+            break;
         }
     }
     // The partial last window and the summary, so nothing traced is left out.
@@ -277,8 +270,10 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     let stats_before = rec.writer.stats;
     if stop_reason != "max-size" {
         rec.writer.record(Tag::Summary, summary.as_bytes());
-        rec.writer
-            .record(Tag::End, format!("{{\"reason\":\"{stop_reason}\"}}").as_bytes());
+        rec.writer.record(
+            Tag::End,
+            format!("{{\"reason\":\"{stop_reason}\"}}").as_bytes(),
+        );
         flush(&mut rec.writer, true)?;
     }
     let s = rec.writer.stats;

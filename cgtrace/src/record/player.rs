@@ -4,7 +4,10 @@
 //! same [`Event::Window`]s a live session does, so the view code is the same.
 
 use std::{
-    sync::{Arc, mpsc::{self, RecvTimeoutError, Sender}},
+    sync::{
+        Arc,
+        mpsc::{self, RecvTimeoutError, Sender},
+    },
     time::{Duration, Instant},
 };
 
@@ -91,9 +94,7 @@ impl Player {
         {
             return false;
         }
-        self.events
-            .send(Event::Player(self.state(note)))
-            .is_ok()
+        self.events.send(Event::Player(self.state(note))).is_ok()
     }
 
     /// How long window `i` is shown before the next one at the current speed.
@@ -124,7 +125,17 @@ impl Player {
                 let from = cur.map_or(-1, |i| i as i64);
                 let to = (from + d).clamp(0, n as i64 - 1);
                 if n == 0 || Some(to as usize) == cur {
-                    return (None, Some(if d > 0 { "at the last window" } else { "at the first window" }.into()));
+                    return (
+                        None,
+                        Some(
+                            if d > 0 {
+                                "at the last window"
+                            } else {
+                                "at the first window"
+                            }
+                            .into(),
+                        ),
+                    );
                 }
                 (Some(to as usize), None)
             }
@@ -142,7 +153,12 @@ impl Player {
                     .unwrap_or(n.saturating_sub(1));
                 (
                     (n > 0).then_some(i),
-                    Some(format!("at {}", crate::top::format::clock_utc(self.rec.windows.get(i).map_or(0, |w| w.end_unix_ms)))),
+                    Some(format!(
+                        "at {}",
+                        crate::top::format::clock_utc(
+                            self.rec.windows.get(i).map_or(0, |w| w.end_unix_ms)
+                        )
+                    )),
                 )
             }
             PlayerCmd::Next(mask) => {
@@ -152,7 +168,10 @@ impl Player {
                     .position(|w| w.marks.has(mask))
                 {
                     Some(k) => (Some(from + k), None),
-                    None => (None, Some(format!("no later window with {}", mark_name(mask)))),
+                    None => (
+                        None,
+                        Some(format!("no later window with {}", mark_name(mask))),
+                    ),
                 }
             }
         }
@@ -197,7 +216,9 @@ pub fn spawn(
                 events,
             };
             if p.rec.windows.is_empty() {
-                let _ = p.events.send(Event::Player(p.state(Some("the recording has no windows".into()))));
+                let _ = p.events.send(Event::Player(
+                    p.state(Some("the recording has no windows".into())),
+                ));
             } else if !p.show(0, None) {
                 return;
             }
@@ -248,7 +269,8 @@ pub fn spawn(
 /// optional unit `s`, `m` or `h`; `start` and `end`. Returns Unix ms.
 pub fn parse_seek(text: &str, first_ms: u64, last_ms: u64, now_ms: u64) -> Result<u64, String> {
     let t = text.trim();
-    let bad = || format!("{t:?}: type HH:MM[:SS] (UTC), +30s, -2m, 90s from the start, start or end");
+    let bad =
+        || format!("{t:?}: type HH:MM[:SS] (UTC), +30s, -2m, 90s from the start, start or end");
     match t {
         "start" | "0" => return Ok(first_ms),
         "end" => return Ok(last_ms),
@@ -318,8 +340,15 @@ mod tests {
         assert_eq!(parse_seek("17:30:40", first, last, now), Ok(first + 40_000));
         assert_eq!(parse_seek("17:31Z", first, last, now), Ok(first + 60_000));
         // A time of day before the start is the next day's.
-        assert_eq!(parse_seek("17:00", first, last, now), Ok(first - 1_800_000 + 86_400_000));
+        assert_eq!(
+            parse_seek("17:00", first, last, now),
+            Ok(first - 1_800_000 + 86_400_000)
+        );
         assert!(parse_seek("25:00", first, last, now).is_err());
-        assert!(parse_seek("soon", first, last, now).unwrap_err().contains("HH:MM"));
+        assert!(
+            parse_seek("soon", first, last, now)
+                .unwrap_err()
+                .contains("HH:MM")
+        );
     }
 }

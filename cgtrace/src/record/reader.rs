@@ -113,7 +113,7 @@ impl Marks {
     pub fn of_kind(kind: u32) -> u32 {
         match kind {
             cgtrace_common::event::KIND_THROTTLE => Self::THROTTLE,
-            0x200..=0x2ff => 0,
+            0x201..=0x2ff => 0,
             0x100..=0x1ff => Self::RUNQ,
             0x300..=0x3ff => Self::READS,
             _ => Self::OTHER,
@@ -403,9 +403,7 @@ fn decompress(h: &ChunkHeader, payload: &[u8], buf: &mut Vec<u8>) -> Result<(), 
         CODEC_ZSTD => {
             buf.reserve(h.raw_len as usize);
             let mut d = zstd::bulk::Decompressor::new().map_err(|_| ())?;
-            let n = d
-                .decompress_to_buffer(payload, buf)
-                .map_err(|_| ())?;
+            let n = d.decompress_to_buffer(payload, buf).map_err(|_| ())?;
             if n != h.raw_len as usize {
                 return Err(());
             }

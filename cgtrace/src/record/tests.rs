@@ -48,10 +48,17 @@ fn write(path: &std::path::Path, windows: u64, per: u64) -> Vec<u8> {
         for i in 0..per {
             w.event(&runq_record(s * 1_000_000_000 + i, 7, 20_000_000 + i));
         }
-        w.window(s * 1_000_000_000, 1000 + s * 1000, window_json(s).as_bytes());
+        w.window(
+            s * 1_000_000_000,
+            1000 + s * 1000,
+            window_json(s).as_bytes(),
+        );
         assert_eq!(w.flush(false).unwrap(), Flushed::Ok);
     }
-    w.record(Tag::Summary, br#"{"type":"summary","windows":3,"cgroups":[]}"#);
+    w.record(
+        Tag::Summary,
+        br#"{"type":"summary","windows":3,"cgroups":[]}"#,
+    );
     w.record(Tag::End, br#"{"reason":"stopped"}"#);
     w.flush(true).unwrap();
     std::fs::read(path).unwrap()
@@ -91,7 +98,11 @@ fn round_trip_keeps_windows_verbatim_events_and_names() {
         rec.window_json(1, &mut buf, &mut cached).unwrap(),
         window_json(2).as_bytes()
     );
-    assert!(rec.windows.iter().all(|w| w.events == 100 && w.marks.has(super::reader::Marks::RUNQ)));
+    assert!(
+        rec.windows
+            .iter()
+            .all(|w| w.events == 100 && w.marks.has(super::reader::Marks::RUNQ))
+    );
     assert_eq!(rec.names()[&7].path.as_deref(), Some("/a"));
     let mut events = 0;
     rec.for_each(|i| {
@@ -197,7 +208,9 @@ fn a_truncated_file_replays_every_whole_chunk() {
     assert!(rec.windows.is_empty());
     assert_eq!(rec.stats.warning(), None);
     // Inside the hello: refused, with what to do.
-    let e = Recording::from_bytes(bytes[..header - 3].to_vec()).err().unwrap();
+    let e = Recording::from_bytes(bytes[..header - 3].to_vec())
+        .err()
+        .unwrap();
     assert!(matches!(e, FormatError::TruncatedHeader { .. }), "{e}");
 }
 
@@ -275,13 +288,21 @@ fn refuses_to_overwrite_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
     std::fs::write(&p, b"precious").unwrap();
-    let e = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).err().unwrap();
+    let e = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false)
+        .err()
+        .unwrap();
     assert!(matches!(e, WriteError::Exists { .. }));
     assert!(e.to_string().contains("--force"), "{e}");
     assert_eq!(std::fs::read(&p).unwrap(), b"precious");
-    let e = Writer::create(&dir.path().join("no/such/dir/r"), HELLO.as_bytes(), None, OnFull::Stop, false)
-        .err()
-        .unwrap();
+    let e = Writer::create(
+        &dir.path().join("no/such/dir/r"),
+        HELLO.as_bytes(),
+        None,
+        OnFull::Stop,
+        false,
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("No such file"), "{e}");
 }
 
@@ -297,7 +318,9 @@ fn stops_at_max_size_with_a_readable_file() {
     let mut x = 1u64;
     for s in 1..=1000u64 {
         for _ in 0..100 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             w.event(&runq_record(x, x >> 7, x >> 3));
         }
         w.window(s, 1000 + s, window_json(s).as_bytes());
@@ -318,8 +341,14 @@ fn rotates_at_max_size_and_each_file_stands_alone() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
     let max = 64 << 10;
-    let mut w =
-        Writer::create(&p, HELLO.as_bytes(), Some(max), OnFull::Rotate { keep: 2 }, false).unwrap();
+    let mut w = Writer::create(
+        &p,
+        HELLO.as_bytes(),
+        Some(max),
+        OnFull::Rotate { keep: 2 },
+        false,
+    )
+    .unwrap();
     w.set_sync(false);
     let mut x = 1u64;
     for s in 1..=100u64 {
@@ -330,7 +359,9 @@ fn rotates_at_max_size_and_each_file_stands_alone() {
             name_kind: None,
         });
         for _ in 0..100 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             w.event(&runq_record(x, s, x >> 3));
         }
         w.window(s, 1000 + s, window_json(s).as_bytes());
@@ -350,7 +381,10 @@ fn rotates_at_max_size_and_each_file_stands_alone() {
         assert!(rec.names().len() as u64 >= first_seq, "{name}");
         total += rec.windows.len();
     }
-    assert!(!dir.path().join("r.3").exists(), "only --keep files are kept");
+    assert!(
+        !dir.path().join("r.3").exists(),
+        "only --keep files are kept"
+    );
     assert!(total < 100);
 }
 

@@ -182,10 +182,13 @@ impl Writer {
 
     /// Writes `bytes` at the end of the whole part; on failure cuts the file back.
     fn write_whole(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        let r = self
-            .file
-            .write_all(bytes)
-            .and_then(|()| if self.sync { self.file.sync_data() } else { Ok(()) });
+        let r = self.file.write_all(bytes).and_then(|()| {
+            if self.sync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
         if let Err(source) = r {
             // Cut a partial chunk off so the file ends on a whole one; if even that fails the
             // reader still skips the partial chunk as truncated.

@@ -105,8 +105,8 @@ pub fn replay(
     logfile::install(log_file.try_clone()?);
     let (tx, rx) = mpsc::channel();
     let hello = rec.hello();
-    let source = crate::record::player::spawn(rec, speed, false, tx.clone())
-        .map_err(TopError::Terminal)?;
+    let source =
+        crate::record::player::spawn(rec, speed, false, tx.clone()).map_err(TopError::Terminal)?;
     let result = {
         let _stderr = logfile::StderrRedirect::to(&log_file)?;
         let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;

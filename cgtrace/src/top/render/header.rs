@@ -32,11 +32,11 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
             p.total
         ),
         (None, status) => match status {
-        Status::Live => " LIVE ".to_string(),
-        Status::Paused(0) => " PAUSED ".to_string(),
-        Status::Paused(n) => format!(" PAUSED +{n} "),
-        Status::Ended(None) => " ENDED ".to_string(),
-        Status::Ended(Some(_)) => " FAILED ".to_string(),
+            Status::Live => " LIVE ".to_string(),
+            Status::Paused(0) => " PAUSED ".to_string(),
+            Status::Paused(n) => format!(" PAUSED +{n} "),
+            Status::Ended(None) => " ENDED ".to_string(),
+            Status::Ended(Some(_)) => " FAILED ".to_string(),
         },
     };
     let mut l1: Vec<Span<'static>> = vec![
