@@ -1,6 +1,7 @@
 //! Helpers for cgtrace's privileged integration tests (`tests/tests/*.rs`): real cgroups, real
 //! workloads, and the real `cgtrace` binary whose NDJSON output is parsed.
 pub mod cgroup;
+pub mod record;
 pub mod runqlat;
 pub mod stream;
 pub mod workload;

@@ -171,6 +171,40 @@ pub fn header(hello_json: &[u8]) -> Vec<u8> {
     b
 }
 
+/// Recomputes the hello's and every framed chunk's checksum in place (the fuzzer uses it to get
+/// mutated bytes past the CRC into the decompressor and the record parser; tests to forge files).
+#[doc(hidden)]
+pub fn repair_checksums(data: &mut [u8]) {
+    if data.len() >= HEADER_LEN && data[..MAGIC.len()] == MAGIC {
+        let len = u32::from_le_bytes([data[16], data[17], data[18], data[19]]) as usize;
+        if let Some(hello) = data.get(HEADER_LEN..HEADER_LEN.saturating_add(len)) {
+            let crc = crc32c::crc32c(hello).to_le_bytes();
+            data[20..24].copy_from_slice(&crc);
+        }
+    }
+    let mut at = 0;
+    while at + CHUNK_HEADER_LEN <= data.len() {
+        if data[at..at + SYNC.len()] != SYNC {
+            at += 1;
+            continue;
+        }
+        let mut hb = [0u8; 24];
+        hb.copy_from_slice(&data[at + SYNC.len()..at + CHUNK_HEADER_LEN]);
+        let h = ChunkHeader::parse(&hb);
+        let start = at + CHUNK_HEADER_LEN;
+        let Some(end) = start
+            .checked_add(h.payload_len as usize)
+            .filter(|&e| e <= data.len())
+        else {
+            at += 1;
+            continue;
+        };
+        let crc = h.checksum(&data[start..end]).to_le_bytes();
+        data[at + 28..at + 32].copy_from_slice(&crc);
+        at = end;
+    }
+}
+
 /// Why a file cannot be read at all. Each message says what is wrong and what to do.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FormatError {

@@ -5,7 +5,7 @@
 //! [`crate::session::drain_ring`]) and writes them as they are; after every window it writes the
 //! window's JSON (the stream's `window` line), the names of cgroups not seen before, and writes
 //! the chunk out. A chunk is also written whenever one second has passed since its first record,
-//! so a killed recorder loses at most the last second.
+//! so a killed recorder loses at most the last second (see [`FLUSH_EVERY`]).
 
 pub mod format;
 pub mod player;
@@ -44,8 +44,10 @@ pub struct NameEntry {
     pub name_kind: Option<String>,
 }
 
-/// A chunk is written at least this often.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// A chunk is written once its first record is this old. Records reach the recorder within 200 ms
+/// of the kernel writing them (the drain tick) and the age is checked at every drain, so a record
+/// is on disk at most 600 + 200 + 200 ms after it happened: `kill -9` loses at most a second.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(600);
 /// Raw records kept between two turns of the pump at most (beyond it they are counted as lost).
 const RAW_CAP: usize = 64 << 20;
 
@@ -215,31 +217,40 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
             _ = sigterm.recv() => None,
             () = &mut deadline => None,
         };
+        // The file first, then stdout: whatever the stream printed is on disk.
         rec.events(&mut pump);
+        let json = match &pumped {
+            Some(Pumped::Window(w)) => {
+                windows += 1;
+                let json = serde_json::to_string(&**w)?;
+                rec.window(w, &json);
+                Some(json)
+            }
+            _ => None,
+        };
+        // Every window ends a chunk; so does FLUSH_EVERY's worth of events, or a full buffer.
+        let (pending, since) = rec.writer.pending();
+        let due = json.is_some()
+            || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
+            || pending >= writer::CHUNK_BYTES;
+        if due && flush(&mut rec.writer, false)? == Flushed::Full {
+            stop_reason = "max-size";
+            break;
+        }
         if stdout_open && !stream::emit_events(&mut out, &mut pump.session, &mut waits)? {
             stdout_open = false;
         }
         waits.clear();
         pump.session.drain_stats().throttle_lines.clear();
-        let Some(pumped) = pumped else { break };
-        if let Pumped::Window(w) = &pumped {
-            windows += 1;
-            let json = serde_json::to_string(&**w)?;
-            rec.window(w, &json);
-            if stdout_open && !stream::emit_line(&mut out, &json)? {
+        if let (Some(json), Some(Pumped::Window(w))) = (&json, &pumped) {
+            if stdout_open && !stream::emit_line(&mut out, json)? {
                 stdout_open = false;
             }
             if let Some(e) = exporter.as_mut() {
                 e.update(w);
             }
         }
-        // Every window ends a chunk; so does a second's worth of events, or a full buffer.
-        let (pending, since) = rec.writer.pending();
-        let due = matches!(pumped, Pumped::Window(_))
-            || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
-            || pending >= writer::CHUNK_BYTES;
-        if due && flush(&mut rec.writer, false)? == Flushed::Full {
-            stop_reason = "max-size";
+        if pumped.is_none() {
             break;
         }
     }

@@ -111,6 +111,7 @@ pub struct Writer {
     pending_names: Vec<NameEntry>,
     stopped: bool,
     sync: bool,
+    compress: bool,
     pub stats: WriterStats,
 }
 
@@ -144,6 +145,7 @@ impl Writer {
             pending_names: Vec::new(),
             stopped: false,
             sync: true,
+            compress: true,
             stats: WriterStats::default(),
         };
         w.write_header()?;
@@ -159,6 +161,11 @@ impl Writer {
     #[cfg(test)]
     pub fn swap_file_for_test(&mut self, f: File) {
         self.file = f;
+    }
+
+    /// Stores chunks uncompressed (seed files for the fuzzer, benchmarks).
+    pub fn set_compress(&mut self, compress: bool) {
+        self.compress = compress;
     }
 
     pub fn path(&self) -> &Path {
@@ -310,9 +317,9 @@ impl Writer {
 
     fn build_chunk(&mut self) {
         let payload = self
-            .compressor
-            .compress(&self.buf)
-            .ok()
+            .compress
+            .then(|| self.compressor.compress(&self.buf).ok())
+            .flatten()
             .filter(|p| p.len() < self.buf.len());
         let (codec, payload) = match payload {
             Some(p) => (CODEC_ZSTD, p),
