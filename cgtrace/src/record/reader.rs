@@ -23,13 +23,13 @@ use crate::snapshot::Hello;
 
 #[derive(Debug, Error)]
 pub enum ReadError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Format {
         path: String,
         #[source]

@@ -38,7 +38,7 @@ pub enum OnFull {
 
 #[derive(Debug, Error)]
 pub enum WriteError {
-    #[error("creating {}: {source}", path.display())]
+    #[error("creating {}", path.display())]
     Create {
         path: PathBuf,
         #[source]
@@ -56,10 +56,10 @@ pub enum WriteError {
     Write {
         path: PathBuf,
         kept: u64,
-        #[source]
+        /// In the message, not a `#[source]`: what follows it says what was kept.
         source: io::Error,
     },
-    #[error("rotating {}: {source}", path.display())]
+    #[error("rotating {}", path.display())]
     Rotate {
         path: PathBuf,
         #[source]
