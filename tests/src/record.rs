@@ -67,7 +67,8 @@ pub fn scrape(addr: &str) -> Result<(String, String)> {
         .lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type").then(|| v.trim().to_string())
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
         })
         .unwrap_or_default();
     Ok((ctype, body.to_string()))

@@ -119,7 +119,10 @@ fn a_recorded_minute_replays_and_reports_what_the_live_stream_printed() -> Resul
     let live = lines(&out)?;
     let (rcode, replayed, rerr) = replay_stream(&file, &["--events"])?;
     assert_eq!(rcode, 0, "{rerr}");
-    assert!(rerr.is_empty(), "a clean file replays without warnings: {rerr}");
+    assert!(
+        rerr.is_empty(),
+        "a clean file replays without warnings: {rerr}"
+    );
 
     // The same hello, every window identical and in order, the same summary.
     assert_eq!(live[0], replayed[0], "hello");
@@ -133,7 +136,10 @@ fn a_recorded_minute_replays_and_reports_what_the_live_stream_printed() -> Resul
     assert_eq!(live.last().unwrap()["type"], "summary");
     // The same event lines, names included.
     let (le, re) = (event_lines(&live), event_lines(&replayed));
-    assert!(!le.is_empty(), "the busy cgroup waited at least 4 ms now and then");
+    assert!(
+        !le.is_empty(),
+        "the busy cgroup waited at least 4 ms now and then"
+    );
     assert_eq!(le.len(), re.len(), "event lines");
     assert_eq!(le, re);
     assert!(
@@ -278,7 +284,11 @@ fn kill_9_loses_at_most_the_last_second() -> Result<()> {
     // Every window the recorder printed was on disk first.
     let rw = windows(&replayed);
     for w in &printed {
-        assert!(rw.contains(&w), "window {} printed but not in the file", w["seq"]);
+        assert!(
+            rw.contains(&w),
+            "window {} printed but not in the file",
+            w["seq"]
+        );
     }
     let last_event = replayed
         .iter()
@@ -314,7 +324,13 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
     let busy = TestCgroup::new("rec-bad")?;
     let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
     let (code, _, err) = cgtrace(&[
-        "record", "-o", s(&good), "--duration", "6", "--event-min-ms", "1",
+        "record",
+        "-o",
+        s(&good),
+        "--duration",
+        "6",
+        "--event-min-ms",
+        "1",
     ])?;
     assert_eq!(code, 0, "{err}");
     let bytes = fs::read(&good)?;
@@ -336,10 +352,19 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
     newer[8..10].copy_from_slice(&2u16.to_le_bytes());
     let cases = [
         (write("empty.cgtr", b"")?, "is empty"),
-        (write("text.cgtr", b"just some text, not a recording\n")?, "not a cgtrace recording"),
+        (
+            write("text.cgtr", b"just some text, not a recording\n")?,
+            "not a cgtrace recording",
+        ),
         (stream_file, "NDJSON stream, not a recording"),
-        (write("newer.cgtr", &newer)?, "newer than this cgtrace reads (1.x): replay it with a newer cgtrace"),
-        (write("header.cgtr", &bytes[..20])?, "ends inside its header"),
+        (
+            write("newer.cgtr", &newer)?,
+            "newer than this cgtrace reads (1.x): replay it with a newer cgtrace",
+        ),
+        (
+            write("header.cgtr", &bytes[..20])?,
+            "ends inside its header",
+        ),
         (scratch.file("missing.cgtr"), "No such file"),
     ];
     for (path, want) in &cases {
@@ -394,9 +419,18 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
 
     // Outputs that cannot be written: one line, nothing traced for nothing.
     for (out, want) in [
-        ("/proc/cgtrace-test.cgtr".to_string(), "creating /proc/cgtrace-test.cgtr"),
-        (format!("{}/no/such/dir/r.cgtr", scratch.0.display()), "No such file or directory"),
-        (s(&good).to_string(), "already exists: choose another name, or pass --force"),
+        (
+            "/proc/cgtrace-test.cgtr".to_string(),
+            "creating /proc/cgtrace-test.cgtr",
+        ),
+        (
+            format!("{}/no/such/dir/r.cgtr", scratch.0.display()),
+            "No such file or directory",
+        ),
+        (
+            s(&good).to_string(),
+            "already exists: choose another name, or pass --force",
+        ),
     ] {
         let (code, _, err) = cgtrace(&["record", "-o", &out, "--duration", "2"])?;
         let line = one_line(&err);
@@ -404,7 +438,11 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
         assert_eq!(code, 1);
         assert!(line.contains(want), "{line}");
     }
-    assert_eq!(fs::read(&good)?, bytes, "the existing recording is untouched");
+    assert_eq!(
+        fs::read(&good)?,
+        bytes,
+        "the existing recording is untouched"
+    );
     Ok(())
 }
 
@@ -435,13 +473,20 @@ fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
     let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
     let file = mnt.join("full.cgtr");
     let (code, _, err) = cgtrace(&[
-        "record", "-o", s(&file), "--duration", "120", "--event-min-ms", "1",
+        "record",
+        "-o",
+        s(&file),
+        "--duration",
+        "120",
+        "--event-min-ms",
+        "1",
     ])?;
     eprintln!("{err}");
     assert_eq!(code, 1, "{err}");
     let last = err.lines().last().unwrap_or_default();
     assert!(
-        last.contains("No space left on device") && last.contains("kept up to its last whole chunk"),
+        last.contains("No space left on device")
+            && last.contains("kept up to its last whole chunk"),
         "{last}"
     );
     let (code, lines, rerr) = replay_stream(&file, &[])?;
@@ -461,12 +506,25 @@ fn max_size_rotates_or_stops_and_says_which() -> Result<()> {
     let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
     let f = scratch.file("rot.cgtr");
     let (code, _, err) = cgtrace(&[
-        "record", "-o", s(&f), "--duration", "20", "--event-min-ms", "1", "--max-size", "64K",
-        "--rotate", "--keep", "2",
+        "record",
+        "-o",
+        s(&f),
+        "--duration",
+        "20",
+        "--event-min-ms",
+        "1",
+        "--max-size",
+        "64K",
+        "--rotate",
+        "--keep",
+        "2",
     ])?;
     eprintln!("{err}");
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("rotates to") && err.contains("rotated"), "{err}");
+    assert!(
+        err.contains("rotates to") && err.contains("rotated"),
+        "{err}"
+    );
     for name in ["rot.cgtr", "rot.cgtr.1", "rot.cgtr.2"] {
         let p = scratch.file(name);
         assert!(fs::metadata(&p)?.len() <= 64 << 10, "{name}");
@@ -478,7 +536,15 @@ fn max_size_rotates_or_stops_and_says_which() -> Result<()> {
     assert!(!scratch.file("rot.cgtr.3").exists());
     let f = scratch.file("stop.cgtr");
     let (code, _, err) = cgtrace(&[
-        "record", "-o", s(&f), "--duration", "60", "--event-min-ms", "1", "--max-size", "64K",
+        "record",
+        "-o",
+        s(&f),
+        "--duration",
+        "60",
+        "--event-min-ms",
+        "1",
+        "--max-size",
+        "64K",
     ])?;
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("stopped at --max-size"), "{err}");
@@ -506,7 +572,10 @@ fn hists(samples: &[Value]) -> (u64, Hists) {
                 l["kind"].as_str().unwrap().into(),
             ))
             .or_default()
-            .insert(l["le"].as_str().unwrap().into(), s["value"].as_f64().unwrap());
+            .insert(
+                l["le"].as_str().unwrap().into(),
+                s["value"].as_f64().unwrap(),
+            );
         }
     }
     (seq, h)
@@ -535,7 +604,9 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
         return Ok(());
     }
     let Some(python) = python_with_parser() else {
-        panic!("no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)");
+        panic!(
+            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
+        );
     };
     let busy = TestCgroup::new("prom-busy")?;
     let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
@@ -558,7 +629,11 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
     let (mount, _) = runq_mount();
     let churn = std::thread::spawn(move || -> Result<usize> {
         let root_tasks = mount.join("tasks");
-        let tasks_file = if root_tasks.exists() { "tasks" } else { "cgroup.threads" };
+        let tasks_file = if root_tasks.exists() {
+            "tasks"
+        } else {
+            "cgroup.threads"
+        };
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() }.to_string();
         let mut made = 0;
@@ -577,7 +652,10 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
     let t0 = Instant::now();
     while !churn.is_finished() || t0.elapsed() < Duration::from_secs(6) {
         let (ctype, body) = scrape(&addr)?;
-        assert_eq!(ctype, "application/openmetrics-text; version=1.0.0; charset=utf-8");
+        assert_eq!(
+            ctype,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
         assert!(body.ends_with("# EOF\n"));
         scrapes.push(body);
         sleep(Duration::from_millis(250));
@@ -605,9 +683,18 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
         saw_other |= samples.iter().any(|s| s["labels"]["cgroup"] == "other");
         parsed.push(hists(&samples));
     }
-    eprintln!("{} scrapes, at most {max_cgroups} cgroups with series", scrapes.len());
-    assert!(max_cgroups <= MAX, "{max_cgroups} cgroups exported, cap {MAX}");
-    assert!(saw_other, "cgroups past the cap are summed into cgroup=\"other\"");
+    eprintln!(
+        "{} scrapes, at most {max_cgroups} cgroups with series",
+        scrapes.len()
+    );
+    assert!(
+        max_cgroups <= MAX,
+        "{max_cgroups} cgroups exported, cap {MAX}"
+    );
+    assert!(
+        saw_other,
+        "cgroups past the cap are summed into cgroup=\"other\""
+    );
     let last = parse_openmetrics(python, scrapes.last().unwrap())?;
     let value = |name: &str| {
         last.iter()
@@ -660,7 +747,11 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
                     .find(|k| k.parse::<f64>().ok() == le.parse::<f64>().ok())
                     .cloned()
                     .with_context(|| format!("le {le}"))?;
-                let before = h0.get(&key).and_then(|m| m.get(&le_py)).copied().unwrap_or(0.0);
+                let before = h0
+                    .get(&key)
+                    .and_then(|m| m.get(&le_py))
+                    .copied()
+                    .unwrap_or(0.0);
                 assert_eq!(
                     h1[&key][&le_py] - before,
                     n as f64,
