@@ -80,16 +80,17 @@ struct EventsArg {
     /// Also print single events as lines: `runq_wait` (waits of at least `--event-min-ms`),
     /// `throttle` (each episode). Bare `--events` means every family; or name them:
     /// `--events runq,throttle,reads`.
-    #[arg(long, value_name = "FAMILIES", num_args = 0..=1, default_missing_value = "all", require_equals = false)]
-    events: Option<String>,
+    #[arg(long, value_name = "FAMILIES", num_args = 0..=1, default_missing_value = "all", value_parser = parse_events)]
+    events: Option<EventSelection>,
+}
+
+fn parse_events(s: &str) -> Result<EventSelection, String> {
+    EventSelection::parse(&[s]).map_err(|e| e.to_string())
 }
 
 impl EventsArg {
     fn selection(&self) -> Result<EventSelection, cgtrace::events::UnknownFamily> {
-        match &self.events {
-            None => Ok(EventSelection::none()),
-            Some(v) => EventSelection::parse(&[v]),
-        }
+        Ok(self.events.clone().unwrap_or_default())
     }
 }
 
