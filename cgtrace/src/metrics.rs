@@ -64,7 +64,7 @@ struct CumHist {
 
 impl CumHist {
     fn add(&mut self, h: &HistSummary) {
-        self.count += h.count;
+        self.count = self.count.saturating_add(h.count);
         self.sum_us += h.sum_us;
         for &(lower, n) in &h.buckets {
             // The first bound above the bucket's lower edge holds the whole bucket (powers of two
@@ -72,7 +72,7 @@ impl CumHist {
             let bit = 64 - lower.leading_zeros(); // lower < 2^bit
             let i = bit.clamp(LE_FIRST, LE_LAST + 1) - LE_FIRST;
             if let Some(slot) = self.le.get_mut(i as usize) {
-                *slot += n;
+                *slot = slot.saturating_add(n);
             }
         }
     }

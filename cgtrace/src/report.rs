@@ -164,7 +164,8 @@ pub fn build(rec: &Recording) -> Report {
     let mut clock: Option<(u64, u64)> = None;
     let wall = |clock: Option<(u64, u64)>, ts: u64| {
         clock.map_or(0, |(mono, unix)| {
-            (unix as i64 + (ts as i64 - mono as i64) / 1_000_000).max(0) as u64
+            let ms = i128::from(unix) + (i128::from(ts) - i128::from(mono)) / 1_000_000;
+            ms.clamp(0, i128::from(u64::MAX)) as u64
         })
     };
     // Events come before the window that ends after them: their times use the last window seen
@@ -249,10 +250,11 @@ pub fn build(rec: &Recording) -> Report {
             nwin += 1;
             first = first.min(end_unix_ms);
             last = last.max(end_unix_ms);
-            dropped += w
-                .pointer("/events/dropped")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
+            dropped = dropped.saturating_add(
+                w.pointer("/events/dropped")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            );
             let Some(cgroups) = w.get("cgroups").and_then(Value::as_array) else {
                 return;
             };
@@ -382,15 +384,19 @@ fn window_cgroup(
         .get("quota_cores")
         .and_then(Value::as_f64)
         .or(e.quota_cores);
-    e.nr_periods += u("nr_periods");
-    e.nr_throttled += u("nr_throttled");
+    e.nr_periods = e.nr_periods.saturating_add(u("nr_periods"));
+    e.nr_throttled = e.nr_throttled.saturating_add(u("nr_throttled"));
     e.throttled_us += f("throttled_us");
-    e.episodes += u("episodes");
+    e.episodes = e.episodes.saturating_add(u("episodes"));
     e.worst_window_share = e.worst_window_share.max(f("throttled_share"));
     if let Some(k) = t.get("kernel").filter(|k| k.is_object()) {
-        e.kernel_nr_throttled += k.get("nr_throttled").and_then(Value::as_u64).unwrap_or(0);
+        e.kernel_nr_throttled = e
+            .kernel_nr_throttled
+            .saturating_add(k.get("nr_throttled").and_then(Value::as_u64).unwrap_or(0));
         e.kernel_throttled_us += k.get("throttled_us").and_then(Value::as_f64).unwrap_or(0.0);
-        e.ours_nr_throttled_matched += u("nr_throttled");
+        e.ours_nr_throttled_matched = e
+            .ours_nr_throttled_matched
+            .saturating_add(u("nr_throttled"));
         e.ours_throttled_us_matched += f("throttled_us");
     }
     if let Some(flags) = t.get("flags").and_then(Value::as_array) {
@@ -431,7 +437,15 @@ fn add_hist(
     if hist.max_ns > a.hist.max_ns {
         a.max_at = end_ms;
     }
-    a.hist.merge(&hist);
+    // Saturating at 2^56 per bucket (no real window comes near): a damaged or forged file cannot
+    // overflow the sums the percentiles take over 140 buckets.
+    const CAP: u64 = 1 << 56;
+    a.hist.count = a.hist.count.saturating_add(hist.count).min(CAP);
+    a.hist.sum_ns = a.hist.sum_ns.saturating_add(hist.sum_ns);
+    a.hist.max_ns = a.hist.max_ns.max(hist.max_ns);
+    for (x, y) in a.hist.buckets.iter_mut().zip(hist.buckets.iter()) {
+        *x = x.saturating_add(*y).min(CAP);
+    }
 }
 
 fn who(path: &Option<String>, name: &Option<String>, id: u64) -> String {

@@ -293,9 +293,9 @@ pub fn parse_seek(text: &str, first_ms: u64, last_ms: u64, now_ms: u64) -> Resul
         }
         let tod = (h * 3600 + m * 60 + s) * 1000;
         let day = first_ms / 86_400_000 * 86_400_000;
-        let mut at = day + tod;
-        if at + 999 < first_ms {
-            at += 86_400_000;
+        let mut at = day.saturating_add(tod);
+        if at.saturating_add(999) < first_ms {
+            at = at.saturating_add(86_400_000);
         }
         return Ok(at);
     }

@@ -478,7 +478,11 @@ mod view {
             if s == 7 {
                 w.event(&throttle_record(s * 1_000_000_000 - 5, 7));
             }
-            w.window(s * 1_000_000_000, 1000 + s * 1000, window_json(s).as_bytes());
+            w.window(
+                s * 1_000_000_000,
+                1000 + s * 1000,
+                window_json(s).as_bytes(),
+            );
             w.flush(false).unwrap();
         }
         drop(w);
@@ -537,11 +541,23 @@ mod view {
         // The header says where the replay stands, the help lists the replay keys.
         let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
         term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
-        let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
         assert!(screen.contains("REPLAY end 10/10"), "{screen}");
         press(&mut app, &src, &rx, cmd(Command::Help));
         term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
-        let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
         assert!(screen.contains("next throttle episode") && screen.contains("jump to a time"));
     }
 
