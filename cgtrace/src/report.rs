@@ -472,7 +472,7 @@ pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "cgtrace report: {} (Linux {}), {} to {} UTC, {} windows, {} single events recorded, {} lost in the kernel",
+        "cgtrace report: {} (Linux {}), {} to {}, {} windows, {} single events recorded, {} lost in the kernel",
         r.host,
         r.kernel,
         clock_utc(r.first_unix_ms),

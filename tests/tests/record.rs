@@ -765,3 +765,62 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
     assert!(compared >= 3);
     Ok(())
 }
+
+#[test]
+fn serve_is_headless_and_scrapes_parse() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let Some(python) = python_with_parser() else {
+        panic!(
+            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
+        );
+    };
+    let (code, out, err) = cgtrace(&["serve", "--duration", "1"])?;
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(
+        one_line(&err).contains("serve needs --prometheus ADDR"),
+        "{err}"
+    );
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let child = Command::new(cgtrace_bin())
+        .args([
+            "serve",
+            "--prometheus",
+            &addr,
+            "--duration",
+            "6",
+            "--interval",
+            "500",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        sleep(Duration::from_millis(300));
+        if let Ok((_, b)) = scrape(&addr)
+            && b.contains("cgtrace_windows_total 2")
+        {
+            break b;
+        }
+        assert!(Instant::now() < deadline, "no second window from serve");
+    };
+    let samples = parse_openmetrics(python, &body)?;
+    let families: HashSet<&str> = samples
+        .iter()
+        .filter_map(|s| s["family"].as_str())
+        .collect();
+    for f in [
+        "cgtrace_runq_wait_seconds",
+        "cgtrace_events_seen",
+        "cgtrace_windows",
+    ] {
+        assert!(families.contains(f), "{f} in {families:?}");
+    }
+    let out = child.wait_with_output()?;
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "headless");
+    Ok(())
+}

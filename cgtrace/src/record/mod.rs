@@ -164,14 +164,24 @@ impl Recorder {
 pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    let mut pump = Pump::start(&trace)?;
+    // The file first: a bad path is one line before anything is traced.
+    let file = writer::open_new(&opts.output, opts.force)?;
+    let mut pump = match Pump::start(&trace) {
+        Ok(p) => p,
+        Err(e) => {
+            // Nothing recorded: leave no empty file behind.
+            drop(file);
+            let _ = std::fs::remove_file(&opts.output);
+            return Err(e);
+        }
+    };
     let hello_json = serde_json::to_string(&pump.session.hello)?;
-    let writer = Writer::create(
+    let writer = Writer::with_file(
+        file,
         &opts.output,
         hello_json.as_bytes(),
         opts.max_size,
         opts.on_full,
-        opts.force,
     )?;
     let mut exporter = match opts.prometheus {
         Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),

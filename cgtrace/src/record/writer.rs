@@ -125,6 +125,18 @@ impl Writer {
         force: bool,
     ) -> Result<Self, WriteError> {
         let file = open_new(path, force)?;
+        Self::with_file(file, path, hello_json, max_size, on_full)
+    }
+
+    /// Writes the header into `file`, created by [`open_new`] at `path` (the recorder creates the
+    /// file before it starts tracing, so a bad path fails at once).
+    pub fn with_file(
+        file: File,
+        path: &Path,
+        hello_json: &[u8],
+        max_size: Option<u64>,
+        on_full: OnFull,
+    ) -> Result<Self, WriteError> {
         let mut w = Self {
             path: path.to_path_buf(),
             file,
@@ -393,7 +405,7 @@ impl Writer {
 }
 
 /// Creates a recording file with mode 0600 (also when overwriting one with `force`).
-fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
+pub fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
     let mut o = OpenOptions::new();
     o.write(true).mode(0o600);
     if force {
