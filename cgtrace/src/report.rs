@@ -43,6 +43,8 @@ pub struct Report {
     pub events_recorded: u64,
     /// Kernel-side drops over the recording (`events.dropped` summed).
     pub events_dropped: u64,
+    /// Records the recorder itself could not keep (its buffer was full).
+    pub recorder_lost: u64,
     /// What could not be read from the file.
     pub read: ReadStats,
     /// Per family: the cgroups with the worst tail latency.
@@ -159,6 +161,7 @@ pub fn build(rec: &Recording) -> Report {
     let mut waits: Vec<Wait> = Vec::new();
     let mut by_family: BTreeMap<String, u64> = BTreeMap::new();
     let (mut undecoded, mut dropped, mut nwin, mut nev) = (0u64, 0u64, 0u64, 0u64);
+    let mut recorder_lost = 0u64;
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
     let mut clock: Option<(u64, u64)> = None;
@@ -262,7 +265,13 @@ pub fn build(rec: &Recording) -> Report {
                 window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
             }
         }
-        Item::Summary(_) | Item::Loss(_) | Item::End(_) => {}
+        Item::Loss(j) => {
+            // Cumulative in the recorder: the last one counts.
+            if let Ok(v) = serde_json::from_slice::<Value>(j) {
+                recorder_lost = recorder_lost.max(v["events_lost"].as_u64().unwrap_or(0));
+            }
+        }
+        Item::Summary(_) | Item::End(_) => {}
     });
     let families = fam
         .into_iter()
@@ -322,6 +331,7 @@ pub fn build(rec: &Recording) -> Report {
         windows: nwin,
         events_recorded: nev,
         events_dropped: dropped,
+        recorder_lost,
         read: rec.stats.clone(),
         families,
         throttled,
@@ -481,6 +491,13 @@ pub fn render_text(r: &Report) -> String {
         r.events_recorded,
         r.events_dropped
     );
+    if r.recorder_lost > 0 {
+        let _ = writeln!(
+            o,
+            "note: the recorder could not keep {} single events (its buffer was full: the disk was too slow)",
+            r.recorder_lost
+        );
+    }
     if let Some(w) = r.read.warning() {
         let _ = writeln!(o, "note: the file is damaged: {w}");
     }
