@@ -288,7 +288,6 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         stream::emit_line(&mut out, &summary)?;
     }
     drop(pump); // detach before the last write
-    let stats_before = rec.writer.stats;
     if stop_reason != "max-size" {
         rec.writer.record(Tag::Summary, summary.as_bytes());
         rec.writer.record(
@@ -299,7 +298,6 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     }
     let s = rec.writer.stats;
     let _ = out.flush();
-    let _ = stats_before;
     eprintln!(
         "cgtrace: recorded {} windows and {} events to {} ({}{}){}",
         s.windows,
