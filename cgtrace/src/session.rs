@@ -137,7 +137,7 @@ pub fn layout_name(layout: crate::cgroup::CgroupLayout) -> &'static str {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -28,7 +28,7 @@ use tokio::{
 use crate::{
     events::EventSelection,
     metrics::{Exporter, MetricsOptions},
-    session::{Pump, Pumped, RawRecords, SessionOptions},
+    session::{Pump, Pumped, RawRecords, SessionOptions, monotonic_ns},
     snapshot::Window,
     stream::{self, Summary},
 };
@@ -60,17 +60,6 @@ pub struct RecordOptions {
     /// Also print the NDJSON stream to stdout (with these event lines).
     pub stream: Option<EventSelection>,
     pub prometheus: Option<(SocketAddr, MetricsOptions)>,
-}
-
-/// CLOCK_MONOTONIC in ns (the clock of event timestamps).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Parses `--max-size`: bytes with an optional K, M, G or T suffix (powers of 1024).
