@@ -273,17 +273,16 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         windows,
         cgroups: &totals,
     })?;
+    drop(pump); // detach before the last write
+    // After --max-size the summary still goes in, in the room kept for it.
+    rec.writer.record(Tag::Summary, summary.as_bytes());
+    rec.writer.record(
+        Tag::End,
+        format!("{{\"reason\":\"{stop_reason}\"}}").as_bytes(),
+    );
+    flush(&mut rec.writer, true)?;
     if stdout_open && stream::emit_line(&mut out, &json)? {
         stream::emit_line(&mut out, &summary)?;
-    }
-    drop(pump); // detach before the last write
-    if stop_reason != "max-size" {
-        rec.writer.record(Tag::Summary, summary.as_bytes());
-        rec.writer.record(
-            Tag::End,
-            format!("{{\"reason\":\"{stop_reason}\"}}").as_bytes(),
-        );
-        flush(&mut rec.writer, true)?;
     }
     let s = rec.writer.stats;
     let _ = out.flush();

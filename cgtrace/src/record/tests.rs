@@ -331,10 +331,20 @@ fn stops_at_max_size_with_a_readable_file() {
         }
     }
     let s = full_at.expect("reached --max-size");
+    // Nothing more but the closing records, in the room kept for them.
+    w.window(s + 1, 5000, window_json(s + 1).as_bytes());
+    assert_eq!(w.flush(false).unwrap(), Flushed::Full);
+    w.record(
+        Tag::Summary,
+        br#"{"type":"summary","windows":0,"cgroups":[]}"#,
+    );
+    w.record(Tag::End, br#"{"reason":"max-size"}"#);
+    assert_eq!(w.flush(true).unwrap(), Flushed::Ok);
     assert!(std::fs::metadata(&p).unwrap().len() <= max);
     let rec = Recording::open(&p).unwrap();
     assert_eq!(rec.windows.len() as u64, s - 1);
     assert_eq!(rec.stats.warning(), None);
+    assert!(rec.stats.clean_end);
 }
 
 #[test]

@@ -109,7 +109,10 @@ pub struct Writer {
     /// Names written so far (in this file), and names to write with the next chunk.
     names: HashMap<u64, NameEntry>,
     pending_names: Vec<NameEntry>,
-    stopped: bool,
+    /// A write failed: nothing more is written.
+    failed: bool,
+    /// `--max-size` was reached with [`OnFull::Stop`]: only the closing records may follow.
+    full: bool,
     sync: bool,
     compress: bool,
     pub stats: WriterStats,
@@ -155,7 +158,8 @@ impl Writer {
             out: Vec::new(),
             names: HashMap::new(),
             pending_names: Vec::new(),
-            stopped: false,
+            failed: false,
+            full: false,
             sync: true,
             compress: true,
             stats: WriterStats::default(),
@@ -190,7 +194,7 @@ impl Writer {
     }
 
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        self.failed || self.full
     }
 
     fn write_header(&mut self) -> Result<(), WriteError> {
@@ -213,7 +217,7 @@ impl Writer {
             // reader still skips the partial chunk as truncated.
             let _ = self.file.set_len(self.written);
             let _ = self.file.sync_data();
-            self.stopped = true;
+            self.failed = true;
             return Err(WriteError::Write {
                 path: self.path.clone(),
                 kept: self.written,
@@ -272,7 +276,8 @@ impl Writer {
     /// Compresses and writes what was gathered. With `closing`, the room kept below
     /// `--max-size` for the summary may be used.
     pub fn flush(&mut self, closing: bool) -> Result<Flushed, WriteError> {
-        if self.stopped {
+        if self.failed || (self.full && !closing) {
+            self.clear();
             return Ok(Flushed::Full);
         }
         if !self.pending_names.is_empty() {
@@ -300,7 +305,7 @@ impl Writer {
             if self.written + self.out.len() as u64 > room && !empty {
                 match self.on_full {
                     OnFull::Stop => {
-                        self.stopped = true;
+                        self.full = true;
                         self.clear();
                         return Ok(Flushed::Full);
                     }
