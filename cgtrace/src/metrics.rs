@@ -126,9 +126,10 @@ enum Slot {
 #[derive(Debug)]
 pub struct Metrics {
     opts: MetricsOptions,
-    series: HashMap<u64, Series>,
+    /// By `cgroup` label (path, or `id:N` when unresolved).
+    series: HashMap<String, Series>,
     /// Cgroups summed into `other`, with when they were last active.
-    folded: HashMap<u64, u64>,
+    folded: HashMap<String, u64>,
     other: Series,
     windows: u64,
     last_seq: u64,
@@ -193,18 +194,19 @@ impl Metrics {
         }
         self.expire(w.end_unix_ms);
         for c in &w.cgroups {
-            let slot = if self.series.contains_key(&c.id) {
+            // Series are keyed by the `cgroup` label, not the id: a cgroup removed and made
+            // again at the same path (a restarted service) continues its series, and no two
+            // series ever carry the same labels.
+            let key = c.path.clone().unwrap_or_else(|| format!("id:{}", c.id));
+            let slot = if self.series.contains_key(&key) {
                 Slot::Own
-            } else if self.folded.contains_key(&c.id) {
+            } else if self.folded.contains_key(&key) {
                 Slot::Other
             } else if self.series.len() < self.opts.max_series {
-                let mut labels = vec![(
-                    "cgroup",
-                    c.path.clone().unwrap_or_else(|| format!("id:{}", c.id)),
-                )];
+                let mut labels = vec![("cgroup", key.clone())];
                 labels.extend(name_labels(c.name.as_deref(), c.name_kind.as_deref()));
                 self.series.insert(
-                    c.id,
+                    key.clone(),
                     Series {
                         labels,
                         ..Series::default()
@@ -217,13 +219,13 @@ impl Metrics {
             };
             match slot {
                 Slot::Own => {
-                    let s = self.series.get_mut(&c.id).expect("inserted above");
+                    let s = self.series.get_mut(&key).expect("inserted above");
                     s.add(c);
                     s.last_ms = w.end_unix_ms;
                 }
                 Slot::Other => {
                     self.other.add(c);
-                    self.folded.insert(c.id, w.end_unix_ms);
+                    self.folded.insert(key, w.end_unix_ms);
                 }
             }
         }
@@ -758,5 +760,19 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("cgtrace_series_expired_total 2\n"));
+        // /c9 removed and made again (another id): the same series goes on.
+        m.update(&window(3, 22_000, vec![cgroup(10, "/c9", &[5000])]));
+        let t = m.render();
+        assert_eq!(
+            t.matches(r#"cgtrace_runq_wait_seconds_count{cgroup="/c9""#)
+                .count(),
+            1
+        );
+        assert!(
+            t.contains(
+                r#"cgroup="/c9",namespace="default",pod="web-0",container="nginx",kind="wakeup"} 2"#
+            ),
+            "{t}"
+        );
     }
 }

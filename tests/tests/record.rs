@@ -506,15 +506,31 @@ fn max_size_rotates_or_stops_and_says_which() -> Result<()> {
     let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
     let f = scratch.file("rot.cgtr");
     let (code, _, err) = cgtrace(&[
-        "record", "-o", s(&f), "--duration", "30", "--event-min-ms", "1", "--max-size", "64K",
-        "--rotate", "--keep", "1",
+        "record",
+        "-o",
+        s(&f),
+        "--duration",
+        "30",
+        "--event-min-ms",
+        "1",
+        "--max-size",
+        "64K",
+        "--rotate",
+        "--keep",
+        "1",
     ])?;
     eprintln!("{err}");
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("rotates to") && err.contains("rotated"), "{err}");
+    assert!(
+        err.contains("rotates to") && err.contains("rotated"),
+        "{err}"
+    );
     let rotations: u64 = err
         .split(", ")
-        .find_map(|p| p.strip_suffix(" rotations)").or(p.strip_suffix(" rotations)\n")))
+        .find_map(|p| {
+            p.strip_suffix(" rotations)")
+                .or(p.strip_suffix(" rotations)\n"))
+        })
         .and_then(|n| n.trim().parse().ok())
         .context("rotation count on stderr")?;
     for name in ["rot.cgtr", "rot.cgtr.1"] {
