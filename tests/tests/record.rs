@@ -383,6 +383,14 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
         }
     }
 
+    // The view needs a terminal; without one it says where to go instead.
+    let (code, _, err) = cgtrace(&["replay", s(&good)])?;
+    assert_eq!(code, 1);
+    assert!(
+        one_line(&err).contains("use `cgtrace replay --stream FILE`"),
+        "{err}"
+    );
+
     // Damaged but readable: a warning line, then what is readable.
     let sync: &[u8] = b"\xfeCGTchk\x01";
     let starts: Vec<usize> = bytes
