@@ -633,3 +633,15 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     let got = crate::replay::stream(&rec, &mut out, &sel, true).unwrap();
     assert_eq!((got.windows, got.events, got.unrendered), (3, 3, 3));
 }
+
+#[test]
+fn max_size_parses_units_and_refuses_nonsense() {
+    use super::parse_size;
+    assert_eq!(parse_size("1G"), Ok(1 << 30));
+    assert_eq!(parse_size("64K"), Ok(64 << 10));
+    assert_eq!(parse_size("1.5MiB"), Ok(3 << 19));
+    assert_eq!(parse_size("100000"), Ok(100_000));
+    assert!(parse_size("1K").unwrap_err().contains("at least 64K"));
+    assert!(parse_size("ten").is_err());
+    assert!(parse_size("5X").is_err());
+}
