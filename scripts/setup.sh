@@ -19,7 +19,10 @@ toolchain_of() { sed -n 's/^channel *= *"\(.*\)"/\1/p' "$1"; }
 STABLE=$(toolchain_of rust-toolchain.toml)
 NIGHTLY=$(toolchain_of cgtrace-ebpf/rust-toolchain.toml)
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless fuse3 lxcfs strace)
+CARGO_FUZZ_VERSION=0.13.2
+# python3-prometheus-client: the OpenMetrics parser the Prometheus test checks scrapes with.
+# fuse3, lxcfs, strace: the reads tests (a slow FUSE filesystem, lxcfs, strace -T as reference).
+APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless curl python3-prometheus-client fuse3 lxcfs strace)
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and loads eBPF programs): sudo $0 $*"
 command -v rustup >/dev/null || die "rustup not found: install it (https://rustup.rs) and re-run"
@@ -82,11 +85,35 @@ install_bpf_linker() {
     --no-default-features --features "llvm-$major"
 }
 
+# cargo fuzz (the recording reader's fuzz target in fuzz/), built with the stable toolchain; it
+# runs the target with the pinned nightly (fuzz/rust-toolchain.toml).
+install_cargo_fuzz() {
+  local version=""
+  command -v cargo-fuzz >/dev/null && version=$(cargo fuzz --version 2>/dev/null || true)
+  if [[ $version == *"$CARGO_FUZZ_VERSION"* ]]; then say "cargo-fuzz $CARGO_FUZZ_VERSION: present"; return; fi
+  say "cargo-fuzz $CARGO_FUZZ_VERSION: installing"
+  cargo +"$STABLE" install --locked --force "cargo-fuzz@$CARGO_FUZZ_VERSION"
+}
+
 deps() {
   install_apt
   install_toolchain "$STABLE" rustfmt clippy
   install_toolchain "$NIGHTLY" rust-src rustfmt clippy
   install_bpf_linker
+  install_cargo_fuzz
+}
+
+# A short fuzz run of the recording reader from the committed seed corpus (copied, so new
+# inputs stay out of the tree). A crash fails the suite; its input is in fuzz/artifacts/reader/.
+fuzz_short() {
+  local corpus log rc=0
+  corpus=$(mktemp -d); log=$(mktemp)
+  cp fuzz/corpus/reader/* "$corpus"/
+  (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz run reader "$corpus" -- \
+    -max_total_time="${FUZZ_SECONDS:-45}" -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
+  tail -n 25 "$log"
+  rm -rf "$corpus" "$log"
+  return "$rc"
 }
 
 build() {
@@ -98,10 +125,13 @@ run_tests() {
   say "format and lints"
   cargo fmt --all -- --check
   (cd cgtrace-ebpf && cargo fmt -- --check)
+  (cd fuzz && cargo fmt -- --check)
   cargo clippy --locked --workspace --all-targets -- -D warnings
   (cd cgtrace-ebpf && cargo clippy --locked --release --target bpfel-unknown-none -Z build-std=core -- -D warnings)
   say "unprivileged tests (cargo test)"
   cargo test --locked
+  say "fuzzing the recording reader for ${FUZZ_SECONDS:-45} s (cargo fuzz)"
+  fuzz_short
   say "privileged tests on this kernel (real cgroups, real load)"
   cargo test --locked --release -p cgtrace-tests -- --test-threads=1
   say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2): runq, and throttle in fentry, kprobe and tgwalk modes"

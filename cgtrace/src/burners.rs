@@ -72,13 +72,13 @@ impl Burners {
     pub fn slice(&mut self, ev: &SliceEvent) {
         let g = self.groups.entry(ev.cgroup_id).or_default();
         if g.threads.len() >= THREADS_PER_PERIOD && !g.threads.contains_key(&ev.pid) {
-            g.overflow_ns += ev.runtime_ns;
+            g.overflow_ns = g.overflow_ns.saturating_add(ev.runtime_ns);
             return;
         }
         let t = g.threads.entry(ev.pid).or_default();
         t.tgid = ev.tgid;
         t.comm = ev.comm;
-        t.runtime_ns += ev.runtime_ns;
+        t.runtime_ns = t.runtime_ns.saturating_add(ev.runtime_ns);
         t.cpus |= 1u64 << (ev.header.cpu % 64);
     }
 
@@ -87,7 +87,10 @@ impl Burners {
         let start = g.period_start.replace(ev.header.ts_ns);
         if ev.throttled != 0 {
             let mut threads: Vec<(u32, ThreadAcc)> = g.threads.drain().collect();
-            let total_ns = threads.iter().map(|(_, t)| t.runtime_ns).sum::<u64>() + g.overflow_ns;
+            // Saturating: replayed records come from files, which may be damaged or forged.
+            let total_ns = threads.iter().fold(g.overflow_ns, |acc, (_, t)| {
+                acc.saturating_add(t.runtime_ns)
+            });
             let n = threads.len();
             threads.sort_by(|a, b| b.1.runtime_ns.cmp(&a.1.runtime_ns).then(a.0.cmp(&b.0)));
             let top = threads
@@ -125,7 +128,7 @@ impl Burners {
         if let Some(start) = p.start_ns
             && (start..=p.end_ns).contains(&ev.start_ns)
         {
-            let ms = (ev.start_ns - start) as f64 / 1e6;
+            let ms = ev.start_ns.saturating_sub(start) as f64 / 1e6;
             p.burned_in_ms = Some(p.burned_in_ms.map_or(ms, |b| b.min(ms)));
         }
         Some(p.clone())

@@ -154,7 +154,8 @@ impl Hist {
             ..Self::default()
         };
         for &(lower, n) in &s.buckets {
-            h.buckets[bucket_of(lower) as usize] += n;
+            let b = &mut h.buckets[bucket_of(lower) as usize];
+            *b = b.saturating_add(n);
         }
         h
     }

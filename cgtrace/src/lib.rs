@@ -2,7 +2,8 @@
 //!
 //! Data flows one way: the kernel programs (`cgtrace-ebpf`) fill maps and a ring buffer; the
 //! [`session`] reads them once per window ([`runq`], [`counters`]); the [`aggregate`] turns that
-//! into [`snapshot`]s, which the [`stream`] prints.
+//! into [`snapshot`]s, which the [`stream`] prints, the [`top`] view shows, [`record`] writes
+//! and [`metrics`] exports; [`replay`] and [`report`] read recordings.
 
 pub mod aggregate;
 pub mod btf;
@@ -10,12 +11,18 @@ pub mod burners;
 pub mod cgroup;
 pub mod counters;
 pub mod doctor;
+pub mod events;
 pub mod hist;
 pub mod kallsyms;
 pub mod layout;
 pub mod loader;
+pub mod metrics;
 pub mod reads;
+pub mod record;
+pub mod replay;
+pub mod report;
 pub mod runq;
+pub mod serve;
 pub mod session;
 pub mod snapshot;
 pub mod stream;

@@ -6,7 +6,11 @@ use clap::{Args, Parser, Subcommand};
 
 use cgtrace::{
     doctor,
+    events::EventSelection,
     loader::{ReadsMode, ThrottleMode},
+    metrics::MetricsOptions,
+    record::{self, RecordOptions, reader::Recording, writer::OnFull},
+    replay, report, serve,
     session::SessionOptions,
     stream,
     throttle::FlagRules,
@@ -31,8 +35,138 @@ enum Command {
     Stream(StreamArgs),
     /// Live full-screen view of per-cgroup run-queue latency and throttling (press ? for keys).
     Top(TopArgs),
+    /// Record windows, single events and cgroup names to a file, for `replay` and `report`.
+    Record(RecordArgs),
+    /// Replay a recording in the live view (pause, step, seek, speed; press ? for keys), or as the
+    /// NDJSON stream with --stream.
+    Replay(ReplayArgs),
+    /// Summarise a recording for an incident: worst cgroups, longest throttle episodes, flags.
+    Report(ReportArgs),
+    /// Trace headless and serve OpenMetrics for Prometheus.
+    Serve(ServeArgs),
     /// Probe the kernel and say which attach mode each feature would use.
     Doctor,
+}
+
+#[derive(Args)]
+struct PrometheusArgs {
+    /// Serve OpenMetrics at http://ADDR/metrics (e.g. 127.0.0.1:9464 or [::]:9464).
+    #[arg(long, value_name = "ADDR")]
+    prometheus: Option<std::net::SocketAddr>,
+    /// Most cgroups with series of their own; later ones are summed into cgroup="other".
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_series: u64,
+    /// Drop a cgroup's series after this many seconds without activity.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    series_ttl: u64,
+}
+
+impl PrometheusArgs {
+    fn get(&self) -> Option<(std::net::SocketAddr, MetricsOptions)> {
+        self.prometheus.map(|a| (a, self.options()))
+    }
+
+    fn options(&self) -> MetricsOptions {
+        MetricsOptions {
+            max_series: self.max_series as usize,
+            ttl: Duration::from_secs(self.series_ttl),
+        }
+    }
+}
+
+/// `--events` (all families), `--events runq,throttle`, or absent (none).
+#[derive(Args)]
+struct EventsArg {
+    /// Also print single events as lines: `runq_wait` (waits of at least `--event-min-ms`),
+    /// `throttle` (each episode), `slow_read` (reads of at least `--slow-read-ms`). Bare
+    /// `--events` means every family; or name them:
+    /// `--events runq,throttle,reads`.
+    #[arg(long, value_name = "FAMILIES", num_args = 0..=1, default_missing_value = "all", value_parser = parse_events)]
+    events: Option<EventSelection>,
+}
+
+fn parse_events(s: &str) -> Result<EventSelection, String> {
+    EventSelection::parse(&[s]).map_err(|e| e.to_string())
+}
+
+impl EventsArg {
+    fn selection(&self) -> Result<EventSelection, cgtrace::events::UnknownFamily> {
+        Ok(self.events.clone().unwrap_or_default())
+    }
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// The file to write (created with mode 0600).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    /// Stop after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    duration: Option<u64>,
+    /// Largest file: bytes with K, M, G or T (default 1G).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = record::parse_size)]
+    max_size: u64,
+    /// At --max-size, rename FILE to FILE.1 (… up to --keep) and go on in a new FILE.
+    #[arg(long, conflicts_with = "stop_at_max")]
+    rotate: bool,
+    /// At --max-size, stop recording (the default).
+    #[arg(long)]
+    stop_at_max: bool,
+    /// Rotated files kept with --rotate (FILE.1 … FILE.N; older ones are removed).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    keep: u32,
+    /// Overwrite FILE if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Also print the NDJSON stream to stdout, as `cgtrace stream` would.
+    #[arg(long)]
+    stream: bool,
+    #[command(flatten)]
+    events: EventsArg,
+    #[command(flatten)]
+    prometheus: PrometheusArgs,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// A file written by `cgtrace record`.
+    file: PathBuf,
+    /// Playback speed (0.125 to 1024; 1 is as recorded).
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+    /// Print the recorded NDJSON stream to stdout instead of showing the view.
+    #[arg(long)]
+    stream: bool,
+    #[command(flatten)]
+    events: EventsArg,
+    /// With --stream: leave out the closing `summary` line.
+    #[arg(long)]
+    no_summary: bool,
+    /// View log file (as for `top`).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A file written by `cgtrace record`.
+    file: PathBuf,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    /// Stop after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    duration: Option<u64>,
+    #[command(flatten)]
+    prometheus: PrometheusArgs,
 }
 
 #[derive(Args)]
@@ -77,11 +211,10 @@ struct StreamArgs {
     /// Do not print the closing `summary` line with since-start histograms.
     #[arg(long)]
     no_summary: bool,
-    /// Also print each run-queue wait of at least `--event-min-ms` as a `runq_wait` line, each
-    /// throttle episode as a `throttle` line, and each read of at least `--slow-read-ms` as a
-    /// `slow_read` line.
-    #[arg(long)]
-    events: bool,
+    #[command(flatten)]
+    events: EventsArg,
+    #[command(flatten)]
+    prometheus: PrometheusArgs,
 }
 
 #[derive(Args)]
@@ -140,6 +273,62 @@ impl TraceArgs {
     }
 }
 
+fn block_on(f: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(f))
+}
+
+/// Opens a recording, saying on stderr what could not be read.
+fn open_recording(path: &std::path::Path) -> anyhow::Result<Recording> {
+    let rec = Recording::open(path)?;
+    if let Some(w) = rec.stats.warning() {
+        eprintln!(
+            "cgtrace: warning: {}: {w}; showing the {} readable windows",
+            path.display(),
+            rec.windows.len()
+        );
+    }
+    if rec.windows.is_empty() {
+        anyhow::bail!(
+            "{}: no readable window in the recording (it ended or was damaged before the first window was written)",
+            path.display()
+        );
+    }
+    Ok(rec)
+}
+
+fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    if !(record::player::MIN_SPEED..=record::player::MAX_SPEED).contains(&args.speed) {
+        anyhow::bail!(
+            "--speed {}: must be between {} and {} (see `cgtrace --help`)",
+            args.speed,
+            record::player::MIN_SPEED,
+            record::player::MAX_SPEED
+        );
+    }
+    let events = args.events.selection()?;
+    let rec = open_recording(&args.file)?;
+    if args.stream {
+        replay::run_stream(&rec, &events, !args.no_summary)
+    } else {
+        top::replay(std::sync::Arc::new(rec), args.speed, args.log)
+    }
+}
+
+fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
+    let rec = open_recording(&args.file)?;
+    let r = report::build(&rec);
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{}", report::render_text(&r));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -158,19 +347,53 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Stream(args) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+        Command::Stream(args) => args
+            .events
+            .selection()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| {
-                rt.block_on(stream::run(
+            .and_then(|events| {
+                block_on(stream::run(
                     args.trace.session(),
                     args.duration.map(Duration::from_secs),
                     !args.no_summary,
-                    args.events,
+                    events,
+                    args.prometheus.get(),
                 ))
             }),
         Command::Top(args) => top::run(args.trace.session(), args.log),
+        Command::Record(args) => args
+            .events
+            .selection()
+            .map_err(anyhow::Error::from)
+            .and_then(|events| {
+                let opts = RecordOptions {
+                    output: args.output,
+                    duration: args.duration.map(Duration::from_secs),
+                    max_size: Some(args.max_size),
+                    on_full: if args.rotate {
+                        OnFull::Rotate { keep: args.keep }
+                    } else {
+                        OnFull::Stop
+                    },
+                    force: args.force,
+                    stream: args.stream.then_some(events),
+                    prometheus: args.prometheus.get(),
+                };
+                block_on(record::run(args.trace.session(), opts))
+            }),
+        Command::Replay(args) => run_replay(args),
+        Command::Report(args) => run_report(&args),
+        Command::Serve(args) => match args.prometheus.prometheus {
+            Some(addr) => block_on(serve::run(
+                args.trace.session(),
+                addr,
+                args.prometheus.options(),
+                args.duration.map(Duration::from_secs),
+            )),
+            None => Err(anyhow::anyhow!(
+                "serve needs --prometheus ADDR (e.g. --prometheus 127.0.0.1:9464) (see `cgtrace --help`)"
+            )),
+        },
         Command::Doctor => doctor::run(),
     };
     match result {

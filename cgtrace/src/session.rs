@@ -67,12 +67,62 @@ pub struct DrainStats {
     /// Also keep each episode, with its period's top threads, for event lines (`--events`).
     pub keep_throttle_lines: bool,
     pub throttle_lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
-    /// Slow reads for event lines (kept only with `keep_throttle_lines`, bounded).
+    /// Also keep slow reads for event lines (`--events reads`), bounded.
+    pub keep_slow_reads: bool,
     pub slow_reads: Vec<SlowReadEvent>,
     /// Cgroup creations and removals since the last window.
     pub churn: crate::reads::ChurnCounter,
     /// Event lines not kept because the caller did not drain them in time.
     pub lines_dropped: u64,
+    /// When recording: every record exactly as it came out of the ring buffer.
+    pub raw: Option<RawRecords>,
+}
+
+/// Ring-buffer records kept as bytes for `cgtrace record`, bounded: past `cap` bytes records are
+/// counted in `lost` instead (the recorder takes them after every drain, so this only fills when
+/// the disk stalls).
+#[derive(Debug, Default)]
+pub struct RawRecords {
+    /// Each record as `len:u32` (native endian) then its bytes.
+    pub buf: Vec<u8>,
+    pub cap: usize,
+    pub lost: u64,
+}
+
+impl RawRecords {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            cap,
+            lost: 0,
+        }
+    }
+
+    pub fn push(&mut self, rec: &[u8]) {
+        if self.buf.len() + 4 + rec.len() > self.cap {
+            self.lost += 1;
+            return;
+        }
+        self.buf
+            .extend_from_slice(&(rec.len() as u32).to_ne_bytes());
+        self.buf.extend_from_slice(rec);
+    }
+
+    /// Calls `f` with each record kept, then forgets them.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) {
+        let mut p = 0;
+        while p + 4 <= self.buf.len() {
+            let len = u32::from_ne_bytes([
+                self.buf[p],
+                self.buf[p + 1],
+                self.buf[p + 2],
+                self.buf[p + 3],
+            ]) as usize;
+            f(&self.buf[p + 4..p + 4 + len]);
+            p += 4 + len;
+        }
+        self.buf.clear();
+    }
 }
 
 /// Event lines kept between two drains of the caller (beyond, they are counted as dropped).
@@ -112,7 +162,7 @@ pub fn layout_name(layout: crate::cgroup::CgroupLayout) -> &'static str {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -330,6 +380,11 @@ impl Session {
         Ok(out.window)
     }
 
+    /// Path and name of a cgroup (as in the windows), resolved now if not tracked yet.
+    pub fn describe(&mut self, id: u64) -> (Option<String>, Option<crate::cgroup::name::Name>) {
+        self.aggregator.describe(id)
+    }
+
     /// The event line of one throttle episode, with its period's top threads.
     pub fn throttle_line(
         &mut self,
@@ -337,13 +392,46 @@ impl Session {
         period: Option<ThrottledPeriod>,
     ) -> ThrottleLine {
         let (path, name) = self.aggregator.describe(ev.cgroup_id);
+        throttle_line(ev, period, path, name.map(|n| n.display))
+    }
+
+    /// The event line of one slow pseudo-file read.
+    pub fn slow_read(&mut self, ev: &SlowReadEvent) -> Option<crate::reads::SlowRead> {
+        let mut line = self.reads.as_mut()?.reader.slow_read(ev);
+        let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
+        line.path = path;
+        line.name = name.map(|n| n.display);
+        Some(line)
+    }
+
+    /// The event line of one run-queue wait.
+    pub fn runq_wait(&mut self, ev: &RunqEvent) -> RunqWait {
+        let (path, name) = self.aggregator.describe(ev.cgroup_id);
+        runq_wait(ev, path, name.map(|n| n.display))
+    }
+
+    /// Since-start per-cgroup histograms.
+    pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
+        self.aggregator.totals()
+    }
+}
+
+/// The event line of one throttle episode of the cgroup at `path` (live, and replayed from a
+/// recording's names).
+pub fn throttle_line(
+    ev: &ThrottleEvent,
+    period: Option<ThrottledPeriod>,
+    path: Option<String>,
+    name: Option<String>,
+) -> ThrottleLine {
+    {
         ThrottleLine {
             kind: "throttle".into(),
             ts_ns: ev.header.ts_ns,
             cpu: ev.header.cpu,
             cgroup_id: ev.cgroup_id,
             path,
-            name: name.map(|n| n.display),
+            name,
             start_ns: ev.start_ns,
             duration_us: ev.duration_ns as f64 / 1e3,
             tasks: ev.tasks,
@@ -360,39 +448,24 @@ impl Session {
             .to_string(),
         }
     }
+}
 
-    /// The event line of one slow pseudo-file read.
-    pub fn slow_read(&mut self, ev: &SlowReadEvent) -> Option<crate::reads::SlowRead> {
-        let mut line = self.reads.as_mut()?.reader.slow_read(ev);
-        let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
-        line.path = path;
-        line.name = name.map(|n| n.display);
-        Some(line)
-    }
-
-    /// The event line of one run-queue wait.
-    pub fn runq_wait(&mut self, ev: &RunqEvent) -> RunqWait {
-        let (path, name) = self.aggregator.describe(ev.cgroup_id);
-        RunqWait {
-            kind: "runq_wait".into(),
-            ts_ns: ev.header.ts_ns,
-            cpu: ev.header.cpu,
-            cgroup_id: ev.cgroup_id,
-            path,
-            name: name.map(|n| n.display),
-            pid: ev.pid,
-            tgid: ev.tgid,
-            comm: comm_str(&ev.comm),
-            wait_kind: WaitKind::try_from(ev.kind)
-                .map_or("unknown", |k| k.name())
-                .to_string(),
-            wait_us: ev.wait_ns as f64 / 1e3,
-        }
-    }
-
-    /// Since-start per-cgroup histograms.
-    pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
-        self.aggregator.totals()
+/// The event line of one run-queue wait of the cgroup at `path`.
+pub fn runq_wait(ev: &RunqEvent, path: Option<String>, name: Option<String>) -> RunqWait {
+    RunqWait {
+        kind: "runq_wait".into(),
+        ts_ns: ev.header.ts_ns,
+        cpu: ev.header.cpu,
+        cgroup_id: ev.cgroup_id,
+        path,
+        name,
+        pid: ev.pid,
+        tgid: ev.tgid,
+        comm: comm_str(&ev.comm),
+        wait_kind: WaitKind::try_from(ev.kind)
+            .map_or("unknown", |k| k.name())
+            .to_string(),
+        wait_us: ev.wait_ns as f64 / 1e3,
     }
 }
 
@@ -404,22 +477,32 @@ pub fn drain_ring(
     mut waits: Option<&mut Vec<RunqEvent>>,
 ) {
     while let Some(item) = ring.next() {
+        if let Some(raw) = stats.raw.as_mut() {
+            raw.push(&item);
+        }
+        consume_record(&item, stats, waits.as_deref_mut());
+    }
+}
+
+/// Decodes one ring-buffer record into `stats` (live, and again when a recording is replayed).
+pub fn consume_record(item: &[u8], stats: &mut DrainStats, waits: Option<&mut Vec<RunqEvent>>) {
+    {
         // SAFETY: EventHeader is #[repr(C)] integers.
-        let Some(header) = (unsafe { read_pod::<EventHeader>(&item) }) else {
+        let Some(header) = (unsafe { read_pod::<EventHeader>(item) }) else {
             stats.undecodable += 1;
-            continue;
+            return;
         };
         match header.kind {
-            KIND_RUNQ_WAIT => match decode_event(&item) {
+            KIND_RUNQ_WAIT => match decode_event(item) {
                 Ok(ev) => {
                     stats.runq_events += 1;
-                    if let Some(w) = waits.as_deref_mut() {
+                    if let Some(w) = waits {
                         w.push(ev);
                     }
                 }
                 Err(_) => stats.undecodable += 1,
             },
-            KIND_THROTTLE => match throttle::decode_event(&item) {
+            KIND_THROTTLE => match throttle::decode_event(item) {
                 Ok(ev) => {
                     stats.episodes.entry(ev.cgroup_id).or_default().add(&ev);
                     let period = stats.burners.episode(&ev);
@@ -429,18 +512,18 @@ pub fn drain_ring(
                 }
                 Err(_) => stats.undecodable += 1,
             },
-            KIND_THROTTLE_SLICE => match throttle::decode::<SliceEvent>(&item) {
+            KIND_THROTTLE_SLICE => match throttle::decode::<SliceEvent>(item) {
                 Some(ev) => stats.burners.slice(&ev),
                 None => stats.undecodable += 1,
             },
-            KIND_THROTTLE_PERIOD => match throttle::decode::<PeriodEvent>(&item) {
+            KIND_THROTTLE_PERIOD => match throttle::decode::<PeriodEvent>(item) {
                 Some(ev) => stats.burners.period(&ev),
                 None => stats.undecodable += 1,
             },
             // SAFETY (both): #[repr(C)] integers and byte arrays, valid for any bytes.
-            KIND_SLOW_READ => match unsafe { read_pod::<SlowReadEvent>(&item) } {
+            KIND_SLOW_READ => match unsafe { read_pod::<SlowReadEvent>(item) } {
                 Some(ev) => {
-                    if stats.keep_throttle_lines {
+                    if stats.keep_slow_reads {
                         if stats.slow_reads.len() < MAX_PENDING_LINES {
                             stats.slow_reads.push(ev);
                         } else {
@@ -450,7 +533,7 @@ pub fn drain_ring(
                 }
                 None => stats.undecodable += 1,
             },
-            KIND_CGROUP_CHURN => match unsafe { read_pod::<CgroupChurnEvent>(&item) } {
+            KIND_CGROUP_CHURN => match unsafe { read_pod::<CgroupChurnEvent>(item) } {
                 Some(ev) => stats.churn.add(&ev),
                 None => stats.undecodable += 1,
             },

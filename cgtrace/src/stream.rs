@@ -4,6 +4,7 @@
 
 use std::{
     io::{self, Write},
+    net::SocketAddr,
     time::Duration,
 };
 
@@ -15,22 +16,28 @@ use tokio::{
 };
 
 use crate::{
+    events::EventSelection,
+    metrics::{Exporter, MetricsOptions},
     session::{Pump, Pumped, Session, SessionOptions},
     snapshot::CgroupWindow,
 };
 
 /// Closing line: what the whole run saw per cgroup.
 #[derive(Serialize)]
-struct Summary<'a> {
+pub struct Summary<'a> {
     #[serde(rename = "type")]
-    kind: &'static str,
-    windows: u64,
-    cgroups: &'a [CgroupWindow],
+    pub kind: &'static str,
+    pub windows: u64,
+    pub cgroups: &'a [CgroupWindow],
 }
 
 /// Writes one JSON line; `Ok(false)` when the reader went away (EPIPE).
-fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> {
-    let line = serde_json::to_string(value)?;
+pub fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> {
+    emit_line(out, &serde_json::to_string(value)?)
+}
+
+/// Writes one line already serialised; `Ok(false)` when the reader went away (EPIPE).
+pub fn emit_line<W: Write>(out: &mut W, line: &str) -> anyhow::Result<bool> {
     match writeln!(out, "{line}").and_then(|()| out.flush()) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
@@ -39,7 +46,7 @@ fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> 
 }
 
 /// Prints the event lines drained since the last call; `Ok(false)` when the reader went away.
-fn emit_events<W: Write>(
+pub fn emit_events<W: Write>(
     out: &mut W,
     session: &mut Session,
     waits: &mut Vec<RunqEvent>,
@@ -66,21 +73,31 @@ fn emit_events<W: Write>(
     Ok(true)
 }
 
-/// Runs the stream until `duration` (if any), a signal, or a closed stdout.
+/// Runs the stream until `duration` (if any), a signal, or a closed stdout. `events` chooses the
+/// families whose single events are printed; `prometheus` also serves the windows as metrics.
 pub async fn run(
     opts: SessionOptions,
     duration: Option<Duration>,
     summary: bool,
-    events: bool,
+    events: EventSelection,
+    prometheus: Option<(SocketAddr, MetricsOptions)>,
 ) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut pump = Pump::start(&opts)?;
+    let mut exporter = match prometheus {
+        Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
+        None => None,
+    };
+    let throttle_lines = events.has("throttle");
+    let slow_reads = events.has("reads");
+    let events = events.has("runq");
     let mut out = io::BufWriter::new(io::stdout().lock());
     if !emit(&mut out, &pump.session.hello)? {
         return Ok(());
     }
-    pump.session.drain_stats().keep_throttle_lines = events;
+    pump.session.drain_stats().keep_throttle_lines = throttle_lines;
+    pump.session.drain_stats().keep_slow_reads = slow_reads;
     let deadline = sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut windows = 0u64;
@@ -101,6 +118,9 @@ pub async fn run(
             Some(Pumped::Drained) => {}
             Some(Pumped::Window(w)) => {
                 windows += 1;
+                if let Some(e) = exporter.as_mut() {
+                    e.update(&w);
+                }
                 if !emit(&mut out, &w)? {
                     return Ok(());
                 }
@@ -113,6 +133,9 @@ pub async fn run(
         return Ok(());
     }
     windows += 1;
+    if let Some(e) = exporter.as_mut() {
+        e.update(&w);
+    }
     if emit(&mut out, &w)? && summary {
         let totals = pump.session.totals();
         emit(

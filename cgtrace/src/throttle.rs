@@ -320,10 +320,10 @@ impl Episodes {
     pub fn add(&mut self, ev: &ThrottleEvent) {
         self.durations.record(ev.duration_ns);
         *self.per_cpu.entry(ev.header.cpu).or_insert(0) += 1;
-        self.tasks += u64::from(ev.tasks);
-        self.runnable_sum += u64::from(ev.runnable);
+        self.tasks = self.tasks.saturating_add(u64::from(ev.tasks));
+        self.runnable_sum = self.runnable_sum.saturating_add(u64::from(ev.runnable));
         self.runnable_max = self.runnable_max.max(ev.runnable);
-        self.kernel_ns += ev.kernel_ns;
+        self.kernel_ns = self.kernel_ns.saturating_add(ev.kernel_ns);
     }
 }
 

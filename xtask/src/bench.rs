@@ -1,4 +1,5 @@
-//! `cargo xtask bench runq`: what tracing costs a scheduler-heavy load.
+//! `cargo xtask bench runq`: what tracing costs a scheduler-heavy load. (`cargo xtask bench
+//! record`: what recording costs; see `cgtrace/benches/record.rs`.)
 //!
 //! `perf bench sched pipe` (~200 k context switches/s on the 2-vCPU dev VM) runs in interleaved
 //! rounds: bare, under `cgtrace stream`, under libbpf-tools `runqlat` (A B C, A B C, …), so drift
@@ -51,6 +52,41 @@ enum Bench {
     Runq(RunqArgs),
     /// Nanoseconds added per read syscall (regular and cgroup files, 1-byte reads) by cgtrace.
     Reads(crate::bench_reads::ReadsArgs),
+    /// Recording costs: bytes per event on disk, recorder CPU at an event rate, replay speed
+    /// (`cgtrace/benches/record.rs`, synthetic records shaped like the kernel's).
+    Record(RecordBenchArgs),
+}
+
+#[derive(Args)]
+struct RecordBenchArgs {
+    /// Events per second fed to the recorder.
+    #[arg(long, default_value_t = 100_000)]
+    rate: u64,
+    /// How long to record at that rate, in seconds.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Events in the file replayed for the replay speed.
+    #[arg(long, default_value_t = 5_000_000)]
+    replay_events: u64,
+}
+
+/// `cargo bench -p cgtrace --bench record`, which prints the figures and writes
+/// `target/bench/record.json`.
+fn record(args: RecordBenchArgs) -> Result<()> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(workspace_root())
+        .args([
+            "bench", "--locked", "-p", "cgtrace", "--bench", "record", "--",
+        ])
+        .args([
+            args.rate.to_string(),
+            args.secs.to_string(),
+            args.replay_events.to_string(),
+        ])
+        .status()
+        .context("running cargo bench")?;
+    ensure!(status.success(), "cargo bench failed: {status}");
+    Ok(())
 }
 
 #[derive(Args)]
@@ -109,6 +145,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.bench {
         Bench::Runq(args) => runq(Plan::new(args)?),
         Bench::Reads(args) => crate::bench_reads::run(args),
+        Bench::Record(args) => record(args),
     }
 }
 

@@ -2,7 +2,10 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use crate::snapshot::{EventCounts, Hello, Window};
+use crate::{
+    record::{player::PlayerCmd, reader::Marks},
+    snapshot::{EventCounts, Hello, Window},
+};
 
 use super::{
     columns::{self, Column},
@@ -53,6 +56,18 @@ pub enum Command {
     /// Close the help, the prompt or the detail pane; quit when none is open.
     Back,
     Quit,
+    /// Replay: one window forward / back (pauses).
+    StepForward,
+    StepBack,
+    /// Replay: play faster / slower.
+    PlayFaster,
+    PlaySlower,
+    /// Replay: the next window with a throttle episode / a slow read / any single event.
+    NextThrottle,
+    NextRead,
+    NextEvent,
+    /// Replay: open the jump-to-time prompt.
+    Seek,
 }
 
 /// Editing the filter prompt.
@@ -78,6 +93,8 @@ pub enum Action {
     Resize(u16, u16),
     Command(Command),
     Edit(Edit),
+    /// Replay: where the player stands.
+    Player(crate::record::player::PlayerState),
 }
 
 /// What the caller must do after an action.
@@ -86,6 +103,8 @@ pub enum Effect {
     Quit,
     /// Ask the source for windows of this length from now on.
     SetInterval(Duration),
+    /// Replay: tell the player.
+    Player(crate::record::player::PlayerCmd),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +112,8 @@ pub enum Mode {
     Table,
     Help,
     Filter(Prompt),
+    /// Replay: the time to jump to, as typed.
+    Seek(String),
 }
 
 /// The filter being typed: applied as it is typed, restored on Esc.
@@ -160,6 +181,9 @@ pub struct App {
     pub usage: Option<SelfUsage>,
     /// A one-line message for the footer (cleared by the next command).
     pub message: Option<String>,
+    /// Replay: the player's state (`None` live).
+    pub replay: Option<crate::record::player::PlayerState>,
+    replaying: bool,
 }
 
 impl App {
@@ -208,7 +232,18 @@ impl App {
             size: (80, 24),
             usage: None,
             message: None,
+            replay: None,
+            replaying: false,
         }
+    }
+
+    /// The source is a recording: `p` pauses the player and the replay keys work.
+    pub fn start_replay(&mut self) {
+        self.replaying = true;
+    }
+
+    pub fn is_replay(&self) -> bool {
+        self.replaying
     }
 
     pub fn sort_column(&self) -> &'static Column {
@@ -274,8 +309,12 @@ impl App {
                 self.message = None;
                 self.command(c)
             }
-            Action::Edit(e) => {
-                self.edit(e);
+            Action::Edit(e) => self.edit(e),
+            Action::Player(p) => {
+                if let Some(n) = &p.note {
+                    self.message = Some(n.clone());
+                }
+                self.replay = Some(p);
                 None
             }
         }
@@ -400,6 +439,37 @@ impl App {
                 self.hide_idle = !self.hide_idle;
                 self.rebuild();
             }
+            Command::Freeze if self.replaying => {
+                return Some(Effect::Player(PlayerCmd::TogglePause));
+            }
+            Command::Slower | Command::Faster if self.replaying => {
+                self.message =
+                    Some("the recording fixes the interval: [ and ] change the speed".into());
+            }
+            Command::StepForward
+            | Command::StepBack
+            | Command::PlayFaster
+            | Command::PlaySlower
+            | Command::NextThrottle
+            | Command::NextRead
+            | Command::NextEvent
+            | Command::Seek
+                if !self.replaying =>
+            {
+                self.message = Some("replay only (cgtrace replay FILE)".into());
+            }
+            Command::StepForward => return Some(Effect::Player(PlayerCmd::Step(1))),
+            Command::StepBack => return Some(Effect::Player(PlayerCmd::Step(-1))),
+            Command::PlayFaster => return Some(Effect::Player(PlayerCmd::Faster)),
+            Command::PlaySlower => return Some(Effect::Player(PlayerCmd::Slower)),
+            Command::NextThrottle => return Some(Effect::Player(PlayerCmd::Next(Marks::THROTTLE))),
+            Command::NextRead => return Some(Effect::Player(PlayerCmd::Next(Marks::READS))),
+            Command::NextEvent => {
+                return Some(Effect::Player(PlayerCmd::Next(
+                    Marks::RUNQ | Marks::THROTTLE | Marks::READS | Marks::OTHER,
+                )));
+            }
+            Command::Seek => self.mode = Mode::Seek(String::new()),
             Command::Freeze => {
                 self.frozen = !self.frozen;
                 if self.frozen {
@@ -492,9 +562,34 @@ impl App {
         Some(Effect::SetInterval(self.interval))
     }
 
-    fn edit(&mut self, e: Edit) {
+    fn edit(&mut self, e: Edit) -> Option<Effect> {
+        if let Mode::Seek(text) = &mut self.mode {
+            match e {
+                Edit::Char(c) => text.push(c),
+                Edit::Backspace => {
+                    text.pop();
+                }
+                Edit::Clear => text.clear(),
+                Edit::ToggleKind => {}
+                Edit::Cancel => self.mode = Mode::Table,
+                Edit::Apply => {
+                    let text = std::mem::take(text);
+                    self.mode = Mode::Table;
+                    let (first, last) = self
+                        .replay
+                        .as_ref()
+                        .map_or((0, 0), |p| (p.first_ms, p.last_ms));
+                    let now = self.window.as_ref().map_or(first, |w| w.end_unix_ms);
+                    match crate::record::player::parse_seek(&text, first, last, now) {
+                        Ok(ms) => return Some(Effect::Player(PlayerCmd::SeekTo(ms))),
+                        Err(m) => self.message = Some(m),
+                    }
+                }
+            }
+            return None;
+        }
         let Mode::Filter(prompt) = &mut self.mode else {
-            return;
+            return None;
         };
         match e {
             Edit::Char(c) => prompt.text.push(c),
@@ -512,7 +607,7 @@ impl App {
                 if prompt.error.is_none() {
                     self.mode = Mode::Table;
                 }
-                return;
+                return None;
             }
             Edit::Cancel => {
                 let (text, kind) = prompt.before.clone();
@@ -521,7 +616,7 @@ impl App {
                     self.filter = f;
                 }
                 self.rebuild();
-                return;
+                return None;
             }
         }
         // Filter as it is typed; an incomplete regex keeps the last valid filter.
@@ -533,6 +628,7 @@ impl App {
             }
             Err(err) => prompt.error = Some(err.to_string()),
         }
+        None
     }
 }
 

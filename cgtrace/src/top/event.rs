@@ -25,6 +25,8 @@ pub enum Event {
     SourceEnded(Option<String>),
     /// SIGTERM, SIGHUP or SIGINT: quit cleanly.
     Signal(&'static str),
+    /// Replay: where the player stands.
+    Player(crate::record::player::PlayerState),
 }
 
 /// Reads the terminal on its own thread until stopped.

@@ -176,6 +176,66 @@ pub const BINDINGS: &[Binding] = &[
     },
 ];
 
+/// Keys of `cgtrace replay` (listed in the help when replaying; `p` pauses the player there).
+pub const REPLAY_BINDINGS: &[Binding] = &[
+    Binding {
+        keys: &[Code(Char('n'))],
+        label: "n",
+        what: "next window (pauses)",
+        command: Command::StepForward,
+    },
+    Binding {
+        keys: &[Code(Char('N')), Code(Char('b'))],
+        label: "N b",
+        what: "previous window (pauses)",
+        command: Command::StepBack,
+    },
+    Binding {
+        keys: &[Code(Char(']'))],
+        label: "]",
+        what: "play faster (×2)",
+        command: Command::PlayFaster,
+    },
+    Binding {
+        keys: &[Code(Char('['))],
+        label: "[",
+        what: "play slower (÷2)",
+        command: Command::PlaySlower,
+    },
+    Binding {
+        keys: &[Code(Char('T'))],
+        label: "T",
+        what: "next throttle episode",
+        command: Command::NextThrottle,
+    },
+    Binding {
+        keys: &[Code(Char('R'))],
+        label: "R",
+        what: "next slow read",
+        command: Command::NextRead,
+    },
+    Binding {
+        keys: &[Code(Char('E'))],
+        label: "E",
+        what: "next single event",
+        command: Command::NextEvent,
+    },
+    Binding {
+        keys: &[Code(Char(':'))],
+        label: ":",
+        what: "jump to a time",
+        command: Command::Seek,
+    },
+];
+
+/// Keys of the seek prompt, for the help overlay.
+pub const SEEK_KEYS: &[(&str, &str)] = &[
+    ("HH:MM[:SS]", "UTC"),
+    ("+30s -2m", "relative"),
+    ("90s", "from start"),
+    ("start end", ""),
+];
+
 /// Keys of the filter prompt, for the help overlay (handled in [`action`]).
 pub const PROMPT_KEYS: &[(&str, &str)] = &[
     ("Enter", "keep"),
@@ -197,6 +257,7 @@ fn matches(key: &Key, ev: &KeyEvent) -> bool {
 pub fn command(ev: &KeyEvent) -> Option<Command> {
     BINDINGS
         .iter()
+        .chain(REPLAY_BINDINGS)
         .find(|b| b.keys.iter().any(|k| matches(k, ev)))
         .map(|b| b.command)
 }
@@ -210,7 +271,7 @@ pub fn action(mode: &Mode, ev: KeyEvent) -> Option<Action> {
     if ctrl && ev.code == KeyCode::Char('c') {
         return Some(Action::Command(Command::Quit));
     }
-    if let Mode::Filter(_) = mode {
+    if let Mode::Filter(_) | Mode::Seek(_) = mode {
         let edit = match ev.code {
             KeyCode::Enter => Edit::Apply,
             KeyCode::Esc => Edit::Cancel,
@@ -243,19 +304,20 @@ mod tests {
     #[test]
     fn no_key_is_bound_twice_and_every_command_has_a_key() {
         let mut seen = HashSet::new();
-        for b in BINDINGS {
+        let all: Vec<&Binding> = BINDINGS.iter().chain(REPLAY_BINDINGS).collect();
+        for b in &all {
             for k in b.keys {
                 assert!(seen.insert(format!("{k:?}")), "{k:?} bound twice");
             }
         }
-        let commands: HashSet<Command> = BINDINGS.iter().map(|b| b.command).collect();
-        assert_eq!(commands.len(), BINDINGS.len(), "one binding per command");
+        let commands: HashSet<Command> = all.iter().map(|b| b.command).collect();
+        assert_eq!(commands.len(), all.len(), "one binding per command");
         assert_eq!(
             commands.len(),
-            24,
+            32,
             "a new Command needs a binding and a help line"
         );
-        for b in BINDINGS {
+        for b in &all {
             assert!(b.label.chars().count() <= LABEL_WIDTH, "{}", b.label);
             assert!(b.what.chars().count() <= WHAT_WIDTH, "{}", b.what);
         }

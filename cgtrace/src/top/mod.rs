@@ -89,6 +89,36 @@ pub fn run(opts: SessionOptions, log: Option<PathBuf>) -> anyhow::Result<()> {
     result
 }
 
+/// Runs the view over a recording: the same loop and view, with the player as the source.
+pub fn replay(
+    rec: std::sync::Arc<crate::record::reader::Recording>,
+    speed: f64,
+    log: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(anyhow::anyhow!(
+            "cgtrace replay needs a terminal on stdin and stdout; for pipes and files use `cgtrace replay --stream FILE`"
+        ));
+    }
+    let log_path = log.unwrap_or_else(logfile::default_path);
+    let log_file = logfile::open(&log_path)?;
+    logfile::install(log_file.try_clone()?);
+    let (tx, rx) = mpsc::channel();
+    let hello = rec.hello();
+    let source =
+        crate::record::player::spawn(rec, speed, false, tx.clone()).map_err(TopError::Terminal)?;
+    let result = {
+        let _stderr = logfile::StderrRedirect::to(&log_file)?;
+        let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;
+        let _input = event::Input::spawn(tx).map_err(TopError::Terminal)?;
+        let mut app = App::new(hello, Theme::from_env());
+        app.start_replay();
+        run_loop(guard.terminal(), &mut app, &rx, &source, None)
+    };
+    drop(source);
+    result
+}
+
 /// The UI loop: draws when something changed, waits for the next event or the usage tick, and
 /// applies everything already queued before drawing again (a burst of keys or windows costs one
 /// frame). Returns when the user quits, a signal arrives, or the source fails.
@@ -150,6 +180,7 @@ where
                 },
                 Event::Resize(w, h) => Action::Resize(w, h),
                 Event::Window(w) => Action::Window(w),
+                Event::Player(p) => Action::Player(p),
                 Event::SourceEnded(Some(e)) => return Err(TopError::Source(e).into()),
                 Event::SourceEnded(None) => Action::SourceEnded(None),
                 Event::Signal(name) => {
@@ -161,6 +192,7 @@ where
             match app.apply(action) {
                 Some(Effect::Quit) => return Ok(()),
                 Some(Effect::SetInterval(d)) => source.send(Control::SetInterval(d)),
+                Some(Effect::Player(c)) => source.send(Control::Player(c)),
                 None => {}
             }
         }

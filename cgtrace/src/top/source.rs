@@ -26,6 +26,8 @@ use crate::{
 pub enum Control {
     /// Windows of this length from now on (the current window ends at the next tick).
     SetInterval(Duration),
+    /// Replay only: pause, step, seek, speed.
+    Player(crate::record::player::PlayerCmd),
     Stop,
 }
 
@@ -37,6 +39,14 @@ pub struct SourceHandle {
 }
 
 impl SourceHandle {
+    /// A source on `thread` that is sent controls through `send`.
+    pub fn new(send: Box<dyn Fn(Control) + Send>, thread: JoinHandle<()>) -> Self {
+        Self {
+            send,
+            thread: Some(thread),
+        }
+    }
+
     pub fn send(&self, c: Control) {
         (self.send)(c);
     }
@@ -52,9 +62,18 @@ impl Drop for SourceHandle {
 }
 
 /// Tells the view the source stopped, even if its thread panicked.
-struct EndNotice {
+pub(crate) struct EndNotice {
     events: Sender<Event>,
     error: Option<String>,
+}
+
+impl EndNotice {
+    pub(crate) fn new(events: Sender<Event>) -> Self {
+        Self {
+            events,
+            error: None,
+        }
+    }
 }
 
 impl Drop for EndNotice {
@@ -164,6 +183,7 @@ async fn live(
                 log::info!("interval set to {d:?}");
                 pump.set_interval(d);
             }
+            Wake::Control(Some(Control::Player(_))) => {}
             Wake::Control(Some(Control::Stop) | None) => break,
             Wake::Signal(name) => {
                 log::info!("{name}: stopping");
@@ -200,6 +220,7 @@ pub fn spawn_recorded(
                 match ctl_rx.recv_timeout(p) {
                     Ok(Control::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     Ok(Control::SetInterval(d)) => pace = Some(d),
+                    Ok(Control::Player(_)) => {}
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
             }

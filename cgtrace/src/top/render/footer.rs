@@ -21,6 +21,19 @@ const HINTS: &[(&str, &str)] = &[
     ("+-", "interval"),
 ];
 
+const REPLAY_HINTS: &[(&str, &str)] = &[
+    ("?", "help"),
+    ("q", "quit"),
+    ("p", "pause"),
+    ("n/N", "step"),
+    ("[]", "speed"),
+    (":", "jump"),
+    ("T", "throttle"),
+    ("R", "read"),
+    ("E", "event"),
+    ("Enter", "detail"),
+];
+
 pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if area.height == 0 {
         return;
@@ -42,11 +55,20 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
             }
             Line::from(spans)
         }
+        Mode::Seek(text) => Line::from(vec![
+            Span::styled(
+                "jump to (HH:MM[:SS] UTC, +30s, -2m, 90s, start, end): ",
+                t.title,
+            ),
+            Span::raw(text.clone()),
+            Span::styled("▏", t.title),
+        ]),
         _ => match &app.message {
             Some(m) => Line::raw(m.clone()),
             None => {
                 let mut spans = Vec::new();
-                for (k, what) in HINTS {
+                let hints = if app.is_replay() { REPLAY_HINTS } else { HINTS };
+                for (k, what) in hints {
                     spans.push(Span::styled(*k, t.title));
                     spans.push(Span::raw(format!(" {what}  ")));
                 }

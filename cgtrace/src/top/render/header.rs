@@ -18,12 +18,26 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let t = &app.theme;
     let h = &app.hello;
     let sep = || Span::styled(" · ", t.dim);
-    let badge = match &app.status {
-        Status::Live => " LIVE ".to_string(),
-        Status::Paused(0) => " PAUSED ".to_string(),
-        Status::Paused(n) => format!(" PAUSED +{n} "),
-        Status::Ended(None) => " ENDED ".to_string(),
-        Status::Ended(Some(_)) => " FAILED ".to_string(),
+    let badge = match (&app.replay, &app.status) {
+        (Some(p), _) => format!(
+            " REPLAY {} {}/{} ",
+            if p.paused {
+                "❚❚".to_string()
+            } else if p.at_end {
+                "end".to_string()
+            } else {
+                format!("▶ {}×", crate::record::player::fmt_speed(p.speed))
+            },
+            p.pos,
+            p.total
+        ),
+        (None, status) => match status {
+            Status::Live => " LIVE ".to_string(),
+            Status::Paused(0) => " PAUSED ".to_string(),
+            Status::Paused(n) => format!(" PAUSED +{n} "),
+            Status::Ended(None) => " ENDED ".to_string(),
+            Status::Ended(Some(_)) => " FAILED ".to_string(),
+        },
     };
     let mut l1: Vec<Span<'static>> = vec![
         Span::styled(badge, t.badge),

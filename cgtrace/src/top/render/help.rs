@@ -12,7 +12,7 @@ use ratatui::{
 use crate::top::{
     app::App,
     format,
-    keys::{BINDINGS, LABEL_WIDTH, PROMPT_KEYS, WHAT_WIDTH},
+    keys::{BINDINGS, Binding, LABEL_WIDTH, PROMPT_KEYS, REPLAY_BINDINGS, SEEK_KEYS, WHAT_WIDTH},
 };
 
 /// One key's cell: ` label  what`, padded.
@@ -21,8 +21,13 @@ const CELL: usize = 1 + LABEL_WIDTH + 1 + WHAT_WIDTH;
 pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let t = &app.theme;
     let two = usize::from(area.width) >= 2 * CELL + 2;
+    let bindings: Vec<&Binding> = if app.is_replay() {
+        BINDINGS.iter().chain(REPLAY_BINDINGS).collect()
+    } else {
+        BINDINGS.iter().collect()
+    };
     let cell = |i: usize| -> Vec<Span<'static>> {
-        let b = &BINDINGS[i];
+        let b = bindings[i];
         vec![
             Span::styled(format!(" {:<LABEL_WIDTH$} ", b.label), t.title),
             Span::raw(format!("{:<WHAT_WIDTH$}", b.what)),
@@ -30,16 +35,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     };
     let mut lines: Vec<Line<'static>> = Vec::new();
     if two {
-        let half = BINDINGS.len().div_ceil(2);
+        let half = bindings.len().div_ceil(2);
         for i in 0..half {
             let mut spans = cell(i);
-            if i + half < BINDINGS.len() {
+            if i + half < bindings.len() {
                 spans.extend(cell(i + half));
             }
             lines.push(Line::from(spans));
         }
     } else {
-        lines.extend((0..BINDINGS.len()).map(|i| Line::from(cell(i))));
+        lines.extend((0..bindings.len()).map(|i| Line::from(cell(i))));
     }
     let width = usize::from(area.width.saturating_sub(2));
     let prompt: Vec<String> = PROMPT_KEYS
@@ -50,6 +55,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
         Span::styled(" filter prompt: ", t.title),
         Span::raw(prompt.join(" · ")),
     ]));
+    if app.is_replay() {
+        let seek: Vec<String> = SEEK_KEYS
+            .iter()
+            .map(|(k, w)| format!("{k} {w}").trim_end().to_string())
+            .collect();
+        lines.push(Line::from(vec![
+            Span::styled(" jump (:): ", t.title),
+            Span::raw(seek.join(" · ")),
+        ]));
+    }
     let room = usize::from(area.height.saturating_sub(2));
     if lines.len() + 2 + app.columns.len() <= room {
         lines.push(Line::raw(""));

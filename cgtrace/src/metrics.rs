@@ -1,0 +1,782 @@
+//! `--prometheus ADDR`: OpenMetrics text over HTTP/1.1, fed from the same windows the stream
+//! prints, so the numbers are the stream's.
+//!
+//! Per cgroup (labels `cgroup` = its path, plus `namespace`, `pod`, `container` when the name
+//! says so): run-queue wait histograms by `kind`, the throttle-episode histogram, and counters
+//! of periods, throttled periods and throttled time (ours and the kernel's `cpu.stat`), all
+//! cumulative since cgtrace started. Histogram buckets are the powers of two from 1.024 µs to 34.4 s
+//! (`le` in seconds; every one is a boundary of cgtrace's own buckets, so counts are exact; a wait
+//! of exactly 2^k ns counts in the bucket above). At most `max_series` cgroups get series of their
+//! own; later ones are summed into `cgroup="other"` (and counted). A cgroup with no activity for
+//! `ttl` (or removed that long ago) loses its series, freeing its place.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+};
+
+use crate::{
+    hist::HistSummary,
+    snapshot::{CgroupWindow, Window},
+};
+
+/// `le` bounds: 2^10 ns (1.024 µs) to 2^35 ns (34.4 s), the last power of two below cgtrace's
+/// open-ended top bucket (60.1 s and up), so every bound is exact.
+const LE_FIRST: u32 = 10;
+const LE_LAST: u32 = 35;
+/// Label value of the cgroups past the cap.
+pub const OTHER: &str = "other";
+/// Connections served at once; more wait in the kernel's accept queue.
+const MAX_CONNECTIONS: usize = 16;
+
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsOptions {
+    pub max_series: usize,
+    pub ttl: Duration,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        Self {
+            max_series: 1000,
+            ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A cumulative histogram in the `le` buckets above.
+#[derive(Clone, Debug, Default)]
+struct CumHist {
+    count: u64,
+    sum_us: f64,
+    /// Counts below each bound `2^(LE_FIRST + i)` ns, not yet cumulative.
+    le: [u64; (LE_LAST - LE_FIRST + 1) as usize],
+}
+
+impl CumHist {
+    fn add(&mut self, h: &HistSummary) {
+        self.count = self.count.saturating_add(h.count);
+        self.sum_us += h.sum_us;
+        for &(lower, n) in &h.buckets {
+            // The first bound above the bucket's lower edge holds the whole bucket (powers of two
+            // are bucket edges).
+            let bit = 64 - lower.leading_zeros(); // lower < 2^bit
+            let i = bit.clamp(LE_FIRST, LE_LAST + 1) - LE_FIRST;
+            if let Some(slot) = self.le.get_mut(i as usize) {
+                *slot = slot.saturating_add(n);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Series {
+    /// `cgroup`, then `namespace`/`pod`/`container` when known.
+    labels: Vec<(&'static str, String)>,
+    runq: BTreeMap<String, CumHist>,
+    episodes: CumHist,
+    has_throttle: bool,
+    nr_periods: u64,
+    nr_throttled: u64,
+    throttled_us: f64,
+    kernel_nr_periods: u64,
+    kernel_nr_throttled: u64,
+    kernel_throttled_us: f64,
+    /// Wall clock (Unix ms) of the last window with activity.
+    last_ms: u64,
+}
+
+impl Series {
+    fn add(&mut self, c: &CgroupWindow) {
+        for (kind, h) in &c.runq.kinds {
+            self.runq.entry(kind.clone()).or_default().add(h);
+        }
+        if let Some(t) = &c.throttle {
+            self.has_throttle = true;
+            self.episodes.add(&t.episode);
+            self.nr_periods += t.nr_periods;
+            self.nr_throttled += t.nr_throttled;
+            self.throttled_us += t.throttled_us;
+            if let Some(k) = &t.kernel {
+                self.kernel_nr_periods += k.nr_periods;
+                self.kernel_nr_throttled += k.nr_throttled;
+                self.kernel_throttled_us += k.throttled_us;
+            }
+        }
+    }
+}
+
+/// Where a cgroup's data go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Own,
+    Other,
+}
+
+/// The exported state.
+#[derive(Debug)]
+pub struct Metrics {
+    opts: MetricsOptions,
+    /// By `cgroup` label (path, or `id:N` when unresolved).
+    series: HashMap<String, Series>,
+    /// Cgroups summed into `other`, with when they were last active.
+    folded: HashMap<String, u64>,
+    other: Series,
+    windows: u64,
+    last_seq: u64,
+    last_end_ms: u64,
+    seen: u64,
+    dropped: u64,
+    counters: BTreeMap<String, u64>,
+    folded_total: u64,
+    expired_total: u64,
+}
+
+/// Splits a cgroup's name into Kubernetes labels: `ns/pod` (pod) and `ns/pod/container`
+/// (container); a bare container or Docker name is `container`.
+fn name_labels(name: Option<&str>, kind: Option<&str>) -> Vec<(&'static str, String)> {
+    let (Some(name), Some(kind)) = (name, kind) else {
+        return Vec::new();
+    };
+    let parts: Vec<&str> = name.split('/').collect();
+    match (kind, parts.as_slice()) {
+        ("pod", [ns, pod]) => vec![("namespace", ns.to_string()), ("pod", pod.to_string())],
+        ("pod", _) => vec![("pod", name.to_string())],
+        ("container", [ns, pod, c]) => vec![
+            ("namespace", ns.to_string()),
+            ("pod", pod.to_string()),
+            ("container", c.to_string()),
+        ],
+        ("container" | "docker", _) => vec![("container", name.to_string())],
+        _ => Vec::new(),
+    }
+}
+
+impl Metrics {
+    pub fn new(opts: MetricsOptions) -> Self {
+        Self {
+            opts,
+            series: HashMap::new(),
+            folded: HashMap::new(),
+            other: Series {
+                labels: vec![("cgroup", OTHER.to_string())],
+                ..Series::default()
+            },
+            windows: 0,
+            last_seq: 0,
+            last_end_ms: 0,
+            seen: 0,
+            dropped: 0,
+            counters: BTreeMap::new(),
+            folded_total: 0,
+            expired_total: 0,
+        }
+    }
+
+    /// Adds one window.
+    pub fn update(&mut self, w: &Window) {
+        self.windows += 1;
+        self.last_seq = w.seq;
+        self.last_end_ms = w.end_unix_ms;
+        self.seen += w.events.seen;
+        self.dropped += w.events.dropped;
+        for (k, v) in &w.events.counters {
+            *self.counters.entry(k.clone()).or_insert(0) += v;
+        }
+        self.expire(w.end_unix_ms);
+        for c in &w.cgroups {
+            // Series are keyed by the `cgroup` label, not the id: a cgroup removed and made
+            // again at the same path (a restarted service) continues its series, and no two
+            // series ever carry the same labels.
+            let key = c.path.clone().unwrap_or_else(|| format!("id:{}", c.id));
+            let slot = if self.series.contains_key(&key) {
+                Slot::Own
+            } else if self.folded.contains_key(&key) {
+                Slot::Other
+            } else if self.series.len() < self.opts.max_series {
+                let mut labels = vec![("cgroup", key.clone())];
+                labels.extend(name_labels(c.name.as_deref(), c.name_kind.as_deref()));
+                self.series.insert(
+                    key.clone(),
+                    Series {
+                        labels,
+                        ..Series::default()
+                    },
+                );
+                Slot::Own
+            } else {
+                self.folded_total += 1;
+                Slot::Other
+            };
+            match slot {
+                Slot::Own => {
+                    let s = self.series.get_mut(&key).expect("inserted above");
+                    s.add(c);
+                    s.last_ms = w.end_unix_ms;
+                }
+                Slot::Other => {
+                    self.other.add(c);
+                    self.folded.insert(key, w.end_unix_ms);
+                }
+            }
+        }
+    }
+
+    fn expire(&mut self, now_ms: u64) {
+        let ttl = self.opts.ttl.as_millis() as u64;
+        let before = self.series.len();
+        self.series
+            .retain(|_, s| now_ms.saturating_sub(s.last_ms) < ttl);
+        self.expired_total += (before - self.series.len()) as u64;
+        self.folded
+            .retain(|_, &mut t| now_ms.saturating_sub(t) < ttl);
+    }
+
+    /// Cgroups with series of their own now.
+    pub fn cgroups(&self) -> usize {
+        self.series.len()
+    }
+
+    /// The OpenMetrics exposition.
+    pub fn render(&self) -> String {
+        let mut series: Vec<&Series> = self.series.values().collect();
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        if self.folded_total > 0 {
+            series.push(&self.other);
+        }
+        let mut o = String::with_capacity(4096 + series.len() * 4096);
+        let le: Vec<String> = (LE_FIRST..=LE_LAST)
+            .map(|b| format!("{:e}", (1u64 << b) as f64 / 1e9))
+            .collect();
+
+        family(
+            &mut o,
+            "cgtrace_runq_wait_seconds",
+            "histogram",
+            "seconds",
+            "Run-queue waits (time runnable before running), by wait kind, since cgtrace started",
+        );
+        for s in &series {
+            for (kind, h) in &s.runq {
+                let l = labels(&s.labels, Some(("kind", kind)));
+                histogram(&mut o, "cgtrace_runq_wait_seconds", &l, h, &le);
+            }
+        }
+        family(
+            &mut o,
+            "cgtrace_throttle_episode_seconds",
+            "histogram",
+            "seconds",
+            "CFS throttle episodes (one cgroup on one CPU), since cgtrace started",
+        );
+        for s in series.iter().filter(|s| s.has_throttle) {
+            histogram(
+                &mut o,
+                "cgtrace_throttle_episode_seconds",
+                &labels(&s.labels, None),
+                &s.episodes,
+                &le,
+            );
+        }
+        type Get = fn(&Series) -> f64;
+        let counters: [(&str, &str, &str, Get); 6] = [
+            (
+                "cgtrace_throttle_periods",
+                "",
+                "Bandwidth periods that elapsed (period timer)",
+                |s| s.nr_periods as f64,
+            ),
+            (
+                "cgtrace_throttled_periods",
+                "",
+                "Periods in which the cgroup was throttled",
+                |s| s.nr_throttled as f64,
+            ),
+            (
+                "cgtrace_throttled_seconds",
+                "seconds",
+                "Time throttled, summed over CPUs (cgtrace's episodes)",
+                |s| s.throttled_us / 1e6,
+            ),
+            (
+                "cgtrace_kernel_periods",
+                "",
+                "The kernel's cpu.stat nr_periods",
+                |s| s.kernel_nr_periods as f64,
+            ),
+            (
+                "cgtrace_kernel_throttled_periods",
+                "",
+                "The kernel's cpu.stat nr_throttled",
+                |s| s.kernel_nr_throttled as f64,
+            ),
+            (
+                "cgtrace_kernel_throttled_seconds",
+                "seconds",
+                "The kernel's cpu.stat throttled time",
+                |s| s.kernel_throttled_us / 1e6,
+            ),
+        ];
+        for (name, unit, help, get) in counters {
+            family(&mut o, name, "counter", unit, help);
+            for s in series.iter().filter(|s| s.has_throttle) {
+                let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(get(s)));
+            }
+        }
+        family(
+            &mut o,
+            "cgtrace_events_seen",
+            "counter",
+            "",
+            "Scheduler events the kernel programs handled",
+        );
+        let _ = writeln!(o, "cgtrace_events_seen_total {}", self.seen);
+        family(
+            &mut o,
+            "cgtrace_events_dropped",
+            "counter",
+            "",
+            "Events or waits lost (full maps or ring buffer, undecodable)",
+        );
+        let _ = writeln!(o, "cgtrace_events_dropped_total {}", self.dropped);
+        family(
+            &mut o,
+            "cgtrace_kernel_program",
+            "counter",
+            "",
+            "Each counter of the kernel programs",
+        );
+        for (k, v) in &self.counters {
+            let _ = writeln!(
+                o,
+                "cgtrace_kernel_program_total{{counter=\"{}\"}} {v}",
+                escape(k)
+            );
+        }
+        family(
+            &mut o,
+            "cgtrace_windows",
+            "counter",
+            "",
+            "Windows aggregated",
+        );
+        let _ = writeln!(o, "cgtrace_windows_total {}", self.windows);
+        family(
+            &mut o,
+            "cgtrace_last_window_seq",
+            "gauge",
+            "",
+            "seq of the last window in these figures",
+        );
+        let _ = writeln!(o, "cgtrace_last_window_seq {}", self.last_seq);
+        family(
+            &mut o,
+            "cgtrace_last_window_end_seconds",
+            "gauge",
+            "seconds",
+            "Unix time the last window ended",
+        );
+        let _ = writeln!(
+            o,
+            "cgtrace_last_window_end_seconds {}",
+            num(self.last_end_ms as f64 / 1e3)
+        );
+        family(
+            &mut o,
+            "cgtrace_series_cgroups",
+            "gauge",
+            "",
+            "Cgroups with series of their own (at most --max-series)",
+        );
+        let _ = writeln!(o, "cgtrace_series_cgroups {}", self.series.len());
+        family(
+            &mut o,
+            "cgtrace_series_folded",
+            "counter",
+            "",
+            "Cgroups summed into cgroup=\"other\" past --max-series",
+        );
+        let _ = writeln!(o, "cgtrace_series_folded_total {}", self.folded_total);
+        family(
+            &mut o,
+            "cgtrace_series_expired",
+            "counter",
+            "",
+            "Cgroups whose series were dropped after --series-ttl without activity",
+        );
+        let _ = writeln!(o, "cgtrace_series_expired_total {}", self.expired_total);
+        o.push_str("# EOF\n");
+        o
+    }
+}
+
+fn family(o: &mut String, name: &str, kind: &str, unit: &str, help: &str) {
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+    if !unit.is_empty() {
+        let _ = writeln!(o, "# UNIT {name} {unit}");
+    }
+    let _ = writeln!(o, "# HELP {name} {help}");
+}
+
+/// `{a="x",b="y"}` (empty string when there are none).
+fn labels(base: &[(&'static str, String)], extra: Option<(&str, &str)>) -> String {
+    let mut parts: Vec<String> = base
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    if let Some((k, v)) = extra {
+        parts.push(format!("{k}=\"{}\"", escape(v)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+fn histogram(o: &mut String, name: &str, l: &str, h: &CumHist, le: &[String]) {
+    // `l` is `{…}`: the `le` label goes inside it.
+    let inner = l.trim_start_matches('{').trim_end_matches('}');
+    let sep = if inner.is_empty() { "" } else { "," };
+    let mut cum = 0;
+    for (i, bound) in le.iter().enumerate() {
+        cum += h.le[i];
+        let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"{bound}\"}} {cum}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(o, "{name}_count{l} {}", h.count);
+    let _ = writeln!(o, "{name}_sum{l} {}", num(h.sum_us / 1e6));
+}
+
+fn num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        "0".into()
+    }
+}
+
+fn escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// The rendered text the HTTP handler serves, replaced after every window.
+#[derive(Clone, Default)]
+pub struct Exposition(Arc<Mutex<Arc<String>>>);
+
+impl Exposition {
+    pub fn publish(&self, text: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(text);
+    }
+
+    fn get(&self) -> Arc<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Metrics plus where they are served.
+pub struct Exporter {
+    pub metrics: Metrics,
+    pub exposition: Exposition,
+}
+
+impl Exporter {
+    /// Binds `addr` and serves `/metrics` on the current tokio runtime.
+    pub async fn start(addr: SocketAddr, opts: MetricsOptions) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("--prometheus {addr}: {e}"))?;
+        let metrics = Metrics::new(opts);
+        let exposition = Exposition::default();
+        exposition.publish(metrics.render());
+        tokio::spawn(accept_loop(listener, exposition.clone()));
+        Ok(Self {
+            metrics,
+            exposition,
+        })
+    }
+
+    pub fn update(&mut self, w: &Window) {
+        self.metrics.update(w);
+        self.exposition.publish(self.metrics.render());
+    }
+}
+
+async fn accept_loop(listener: TcpListener, exposition: Exposition) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (conn, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("prometheus: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let exposition = exposition.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle(conn, &exposition)).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One HTTP/1.1 request, then the connection closes.
+async fn handle(mut conn: TcpStream, exposition: &Exposition) -> std::io::Result<()> {
+    let mut req = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
+        let n = conn.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        req.extend_from_slice(&buf[..n]);
+        if req.len() > 16 << 10 {
+            return respond(
+                &mut conn,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                b"",
+                true,
+            )
+            .await;
+        }
+    }
+    let line =
+        String::from_utf8_lossy(req.split(|&b| b == b'\n').next().unwrap_or_default()).to_string();
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let head = method == "HEAD";
+    if method != "GET" && !head {
+        return respond(
+            &mut conn,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"GET or HEAD only\n",
+            false,
+        )
+        .await;
+    }
+    match path {
+        "/metrics" => {
+            let text = exposition.get();
+            let body = if head { &b""[..] } else { text.as_bytes() };
+            respond_len(
+                &mut conn,
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body,
+                text.len(),
+            )
+            .await
+        }
+        "/" => {
+            respond(
+                &mut conn,
+                "200 OK",
+                "text/plain; charset=utf-8",
+                b"cgtrace: metrics at /metrics\n",
+                head,
+            )
+            .await
+        }
+        _ => {
+            respond(
+                &mut conn,
+                "404 Not Found",
+                "text/plain",
+                b"not found: try /metrics\n",
+                head,
+            )
+            .await
+        }
+    }
+}
+
+async fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    head: bool,
+) -> std::io::Result<()> {
+    let len = body.len();
+    respond_len(conn, status, ctype, if head { b"" } else { body }, len).await
+}
+
+async fn respond_len(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    len: usize,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await?;
+    conn.write_all(body).await?;
+    conn.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        hist::Hist,
+        snapshot::{EventCounts, RunqWindow},
+    };
+
+    fn window(seq: u64, end_ms: u64, cgroups: Vec<CgroupWindow>) -> Window {
+        Window {
+            kind: "window".into(),
+            seq,
+            end_unix_ms: end_ms,
+            duration_ms: 1000,
+            events: EventCounts {
+                seen: 10,
+                dropped: 1,
+                counters: BTreeMap::new(),
+            },
+            cgroups_tracked: cgroups.len(),
+            cgroups_evicted: 0,
+            cgroups,
+            memcgs: Vec::new(),
+            dying_memcgs: None,
+            churn: None,
+        }
+    }
+
+    fn cgroup(id: u64, path: &str, waits_ns: &[u64]) -> CgroupWindow {
+        let mut h = Hist::default();
+        for &w in waits_ns {
+            h.record(w);
+        }
+        let mut kinds = BTreeMap::new();
+        kinds.insert("wakeup".to_string(), h.summary());
+        CgroupWindow {
+            id,
+            hierarchy: "cpu".into(),
+            path: Some(path.into()),
+            name: Some("default/web-0/nginx".into()),
+            name_kind: Some("container".into()),
+            removed: false,
+            runq: RunqWindow {
+                all: h.summary(),
+                kinds,
+            },
+            throttle: None,
+            reads: None,
+        }
+    }
+
+    #[test]
+    fn histogram_is_cumulative_and_exact_at_powers_of_two() {
+        let mut m = Metrics::new(MetricsOptions::default());
+        // 500 ns and 1000 ns are below 1.024 µs; 1024 ns is in the next bound; 3 ms; 100 s overflow.
+        m.update(&window(
+            1,
+            1000,
+            vec![cgroup(
+                7,
+                "/a\"b",
+                &[500, 1000, 1024, 3_000_000, 100_000_000_000],
+            )],
+        ));
+        m.update(&window(2, 2000, vec![cgroup(7, "/a\"b", &[2000])]));
+        let t = m.render();
+        let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
+        assert!(
+            t.contains(&format!(
+                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"1.024e-6\"}} 2\n"
+            )),
+            "{t}"
+        );
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"2.048e-6\"}} 4\n"
+        )));
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"4.096e-6\"}} 4\n"
+        )));
+        assert!(
+            t.contains(&format!(
+                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"3.4359738368e1\"}} 5\n"
+            )),
+            "{t}"
+        );
+        assert!(t.contains(&format!(
+            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"+Inf\"}} 6\n"
+        )));
+        assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
+        assert!(t.contains("cgtrace_events_seen_total 20\n"));
+        assert!(t.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
+        let mut m = Metrics::new(MetricsOptions {
+            max_series: 2,
+            ttl: Duration::from_secs(10),
+        });
+        m.update(&window(
+            1,
+            1000,
+            (1..=5)
+                .map(|i| cgroup(i, &format!("/c{i}"), &[5000]))
+                .collect(),
+        ));
+        assert_eq!(m.cgroups(), 2);
+        let t = m.render();
+        assert!(
+            t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other","#),
+            "{t}"
+        );
+        assert!(t.contains(r#"cgroup="other",kind="wakeup"} 3"#), "{t}");
+        assert!(t.contains("cgtrace_series_folded_total 3\n"));
+        // 20 s later only cgroup 9 is active: the others expire, 9 gets its own series.
+        m.update(&window(2, 21_000, vec![cgroup(9, "/c9", &[5000])]));
+        assert_eq!(m.cgroups(), 1);
+        let t = m.render();
+        assert!(
+            t.contains(r#"cgroup="/c9""#) && !t.contains(r#"cgroup="/c1""#),
+            "{t}"
+        );
+        assert!(t.contains("cgtrace_series_expired_total 2\n"));
+        // /c9 removed and made again (another id): the same series goes on.
+        m.update(&window(3, 22_000, vec![cgroup(10, "/c9", &[5000])]));
+        let t = m.render();
+        assert_eq!(
+            t.matches(r#"cgtrace_runq_wait_seconds_count{cgroup="/c9""#)
+                .count(),
+            1
+        );
+        assert!(
+            t.contains(
+                r#"cgroup="/c9",namespace="default",pod="web-0",container="nginx",kind="wakeup"} 2"#
+            ),
+            "{t}"
+        );
+    }
+}

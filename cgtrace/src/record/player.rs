@@ -1,0 +1,354 @@
+//! The replay source of the view: plays a [`Recording`]'s windows at their recorded pace (times
+//! a speed), and obeys the view's player commands: pause, step, speed, seek to a time, to the
+//! next window with a throttle episode, a slow read, or any single event. It hands the view the
+//! same [`Event::Window`]s a live session does, so the view code is the same.
+
+use std::{
+    sync::{
+        Arc,
+        mpsc::{self, RecvTimeoutError, Sender},
+    },
+    time::{Duration, Instant},
+};
+
+use super::reader::{Marks, Recording};
+use crate::{
+    snapshot::Window,
+    top::{
+        event::Event,
+        source::{Control, SourceHandle},
+    },
+};
+
+/// What the view asks of the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlayerCmd {
+    TogglePause,
+    /// Show the window this many windows away, and pause.
+    Step(i64),
+    Faster,
+    Slower,
+    /// The first window that ends at or after this wall-clock time (Unix ms).
+    SeekTo(u64),
+    /// The next window preceded by single events of these families ([`Marks`] bits).
+    Next(u32),
+}
+
+/// Where the player stands, sent to the view after every change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlayerState {
+    /// 1-based index of the window shown (0: none yet) and how many there are.
+    pub pos: usize,
+    pub total: usize,
+    pub paused: bool,
+    pub speed: f64,
+    /// At the last window.
+    pub at_end: bool,
+    /// Wall clock of the recording's first and last window.
+    pub first_ms: u64,
+    pub last_ms: u64,
+    /// Said once, e.g. "no later throttle episode".
+    pub note: Option<String>,
+}
+
+pub const MIN_SPEED: f64 = 0.125;
+pub const MAX_SPEED: f64 = 1024.0;
+/// The longest the player waits between two windows, whatever the recording says.
+const MAX_GAP: Duration = Duration::from_secs(60);
+
+struct Player {
+    rec: Arc<Recording>,
+    buf: Vec<u8>,
+    cached: Option<u32>,
+    /// Index of the window shown.
+    shown: Option<usize>,
+    paused: bool,
+    speed: f64,
+    events: Sender<Event>,
+}
+
+impl Player {
+    fn state(&self, note: Option<String>) -> PlayerState {
+        let n = self.rec.windows.len();
+        PlayerState {
+            pos: self.shown.map_or(0, |i| i + 1),
+            total: n,
+            paused: self.paused,
+            speed: self.speed,
+            at_end: self.shown.map_or(n == 0, |i| i + 1 >= n),
+            first_ms: self.rec.windows.first().map_or(0, |w| w.end_unix_ms),
+            last_ms: self.rec.windows.last().map_or(0, |w| w.end_unix_ms),
+            note,
+        }
+    }
+
+    /// Sends window `i` (and the state); `false` when the view is gone.
+    fn show(&mut self, i: usize, note: Option<String>) -> bool {
+        let w: Option<Window> = self
+            .rec
+            .window_json(i, &mut self.buf, &mut self.cached)
+            .and_then(|j| serde_json::from_slice(j).ok());
+        self.shown = Some(i);
+        if let Some(w) = w
+            && self.events.send(Event::Window(Box::new(w))).is_err()
+        {
+            return false;
+        }
+        self.events.send(Event::Player(self.state(note))).is_ok()
+    }
+
+    /// How long window `i` is shown before the next one at the current speed.
+    fn gap(&self, i: usize) -> Duration {
+        let w = &self.rec.windows;
+        let ms = match (w.get(i), w.get(i + 1)) {
+            (Some(a), Some(b)) => b.end_unix_ms.saturating_sub(a.end_unix_ms),
+            _ => 0,
+        };
+        Duration::from_secs_f64(ms as f64 / 1e3 / self.speed).min(MAX_GAP)
+    }
+
+    /// Applies a command; returns the window to show, if it moves, and a note.
+    fn command(&mut self, c: PlayerCmd) -> (Option<usize>, Option<String>) {
+        let n = self.rec.windows.len();
+        let cur = self.shown;
+        match c {
+            PlayerCmd::TogglePause => {
+                self.paused = !self.paused;
+                // Resuming at the end starts over.
+                if !self.paused && cur.is_some_and(|i| i + 1 >= n) {
+                    return (Some(0), Some("from the start".into()));
+                }
+                (None, None)
+            }
+            PlayerCmd::Step(d) => {
+                self.paused = true;
+                let from = cur.map_or(-1, |i| i as i64);
+                let to = (from + d).clamp(0, n as i64 - 1);
+                if n == 0 || Some(to as usize) == cur {
+                    return (
+                        None,
+                        Some(
+                            if d > 0 {
+                                "at the last window"
+                            } else {
+                                "at the first window"
+                            }
+                            .into(),
+                        ),
+                    );
+                }
+                (Some(to as usize), None)
+            }
+            PlayerCmd::Faster | PlayerCmd::Slower => {
+                let f = if c == PlayerCmd::Faster { 2.0 } else { 0.5 };
+                self.speed = (self.speed * f).clamp(MIN_SPEED, MAX_SPEED);
+                (None, Some(format!("speed {}×", fmt_speed(self.speed))))
+            }
+            PlayerCmd::SeekTo(ms) => {
+                let i = self
+                    .rec
+                    .windows
+                    .iter()
+                    .position(|w| w.end_unix_ms >= ms)
+                    .unwrap_or(n.saturating_sub(1));
+                (
+                    (n > 0).then_some(i),
+                    Some(format!(
+                        "at {}",
+                        crate::top::format::clock_utc(
+                            self.rec.windows.get(i).map_or(0, |w| w.end_unix_ms)
+                        )
+                    )),
+                )
+            }
+            PlayerCmd::Next(mask) => {
+                let from = cur.map_or(0, |i| i + 1);
+                match self.rec.windows[from.min(n)..]
+                    .iter()
+                    .position(|w| w.marks.has(mask))
+                {
+                    Some(k) => (Some(from + k), None),
+                    None => (
+                        None,
+                        Some(format!("no later window with {}", mark_name(mask))),
+                    ),
+                }
+            }
+        }
+    }
+}
+
+pub fn mark_name(mask: u32) -> &'static str {
+    match mask {
+        Marks::THROTTLE => "a throttle episode",
+        Marks::READS => "a slow read",
+        _ => "single events",
+    }
+}
+
+pub fn fmt_speed(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// Plays `rec` on a thread of its own, starting at `speed` (paused when `paused`).
+pub fn spawn(
+    rec: Arc<Recording>,
+    speed: f64,
+    paused: bool,
+    events: Sender<Event>,
+) -> std::io::Result<SourceHandle> {
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
+    let thread = std::thread::Builder::new()
+        .name("cgtrace-replay".into())
+        .spawn(move || {
+            let _notice = crate::top::source::EndNotice::new(events.clone());
+            let mut p = Player {
+                rec,
+                buf: Vec::new(),
+                cached: None,
+                shown: None,
+                paused,
+                speed: speed.clamp(MIN_SPEED, MAX_SPEED),
+                events,
+            };
+            if p.rec.windows.is_empty() {
+                let _ = p.events.send(Event::Player(
+                    p.state(Some("the recording has no windows".into())),
+                ));
+            } else if !p.show(0, None) {
+                return;
+            }
+            let mut next_at = Instant::now() + p.gap(0);
+            loop {
+                let n = p.rec.windows.len();
+                let playing = !p.paused && p.shown.is_some_and(|i| i + 1 < n);
+                let msg = if playing {
+                    match ctl_rx.recv_timeout(next_at.saturating_duration_since(Instant::now())) {
+                        Ok(c) => Some(c),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                } else {
+                    match ctl_rx.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    }
+                };
+                let (to, note) = match msg {
+                    None => (p.shown.map(|i| i + 1), None),
+                    Some(Control::Stop) => return,
+                    Some(Control::SetInterval(_)) => (None, None),
+                    Some(Control::Player(c)) => p.command(c),
+                };
+                let ok = match to {
+                    Some(i) => p.show(i, note),
+                    None => p.events.send(Event::Player(p.state(note))).is_ok(),
+                };
+                if !ok {
+                    return;
+                }
+                if to.is_some() || msg.is_some() {
+                    next_at = Instant::now() + p.shown.map_or(Duration::ZERO, |i| p.gap(i));
+                }
+            }
+        })?;
+    Ok(SourceHandle::new(
+        Box::new(move |c| {
+            let _ = ctl_tx.send(c);
+        }),
+        thread,
+    ))
+}
+
+/// Parses the seek prompt: `HH:MM[:SS]` (UTC, the clock the view shows; the first such time at
+/// or after the recording's start), `+N`/`-N` from the window shown, `N` from the start, with an
+/// optional unit `s`, `m` or `h`; `start` and `end`. Returns Unix ms.
+pub fn parse_seek(text: &str, first_ms: u64, last_ms: u64, now_ms: u64) -> Result<u64, String> {
+    let t = text.trim();
+    let bad =
+        || format!("{t:?}: type HH:MM[:SS] (UTC), +30s, -2m, 90s from the start, start or end");
+    match t {
+        "start" | "0" => return Ok(first_ms),
+        "end" => return Ok(last_ms),
+        _ => {}
+    }
+    if t.contains(':') {
+        let parts: Vec<u64> = t
+            .trim_end_matches(['Z', 'z'])
+            .split(':')
+            .map(|p| p.parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let (h, m, s) = match parts.as_slice() {
+            [h, m] => (*h, *m, 0),
+            [h, m, s] => (*h, *m, *s),
+            _ => return Err(bad()),
+        };
+        if h > 23 || m > 59 || s > 59 {
+            return Err(bad());
+        }
+        let tod = (h * 3600 + m * 60 + s) * 1000;
+        let day = first_ms / 86_400_000 * 86_400_000;
+        let mut at = day.saturating_add(tod);
+        if at.saturating_add(999) < first_ms {
+            at = at.saturating_add(86_400_000);
+        }
+        return Ok(at);
+    }
+    let (sign, rest) = match t.as_bytes().first() {
+        Some(b'+') => (1i64, &t[1..]),
+        Some(b'-') => (-1, &t[1..]),
+        _ => (0, t),
+    };
+    let (num, mult) = match rest.chars().last() {
+        Some('s') => (&rest[..rest.len() - 1], 1000.0),
+        Some('m') => (&rest[..rest.len() - 1], 60_000.0),
+        Some('h') => (&rest[..rest.len() - 1], 3_600_000.0),
+        _ => (rest, 1000.0),
+    };
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    let d = (v * mult) as u64;
+    Ok(match sign {
+        0 => first_ms.saturating_add(d),
+        1 => now_ms.saturating_add(d),
+        _ => now_ms.saturating_sub(d),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_text() {
+        // 2026-11-22 17:30:00Z .. 17:31:00Z
+        let first = 1_795_368_600_000;
+        let last = first + 60_000;
+        let now = first + 30_000;
+        assert_eq!(parse_seek("start", first, last, now), Ok(first));
+        assert_eq!(parse_seek("end", first, last, now), Ok(last));
+        assert_eq!(parse_seek("+10s", first, last, now), Ok(now + 10_000));
+        assert_eq!(parse_seek("-1m", first, last, now), Ok(now - 60_000));
+        assert_eq!(parse_seek("45", first, last, now), Ok(first + 45_000));
+        assert_eq!(parse_seek("17:30:40", first, last, now), Ok(first + 40_000));
+        assert_eq!(parse_seek("17:31Z", first, last, now), Ok(first + 60_000));
+        // A time of day before the start is the next day's.
+        assert_eq!(
+            parse_seek("17:00", first, last, now),
+            Ok(first - 1_800_000 + 86_400_000)
+        );
+        assert!(parse_seek("25:00", first, last, now).is_err());
+        assert!(
+            parse_seek("soon", first, last, now)
+                .unwrap_err()
+                .contains("HH:MM")
+        );
+    }
+}

@@ -1,0 +1,647 @@
+//! The writer and reader together, and every kind of damage a recording can come back with.
+
+use std::io::Write as _;
+
+use super::{
+    NameEntry,
+    format::{self, FormatError, SYNC, Tag},
+    reader::{Item, Recording},
+    writer::{Flushed, OnFull, WriteError, Writer},
+};
+
+const HELLO: &str = r#"{"type":"hello","schema":1,"cgtrace":"0.1.0","host":"h","kernel":"6.18","cpus":2,"start_unix_ms":1000,"interval_ms":1000,"cgroup":{"layout":"v1","runq_hierarchy":"cpu","runq_mount":"/sys/fs/cgroup/cpu"},"families":{},"capabilities":{"btf":true,"tp_btf":true,"fentry":false,"kprobe":false,"notes":{}},"hist":{"unit":"ns","sub_bits":2,"buckets":140}}"#;
+
+/// A run-queue event record as the kernel writes it (64 bytes).
+fn runq_record(ts: u64, cgroup: u64, wait_ns: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(&0x100u32.to_ne_bytes());
+    b.extend_from_slice(&1u32.to_ne_bytes());
+    b.extend_from_slice(&ts.to_ne_bytes());
+    b.extend_from_slice(&cgroup.to_ne_bytes());
+    b.extend_from_slice(&wait_ns.to_ne_bytes());
+    b.extend_from_slice(&42u32.to_ne_bytes());
+    b.extend_from_slice(&42u32.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(b"worker\0\0\0\0\0\0\0\0\0\0");
+    b
+}
+
+fn window_json(seq: u64) -> String {
+    format!(
+        r#"{{"type":"window","seq":{seq},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":5,"dropped":0,"counters":{{}}}},"cgroups_tracked":1,"cgroups_evicted":0,"cgroups":[{{"id":7,"hierarchy":"cpu","path":"/a","name":null,"name_kind":null,"runq":{{"count":1,"sum_us":5.0,"mean_us":5.0,"p50_us":5.0,"p90_us":5.0,"p99_us":5.0,"max_us":5.0,"buckets":[[4096,1]],"kinds":{{}}}},"future_family":{{"x":1}}}}]}}"#,
+        1000 + seq * 1000
+    )
+}
+
+/// Writes `windows` windows, each after `per` events and in a chunk of its own.
+fn write(path: &std::path::Path, windows: u64, per: u64) -> Vec<u8> {
+    let mut w = Writer::create(path, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
+    w.set_sync(false);
+    for s in 1..=windows {
+        w.name(NameEntry {
+            id: 7,
+            path: Some("/a".into()),
+            name: None,
+            name_kind: None,
+        });
+        for i in 0..per {
+            w.event(&runq_record(s * 1_000_000_000 + i, 7, 20_000_000 + i));
+        }
+        w.window(
+            s * 1_000_000_000,
+            1000 + s * 1000,
+            window_json(s).as_bytes(),
+        );
+        assert_eq!(w.flush(false).unwrap(), Flushed::Ok);
+    }
+    w.record(
+        Tag::Summary,
+        br#"{"type":"summary","windows":3,"cgroups":[]}"#,
+    );
+    w.record(Tag::End, br#"{"reason":"stopped"}"#);
+    w.flush(true).unwrap();
+    std::fs::read(path).unwrap()
+}
+
+fn windows_of(rec: &Recording) -> Vec<u64> {
+    let mut out = Vec::new();
+    rec.for_each(|i| {
+        if let Item::Window { json, .. } = i {
+            let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+            out.push(v["seq"].as_u64().unwrap());
+        }
+    });
+    out
+}
+
+#[test]
+fn round_trip_keeps_windows_verbatim_events_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.cgtr");
+    let bytes = write(&p, 3, 100);
+    let mode = std::fs::metadata(&p).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+    let rec = Recording::from_bytes(bytes).unwrap();
+    assert_eq!(rec.stats.warning(), None);
+    assert!(rec.stats.clean_end);
+    assert_eq!(rec.windows.len(), 3);
+    assert_eq!(rec.events, 300);
+    assert_eq!(rec.hello().host, "h");
+    // Windows come back byte for byte, unknown fields included.
+    let mut buf = Vec::new();
+    let mut cached = None;
+    assert_eq!(
+        rec.window_json(1, &mut buf, &mut cached).unwrap(),
+        window_json(2).as_bytes()
+    );
+    assert!(
+        rec.windows
+            .iter()
+            .all(|w| w.events == 100 && w.marks.has(super::reader::Marks::RUNQ))
+    );
+    assert_eq!(rec.names()[&7].path.as_deref(), Some("/a"));
+    let mut events = 0;
+    rec.for_each(|i| {
+        if let Item::Event(raw) = i {
+            assert_eq!(raw.len(), 64);
+            events += 1;
+        }
+    });
+    assert_eq!(events, 300);
+}
+
+#[test]
+fn refuses_what_is_not_a_recording_in_one_line() {
+    let cases: [(&[u8], FormatError); 4] = [
+        (b"", FormatError::Empty),
+        (b"{\"type\":\"hello\",\"schema\":1}\n", FormatError::Stream),
+        (b"GIF89a\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", FormatError::NotOurs),
+        (&format::MAGIC[..6], FormatError::TruncatedHeader { len: 6 }),
+    ];
+    for (bytes, want) in cases {
+        let e = Recording::from_bytes(bytes.to_vec()).err().unwrap();
+        assert_eq!(e, want);
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn refuses_a_newer_major_version_and_reads_a_newer_minor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = write(&dir.path().join("r"), 2, 1);
+    bytes[10..12].copy_from_slice(&9u16.to_le_bytes());
+    let rec = Recording::from_bytes(bytes.clone()).unwrap();
+    assert_eq!((rec.minor, rec.windows.len()), (9, 2));
+    bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
+    let e = Recording::from_bytes(bytes).err().unwrap();
+    assert_eq!(e, FormatError::NewerMajor { major: 2, minor: 9 });
+    assert_eq!(
+        e.to_string(),
+        "recorded with format version 2.9, newer than this cgtrace reads (1.x): replay it with a newer cgtrace"
+    );
+}
+
+#[test]
+fn skips_a_corrupted_chunk_and_reads_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = write(&dir.path().join("r"), 3, 50);
+    // Flip a byte in the middle of the second chunk's payload.
+    let starts: Vec<usize> = bytes
+        .windows(SYNC.len())
+        .enumerate()
+        .filter(|(_, w)| *w == SYNC)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(starts.len(), 4, "3 window chunks and the closing one");
+    let mid = (starts[1] + starts[2]) / 2;
+    bytes[mid] ^= 0x55;
+    let rec = Recording::from_bytes(bytes).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 3]);
+    assert_eq!(rec.stats.bad_chunks, 1);
+    assert_eq!(rec.stats.skipped_bytes, (starts[2] - starts[1]) as u64);
+    let w = rec.stats.warning().unwrap();
+    assert!(w.contains("skipped 1 damaged chunk"), "{w}");
+    assert!(rec.stats.clean_end);
+}
+
+#[test]
+fn a_damaged_chunk_header_or_garbage_between_chunks_resyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = write(&dir.path().join("r"), 3, 5);
+    let first = bytes.windows(8).position(|w| w == SYNC).unwrap();
+    // Garbage inserted before the first chunk, and the first chunk's length field broken.
+    let mut b = bytes.clone();
+    b[first + 8] = 0xff;
+    b[first + 11] = 0x7f;
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![2, 3]);
+    let mut b = bytes[..first].to_vec();
+    b.extend_from_slice(b"garbage here\xfe\xfe");
+    b.extend_from_slice(&bytes[first..]);
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 2, 3]);
+    assert_eq!(rec.stats.skipped_bytes, 14);
+    assert_eq!(rec.stats.bad_chunks, 0);
+}
+
+#[test]
+fn a_truncated_file_replays_every_whole_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = write(&dir.path().join("r"), 3, 50);
+    let last = bytes.windows(8).rposition(|w| w == SYNC).unwrap();
+    let third = bytes[..last].windows(8).rposition(|w| w == SYNC).unwrap();
+    // Cut at every length inside the third window's chunk: windows 1 and 2 always remain.
+    for cut in [third + 1, third + 7, third + 20, third + 40, last - 1] {
+        let rec = Recording::from_bytes(bytes[..cut].to_vec()).unwrap();
+        assert_eq!(windows_of(&rec), vec![1, 2], "cut at {cut}");
+        assert!(rec.stats.truncated, "cut at {cut}");
+        assert!(!rec.stats.clean_end);
+        assert!(rec.stats.warning().unwrap().contains("ends inside a chunk"));
+    }
+    // Cut right after the header: no window, but not an error.
+    let header = format::HEADER_LEN + HELLO.len();
+    let rec = Recording::from_bytes(bytes[..header].to_vec()).unwrap();
+    assert!(rec.windows.is_empty());
+    assert_eq!(rec.stats.warning(), None);
+    // Inside the hello: refused, with what to do.
+    let e = Recording::from_bytes(bytes[..header - 3].to_vec())
+        .err()
+        .unwrap();
+    assert!(matches!(e, FormatError::TruncatedHeader { .. }), "{e}");
+}
+
+#[test]
+fn a_damaged_hello_still_replays_with_a_stand_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = write(&dir.path().join("r"), 2, 1);
+    bytes[format::HEADER_LEN + 10] ^= 1;
+    let rec = Recording::from_bytes(bytes).unwrap();
+    assert!(rec.stats.bad_hello);
+    assert_eq!(rec.windows.len(), 2);
+    assert_eq!(rec.hello().host, "(header damaged)");
+    assert!(rec.stats.warning().unwrap().contains("header"));
+}
+
+/// A chunk of `records` as the writer frames it (stored, not compressed).
+fn chunk(records: &[u8], seq: u32) -> Vec<u8> {
+    let mut h = format::ChunkHeader {
+        payload_len: records.len() as u32,
+        raw_len: records.len() as u32,
+        records: 0,
+        seq,
+        codec: format::CODEC_STORED,
+        crc: 0,
+    };
+    h.crc = h.checksum(records);
+    let mut b = SYNC.to_vec();
+    b.extend_from_slice(&h.fields());
+    b.extend_from_slice(&h.crc.to_le_bytes());
+    b.extend_from_slice(records);
+    b
+}
+
+#[test]
+fn unknown_record_tags_are_skipped_and_counted() {
+    let mut recs = Vec::new();
+    format::put_record(&mut recs, Tag::Event, &runq_record(1, 7, 5));
+    // A tag from a future minor version, with the same framing.
+    recs.push(0x42);
+    format::put_uleb(&mut recs, 3);
+    recs.extend_from_slice(b"new");
+    let mut body = vec![0u8; 16];
+    body.extend_from_slice(window_json(1).as_bytes());
+    format::put_record(&mut recs, Tag::Window, &body);
+    let mut file = format::header(HELLO.as_bytes());
+    file.extend(chunk(&recs, 0));
+    let rec = Recording::from_bytes(file).unwrap();
+    assert_eq!(rec.windows.len(), 1);
+    assert_eq!(rec.events, 1);
+    assert_eq!(rec.stats.unknown_records, 1);
+    assert_eq!(rec.stats.warning(), None);
+}
+
+#[test]
+fn a_chunk_with_a_good_checksum_but_bad_records_is_skipped() {
+    // Records that overrun the chunk: written by something else, or a bug; never trusted.
+    let mut recs = Vec::new();
+    recs.push(Tag::Event as u8);
+    format::put_uleb(&mut recs, 1000);
+    recs.extend_from_slice(b"short");
+    let mut good = Vec::new();
+    let mut body = vec![0u8; 16];
+    body.extend_from_slice(window_json(2).as_bytes());
+    format::put_record(&mut good, Tag::Window, &body);
+    let mut file = format::header(HELLO.as_bytes());
+    file.extend(chunk(&recs, 0));
+    file.extend(chunk(&good, 1));
+    let rec = Recording::from_bytes(file).unwrap();
+    assert_eq!(windows_of(&rec), vec![2]);
+    assert_eq!(rec.stats.bad_chunks, 1);
+}
+
+#[test]
+fn refuses_to_overwrite_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    std::fs::write(&p, b"precious").unwrap();
+    let e = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false)
+        .err()
+        .unwrap();
+    assert!(matches!(e, WriteError::Exists { .. }));
+    assert!(e.to_string().contains("--force"), "{e}");
+    assert_eq!(std::fs::read(&p).unwrap(), b"precious");
+    let e = Writer::create(
+        &dir.path().join("no/such/dir/r"),
+        HELLO.as_bytes(),
+        None,
+        OnFull::Stop,
+        false,
+    )
+    .err()
+    .unwrap();
+    let e = format!("{:#}", anyhow::Error::from(e));
+    assert!(e.contains("creating") && e.contains("No such file"), "{e}");
+}
+
+#[test]
+fn stops_at_max_size_with_a_readable_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let max = 300 << 10;
+    let mut w = Writer::create(&p, HELLO.as_bytes(), Some(max), OnFull::Stop, false).unwrap();
+    w.set_sync(false);
+    let mut full_at = None;
+    // Incompressible events so the limit comes quickly.
+    let mut x = 1u64;
+    for s in 1..=1000u64 {
+        for _ in 0..100 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, x >> 7, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        if w.flush(false).unwrap() == Flushed::Full {
+            full_at = Some(s);
+            break;
+        }
+    }
+    let s = full_at.expect("reached --max-size");
+    // Nothing more but the closing records, in the room kept for them.
+    w.window(s + 1, 5000, window_json(s + 1).as_bytes());
+    assert_eq!(w.flush(false).unwrap(), Flushed::Full);
+    w.record(
+        Tag::Summary,
+        br#"{"type":"summary","windows":0,"cgroups":[]}"#,
+    );
+    w.record(Tag::End, br#"{"reason":"max-size"}"#);
+    assert_eq!(w.flush(true).unwrap(), Flushed::Ok);
+    assert!(std::fs::metadata(&p).unwrap().len() <= max);
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(rec.windows.len() as u64, s - 1);
+    assert_eq!(rec.stats.warning(), None);
+    assert!(rec.stats.clean_end);
+}
+
+#[test]
+fn rotates_at_max_size_and_each_file_stands_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let max = 64 << 10;
+    let mut w = Writer::create(
+        &p,
+        HELLO.as_bytes(),
+        Some(max),
+        OnFull::Rotate { keep: 2 },
+        false,
+    )
+    .unwrap();
+    w.set_sync(false);
+    let mut x = 1u64;
+    for s in 1..=100u64 {
+        w.name(NameEntry {
+            id: s,
+            path: Some(format!("/c{s}")),
+            name: None,
+            name_kind: None,
+        });
+        for _ in 0..100 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, s, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        w.flush(false).unwrap();
+    }
+    assert!(w.stats.rotations >= 3, "{:?}", w.stats);
+    drop(w);
+    let mut total = 0;
+    for name in ["r", "r.1", "r.2"] {
+        let f = dir.path().join(name);
+        assert!(std::fs::metadata(&f).unwrap().len() <= max, "{name}");
+        let rec = Recording::open(&f).unwrap();
+        assert_eq!(rec.stats.warning(), None, "{name}");
+        assert_eq!(rec.hello().host, "h");
+        // Every file names every cgroup seen before it started.
+        let first_seq = windows_of(&rec)[0];
+        assert!(rec.names().len() as u64 >= first_seq, "{name}");
+        total += rec.windows.len();
+    }
+    assert!(
+        !dir.path().join("r.3").exists(),
+        "only --keep files are kept"
+    );
+    assert!(total < 100);
+}
+
+#[test]
+fn a_failed_write_keeps_every_whole_chunk() {
+    // /dev/full fails every write with ENOSPC; the writer must say so and cut nothing it had.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
+    w.window(1, 2000, window_json(1).as_bytes());
+    w.flush(false).unwrap();
+    let good = std::fs::read(&p).unwrap();
+    // Make the next write fail: replace the file descriptor's target with a read-only one.
+    let ro = std::fs::File::open(&p).unwrap();
+    w.swap_file_for_test(ro);
+    w.window(2, 3000, window_json(2).as_bytes());
+    let e = w.flush(false).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("kept up to its last whole chunk"), "{msg}");
+    assert!(w.is_stopped());
+    assert_eq!(std::fs::read(&p).unwrap(), good);
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(windows_of(&rec), vec![1]);
+    let _ = std::io::stdout().flush();
+}
+
+/// A throttle-episode record (`KIND_THROTTLE`, 64 bytes).
+fn throttle_record(ts: u64, cgroup: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(&0x200u32.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&ts.to_ne_bytes());
+    b.extend_from_slice(&cgroup.to_ne_bytes());
+    b.extend_from_slice(&(ts - 50_000_000).to_ne_bytes());
+    b.extend_from_slice(&50_000_000u64.to_ne_bytes());
+    b.extend_from_slice(&[0u8; 24]);
+    b
+}
+
+mod view {
+    use std::{
+        sync::{Arc, mpsc},
+        time::Duration,
+    };
+
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use super::*;
+    use crate::{
+        record::player,
+        top::{
+            Action, App, Command, Effect, Theme,
+            app::Edit,
+            event::Event,
+            source::{Control, SourceHandle},
+        },
+    };
+
+    /// Applies what the player sends until it is quiet, as `run_loop` does.
+    fn settle(app: &mut App, rx: &mpsc::Receiver<Event>) {
+        while let Ok(ev) = rx.recv_timeout(Duration::from_millis(150)) {
+            match ev {
+                Event::Window(w) => app.apply(Action::Window(w)),
+                Event::Player(p) => app.apply(Action::Player(p)),
+                _ => None,
+            };
+        }
+    }
+
+    fn press(app: &mut App, src: &SourceHandle, rx: &mpsc::Receiver<Event>, a: Action) {
+        if let Some(Effect::Player(c)) = app.apply(a) {
+            src.send(Control::Player(c));
+        }
+        settle(app, rx);
+    }
+
+    fn seq(app: &App) -> u64 {
+        app.window.as_ref().map_or(0, |w| w.seq)
+    }
+
+    #[test]
+    fn the_view_pauses_steps_seeks_and_plays_a_recording() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r");
+        let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
+        w.set_sync(false);
+        for s in 1..=10u64 {
+            if s == 3 || s == 9 {
+                w.event(&runq_record(s * 1_000_000_000 - 5, 7, 30_000_000));
+            }
+            if s == 7 {
+                w.event(&throttle_record(s * 1_000_000_000 - 5, 7));
+            }
+            w.window(
+                s * 1_000_000_000,
+                1000 + s * 1000,
+                window_json(s).as_bytes(),
+            );
+            w.flush(false).unwrap();
+        }
+        drop(w);
+        let rec = Arc::new(Recording::open(&p).unwrap());
+        let (tx, rx) = mpsc::channel();
+        let mut app = App::new(rec.hello(), Theme::plain());
+        app.start_replay();
+        let src = player::spawn(rec, 1.0, true, tx).unwrap();
+        settle(&mut app, &rx);
+        let st = app.replay.clone().unwrap();
+        assert_eq!((st.pos, st.total, st.paused, seq(&app)), (1, 10, true, 1));
+
+        let cmd = |c| Action::Command(c);
+        press(&mut app, &src, &rx, cmd(Command::StepForward));
+        assert_eq!(seq(&app), 2);
+        press(&mut app, &src, &rx, cmd(Command::StepBack));
+        assert_eq!(seq(&app), 1);
+        press(&mut app, &src, &rx, cmd(Command::StepBack));
+        assert_eq!(seq(&app), 1);
+        assert_eq!(app.message.as_deref(), Some("at the first window"));
+        press(&mut app, &src, &rx, cmd(Command::NextThrottle));
+        assert_eq!(seq(&app), 7, "the window after the throttle episode");
+        press(&mut app, &src, &rx, cmd(Command::NextEvent));
+        assert_eq!(seq(&app), 9, "the next window after single events");
+        press(&mut app, &src, &rx, cmd(Command::NextThrottle));
+        assert_eq!(seq(&app), 9);
+        assert_eq!(
+            app.message.as_deref(),
+            Some("no later window with a throttle episode")
+        );
+        press(&mut app, &src, &rx, cmd(Command::NextRead));
+        assert!(app.message.as_deref().unwrap().contains("slow read"));
+        // Jump to a time: from the start, then relative.
+        for (text, want) in [("start", 1), ("+4s", 5), ("00:00:08", 7), ("end", 10)] {
+            press(&mut app, &src, &rx, cmd(Command::Seek));
+            for c in text.chars() {
+                app.apply(Action::Edit(Edit::Char(c)));
+            }
+            press(&mut app, &src, &rx, Action::Edit(Edit::Apply));
+            assert_eq!(seq(&app), want, "seek {text}");
+        }
+        // Play from the start, as fast as it goes: every window arrives, then it stops at the end.
+        press(&mut app, &src, &rx, cmd(Command::Seek));
+        app.apply(Action::Edit(Edit::Char('0')));
+        press(&mut app, &src, &rx, Action::Edit(Edit::Apply));
+        for _ in 0..14 {
+            press(&mut app, &src, &rx, cmd(Command::PlayFaster));
+        }
+        assert_eq!(app.replay.as_ref().unwrap().speed, player::MAX_SPEED);
+        press(&mut app, &src, &rx, cmd(Command::Freeze));
+        std::thread::sleep(Duration::from_millis(300));
+        settle(&mut app, &rx);
+        let st = app.replay.clone().unwrap();
+        assert!(!st.paused && st.at_end && st.pos == 10, "{st:?}");
+        assert_eq!(seq(&app), 10);
+        // The header says where the replay stands, the help lists the replay keys.
+        let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
+        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(screen.contains("REPLAY end 10/10"), "{screen}");
+        press(&mut app, &src, &rx, cmd(Command::Help));
+        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(screen.contains("next throttle episode") && screen.contains("jump to a time"));
+    }
+
+    #[test]
+    fn replay_keys_say_so_in_the_live_view() {
+        let rec = Recording::from_bytes(format::header(HELLO.as_bytes())).unwrap();
+        let mut app = App::new(rec.hello(), Theme::plain());
+        assert_eq!(app.apply(Action::Command(Command::StepForward)), None);
+        assert_eq!(
+            app.message.as_deref(),
+            Some("replay only (cgtrace replay FILE)")
+        );
+    }
+}
+
+#[test]
+fn the_report_ranks_a_family_it_does_not_know_by_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
+    w.set_sync(false);
+    for s in 1..=3u64 {
+        // A window whose cgroups carry a `reads` family (histogram-shaped) this build has no
+        // type for, and single events of kind 0x301.
+        let json = format!(
+            r#"{{"type":"window","seq":{s},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":1,"dropped":2,"counters":{{}}}},"cgroups_tracked":2,"cgroups_evicted":0,"cgroups":[{{"id":8,"hierarchy":"cpu","path":"/slow","name":null,"name_kind":null,"runq":{{"count":0,"sum_us":0,"mean_us":0,"p50_us":0,"p90_us":0,"p99_us":0,"max_us":0,"buckets":[],"kinds":{{}}}},"reads":{{"count":200,"sum_us":900000.0,"mean_us":4500.0,"p50_us":4000.0,"p90_us":8000.0,"p99_us":9000.0,"max_us":{}.0,"buckets":[[4194304,150],[8388608,50]],"slowest":[{{"file":"/proc/x"}}]}}}}]}}"#,
+            1000 + s * 1000,
+            9000 + s
+        );
+        let mut ev = runq_record(s, 8, 1);
+        ev[..4].copy_from_slice(&0x301u32.to_ne_bytes());
+        w.event(&ev);
+        w.window(s, 1000 + s * 1000, json.as_bytes());
+        w.flush(false).unwrap();
+    }
+    w.record(
+        Tag::Loss,
+        br#"{"events_lost":5,"reason":"recorder buffer full"}"#,
+    );
+    w.flush(true).unwrap();
+    drop(w);
+    let rec = Recording::open(&p).unwrap();
+    let r = crate::report::build(&rec);
+    let reads = &r.families["reads"];
+    assert_eq!(reads.worst_p99[0].path.as_deref(), Some("/slow"));
+    assert_eq!(reads.worst_p99[0].count, 600);
+    assert_eq!(reads.worst_max[0].max_us, 9003.0);
+    assert_eq!(reads.worst_max[0].max_at_unix_ms, 4000);
+    assert_eq!(r.events_by_family["reads"], 3);
+    assert_eq!(r.undecoded_events, 3);
+    assert_eq!((r.events_dropped, r.recorder_lost), (6, 5));
+    let text = crate::report::render_text(&r);
+    assert!(text.contains("## reads: worst of 1 cgroups"), "{text}");
+    assert!(text.contains("could not keep 5 single events"), "{text}");
+    assert!(
+        text.contains("3 events of kinds this cgtrace cannot decode"),
+        "{text}"
+    );
+    // And `replay --stream --events reads` says it cannot print them, without failing.
+    let mut out = Vec::new();
+    let sel = crate::events::EventSelection::parse(&["reads"]).unwrap();
+    let got = crate::replay::stream(&rec, &mut out, &sel, true).unwrap();
+    assert_eq!((got.windows, got.events, got.unrendered), (3, 3, 3));
+}
+
+#[test]
+fn max_size_parses_units_and_refuses_nonsense() {
+    use super::parse_size;
+    assert_eq!(parse_size("1G"), Ok(1 << 30));
+    assert_eq!(parse_size("64K"), Ok(64 << 10));
+    assert_eq!(parse_size("1.5MiB"), Ok(3 << 19));
+    assert_eq!(parse_size("100000"), Ok(100_000));
+    assert!(parse_size("1K").unwrap_err().contains("at least 64K"));
+    assert!(parse_size("ten").is_err());
+    assert!(parse_size("5X").is_err());
+}

@@ -1,0 +1,628 @@
+//! `cgtrace report FILE [--json]`: an incident summary of a recording.
+//!
+//! Families are found in the windows by shape, not by a list: any object inside a cgroup element
+//! that carries a histogram (`count`, `sum_us`, `max_us`, `buckets`) is a family whose worst
+//! cgroups are ranked by p99 and max over the whole recording (merged buckets, so the p99 is of
+//! every wait, not an average of windows); the `throttle` family adds periods, throttled time,
+//! the kernel's own `cpu.stat` counters next to ours, and the flags. Single events give the
+//! longest throttle episodes with the threads that burned the quota, and the slowest waits; event
+//! kinds this cgtrace cannot decode are counted by family.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+};
+
+use cgtrace_common::event::EventHeader;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{
+    burners::ThrottledPeriod,
+    hist::{Hist, HistSummary},
+    record::{
+        NameEntry,
+        reader::{Item, ReadStats, Recording},
+    },
+    session::{DrainStats, consume_record},
+    top::format::clock_utc,
+};
+
+/// How many entries each ranking keeps.
+const TOP: usize = 10;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub host: String,
+    pub kernel: String,
+    pub cgtrace: String,
+    pub format: String,
+    pub first_unix_ms: u64,
+    pub last_unix_ms: u64,
+    pub windows: u64,
+    pub events_recorded: u64,
+    /// Kernel-side drops over the recording (`events.dropped` summed).
+    pub events_dropped: u64,
+    /// Records the recorder itself could not keep (its buffer was full).
+    pub recorder_lost: u64,
+    /// What could not be read from the file.
+    pub read: ReadStats,
+    /// Per family: the cgroups with the worst tail latency.
+    pub families: BTreeMap<String, FamilyReport>,
+    pub throttled: Vec<ThrottledCgroup>,
+    pub longest_episodes: Vec<Episode>,
+    pub slowest_waits: Vec<Wait>,
+    /// Single events per family, and those this cgtrace cannot decode.
+    pub events_by_family: BTreeMap<String, u64>,
+    pub undecoded_events: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FamilyReport {
+    pub cgroups: usize,
+    pub worst_p99: Vec<CgroupLatency>,
+    pub worst_max: Vec<CgroupLatency>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CgroupLatency {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub count: u64,
+    pub mean_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// When the largest one happened (end of its window).
+    pub max_at_unix_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ThrottledCgroup {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub quota_cores: Option<f64>,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: f64,
+    pub episodes: u64,
+    pub worst_window_share: f64,
+    /// The kernel's `cpu.stat` deltas over the same windows (those with a reading).
+    pub kernel_nr_throttled: u64,
+    pub kernel_throttled_us: f64,
+    /// Ours over the same windows the kernel figures cover.
+    pub ours_nr_throttled_matched: u64,
+    pub ours_throttled_us_matched: f64,
+    /// Flag code → (windows flagged, the last message and suggestion).
+    pub flags: BTreeMap<String, FlagSeen>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FlagSeen {
+    pub windows: u64,
+    pub message: String,
+    pub suggestion: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Episode {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub at_unix_ms: u64,
+    pub cpu: u32,
+    pub duration_us: f64,
+    pub runnable: u32,
+    pub period: Option<ThrottledPeriod>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Wait {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub at_unix_ms: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub wait_kind: String,
+    pub wait_us: f64,
+}
+
+/// A family's histogram of one cgroup over the recording.
+#[derive(Default)]
+struct Acc {
+    path: Option<String>,
+    name: Option<String>,
+    hist: Hist,
+    max_at: u64,
+}
+
+fn as_hist(v: &Value) -> Option<HistSummary> {
+    let o = v.as_object()?;
+    if !(o.contains_key("count") && o.contains_key("buckets") && o.contains_key("max_us")) {
+        return None;
+    }
+    serde_json::from_value(v.clone()).ok()
+}
+
+/// Builds the report in one pass over the file.
+pub fn build(rec: &Recording) -> Report {
+    let hello = rec.hello();
+    let mut fam: BTreeMap<String, HashMap<u64, Acc>> = BTreeMap::new();
+    let mut thr: HashMap<u64, ThrottledCgroup> = HashMap::new();
+    let mut names: HashMap<u64, NameEntry> = HashMap::new();
+    let mut stats = DrainStats {
+        keep_throttle_lines: true,
+        ..DrainStats::default()
+    };
+    let mut waits_buf = Vec::new();
+    let mut episodes: Vec<Episode> = Vec::new();
+    let mut waits: Vec<Wait> = Vec::new();
+    let mut by_family: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut undecoded, mut dropped, mut nwin, mut nev) = (0u64, 0u64, 0u64, 0u64);
+    let mut recorder_lost = 0u64;
+    let (mut first, mut last) = (u64::MAX, 0u64);
+    // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
+    let mut clock: Option<(u64, u64)> = None;
+    let wall = |clock: Option<(u64, u64)>, ts: u64| {
+        clock.map_or(0, |(mono, unix)| {
+            let ms = i128::from(unix) + (i128::from(ts) - i128::from(mono)) / 1_000_000;
+            ms.clamp(0, i128::from(u64::MAX)) as u64
+        })
+    };
+    // Events come before the window that ends after them: their times use the last window seen
+    // (or, before the first window, are fixed up at it).
+    let mut unplaced = (episodes.len(), waits.len());
+    rec.for_each(|item| match item {
+        Item::Names(j) => {
+            if let Ok(v) = serde_json::from_slice::<Vec<NameEntry>>(j) {
+                names.extend(v.into_iter().map(|e| (e.id, e)));
+            }
+        }
+        Item::Event(raw) => {
+            nev += 1;
+            // SAFETY: EventHeader is #[repr(C)] integers.
+            let Some(h) = (unsafe { cgtrace_common::event::read_pod::<EventHeader>(raw) }) else {
+                undecoded += 1;
+                return;
+            };
+            let family = crate::events::family_of(h.kind).unwrap_or("unknown");
+            *by_family.entry(family.to_string()).or_insert(0) += 1;
+            let before = stats.undecodable;
+            consume_record(raw, &mut stats, Some(&mut waits_buf));
+            if stats.undecodable > before {
+                undecoded += 1;
+            }
+            let nm = |id: u64| {
+                names
+                    .get(&id)
+                    .map_or((None, None), |e| (e.path.clone(), e.name.clone()))
+            };
+            for ev in waits_buf.drain(..) {
+                let (path, name) = nm(ev.cgroup_id);
+                let line = crate::session::runq_wait(&ev, path.clone(), name.clone());
+                waits.push(Wait {
+                    cgroup_id: ev.cgroup_id,
+                    path,
+                    name,
+                    at_unix_ms: wall(clock, ev.header.ts_ns),
+                    pid: ev.pid,
+                    comm: line.comm,
+                    wait_kind: line.wait_kind,
+                    wait_us: line.wait_us,
+                });
+                keep_top(&mut waits, |w| w.wait_us);
+            }
+            for (ev, period) in std::mem::take(&mut stats.throttle_lines) {
+                let (path, name) = nm(ev.cgroup_id);
+                episodes.push(Episode {
+                    cgroup_id: ev.cgroup_id,
+                    path,
+                    name,
+                    at_unix_ms: wall(clock, ev.header.ts_ns),
+                    cpu: ev.header.cpu,
+                    duration_us: ev.duration_ns as f64 / 1e3,
+                    runnable: ev.runnable,
+                    period,
+                });
+                keep_top(&mut episodes, |e| e.duration_us);
+            }
+        }
+        Item::Window {
+            mono_ns,
+            end_unix_ms,
+            json,
+        } => {
+            let _ = stats.burners.take(mono_ns);
+            stats.episodes.clear();
+            let fix = clock.is_none();
+            clock = Some((mono_ns, end_unix_ms));
+            if fix {
+                for e in &mut episodes[unplaced.0..] {
+                    e.at_unix_ms = end_unix_ms;
+                }
+                for w in &mut waits[unplaced.1..] {
+                    w.at_unix_ms = end_unix_ms;
+                }
+            }
+            unplaced = (episodes.len(), waits.len());
+            let Ok(w) = serde_json::from_slice::<Value>(json) else {
+                return;
+            };
+            nwin += 1;
+            first = first.min(end_unix_ms);
+            last = last.max(end_unix_ms);
+            dropped = dropped.saturating_add(
+                w.pointer("/events/dropped")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            );
+            let Some(cgroups) = w.get("cgroups").and_then(Value::as_array) else {
+                return;
+            };
+            for c in cgroups {
+                window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
+            }
+        }
+        Item::Loss(j) => {
+            // Cumulative in the recorder: the last one counts.
+            if let Ok(v) = serde_json::from_slice::<Value>(j) {
+                recorder_lost = recorder_lost.max(v["events_lost"].as_u64().unwrap_or(0));
+            }
+        }
+        Item::Summary(_) | Item::End(_) => {}
+    });
+    let families = fam
+        .into_iter()
+        .map(|(f, accs)| {
+            let mut all: Vec<CgroupLatency> = accs
+                .into_iter()
+                .filter(|(_, a)| a.hist.count > 0)
+                .map(|(id, a)| {
+                    let s = a.hist.summary();
+                    CgroupLatency {
+                        id,
+                        path: a.path,
+                        name: a.name,
+                        count: s.count,
+                        mean_us: s.mean_us,
+                        p99_us: s.p99_us,
+                        max_us: s.max_us,
+                        max_at_unix_ms: a.max_at,
+                    }
+                })
+                .collect();
+            let n = all.len();
+            all.sort_by(|a, b| b.max_us.total_cmp(&a.max_us).then(a.id.cmp(&b.id)));
+            let worst_max = all.iter().take(TOP).cloned().collect();
+            // A p99 needs enough waits to mean something.
+            all.retain(|c| c.count >= 100);
+            all.sort_by(|a, b| b.p99_us.total_cmp(&a.p99_us).then(a.id.cmp(&b.id)));
+            all.truncate(TOP);
+            (
+                f,
+                FamilyReport {
+                    cgroups: n,
+                    worst_p99: all,
+                    worst_max,
+                },
+            )
+        })
+        .collect();
+    let mut throttled: Vec<ThrottledCgroup> = thr
+        .into_values()
+        .filter(|t| t.nr_throttled > 0 || t.episodes > 0)
+        .collect();
+    throttled.sort_by(|a, b| {
+        b.throttled_us
+            .total_cmp(&a.throttled_us)
+            .then(a.id.cmp(&b.id))
+    });
+    episodes.sort_by(|a, b| b.duration_us.total_cmp(&a.duration_us));
+    waits.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+    Report {
+        host: hello.host,
+        kernel: hello.kernel,
+        cgtrace: hello.cgtrace,
+        format: format!("{}.{}", rec.major, rec.minor),
+        first_unix_ms: if nwin == 0 { 0 } else { first },
+        last_unix_ms: last,
+        windows: nwin,
+        events_recorded: nev,
+        events_dropped: dropped,
+        recorder_lost,
+        read: rec.stats.clone(),
+        families,
+        throttled,
+        longest_episodes: episodes,
+        slowest_waits: waits,
+        events_by_family: by_family,
+        undecoded_events: undecoded,
+    }
+}
+
+/// Keeps the `TOP` largest by `key` (amortised: trims when twice as long).
+fn keep_top<T>(v: &mut Vec<T>, key: impl Fn(&T) -> f64) {
+    if v.len() >= 2 * TOP {
+        v.sort_by(|a, b| key(b).total_cmp(&key(a)));
+        v.truncate(TOP);
+    }
+}
+
+fn window_cgroup(
+    c: &Value,
+    end_ms: u64,
+    fam: &mut BTreeMap<String, HashMap<u64, Acc>>,
+    thr: &mut HashMap<u64, ThrottledCgroup>,
+) {
+    let Some(id) = c.get("id").and_then(Value::as_u64) else {
+        return;
+    };
+    let path = c.get("path").and_then(Value::as_str).map(str::to_string);
+    let name = c.get("name").and_then(Value::as_str).map(str::to_string);
+    let Some(obj) = c.as_object() else { return };
+    for (key, v) in obj {
+        if let Some(h) = as_hist(v) {
+            add_hist(fam, key, id, &path, &name, &h, end_ms);
+        } else if key != "throttle"
+            && let Some(o) = v.as_object()
+        {
+            // A family nesting its histograms one level down (e.g. per operation).
+            for (sub, sv) in o {
+                if let Some(h) = as_hist(sv) {
+                    add_hist(fam, &format!("{key}.{sub}"), id, &path, &name, &h, end_ms);
+                }
+            }
+        }
+    }
+    let Some(t) = c.get("throttle").filter(|t| t.is_object()) else {
+        return;
+    };
+    if let Some(h) = t.get("episode").and_then(as_hist) {
+        add_hist(fam, "throttle.episode", id, &path, &name, &h, end_ms);
+    }
+    let e = thr.entry(id).or_insert_with(|| ThrottledCgroup {
+        id,
+        ..ThrottledCgroup::default()
+    });
+    e.path.clone_from(&path);
+    e.name.clone_from(&name);
+    let u = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    e.quota_cores = t
+        .get("quota_cores")
+        .and_then(Value::as_f64)
+        .or(e.quota_cores);
+    e.nr_periods = e.nr_periods.saturating_add(u("nr_periods"));
+    e.nr_throttled = e.nr_throttled.saturating_add(u("nr_throttled"));
+    e.throttled_us += f("throttled_us");
+    e.episodes = e.episodes.saturating_add(u("episodes"));
+    e.worst_window_share = e.worst_window_share.max(f("throttled_share"));
+    if let Some(k) = t.get("kernel").filter(|k| k.is_object()) {
+        e.kernel_nr_throttled = e
+            .kernel_nr_throttled
+            .saturating_add(k.get("nr_throttled").and_then(Value::as_u64).unwrap_or(0));
+        e.kernel_throttled_us += k.get("throttled_us").and_then(Value::as_f64).unwrap_or(0.0);
+        e.ours_nr_throttled_matched = e
+            .ours_nr_throttled_matched
+            .saturating_add(u("nr_throttled"));
+        e.ours_throttled_us_matched += f("throttled_us");
+    }
+    if let Some(flags) = t.get("flags").and_then(Value::as_array) {
+        for fl in flags {
+            let s = |k: &str| fl.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let seen = e.flags.entry(s("code")).or_insert(FlagSeen {
+                windows: 0,
+                message: String::new(),
+                suggestion: String::new(),
+            });
+            seen.windows += 1;
+            seen.message = s("message");
+            seen.suggestion = s("suggestion");
+        }
+    }
+}
+
+fn add_hist(
+    fam: &mut BTreeMap<String, HashMap<u64, Acc>>,
+    family: &str,
+    id: u64,
+    path: &Option<String>,
+    name: &Option<String>,
+    h: &HistSummary,
+    end_ms: u64,
+) {
+    if h.count == 0 {
+        return;
+    }
+    let a = fam
+        .entry(family.to_string())
+        .or_default()
+        .entry(id)
+        .or_default();
+    a.path.clone_from(path);
+    a.name.clone_from(name);
+    let hist = Hist::from_summary(h);
+    if hist.max_ns > a.hist.max_ns {
+        a.max_at = end_ms;
+    }
+    // Saturating at 2^56 per bucket (no real window comes near): a damaged or forged file cannot
+    // overflow the sums the percentiles take over 140 buckets.
+    const CAP: u64 = 1 << 56;
+    a.hist.count = a.hist.count.saturating_add(hist.count).min(CAP);
+    a.hist.sum_ns = a.hist.sum_ns.saturating_add(hist.sum_ns);
+    a.hist.max_ns = a.hist.max_ns.max(hist.max_ns);
+    for (x, y) in a.hist.buckets.iter_mut().zip(hist.buckets.iter()) {
+        *x = x.saturating_add(*y).min(CAP);
+    }
+}
+
+fn who(path: &Option<String>, name: &Option<String>, id: u64) -> String {
+    match (name, path) {
+        (Some(n), Some(p)) => format!("{n} ({p})"),
+        (None, Some(p)) => p.clone(),
+        (Some(n), None) => n.clone(),
+        (None, None) => format!("cgroup id {id} (removed before it was named)"),
+    }
+}
+
+fn us(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} ms", v / 1e3)
+    } else {
+        format!("{v:.0} µs")
+    }
+}
+
+/// The text a human pastes into an incident.
+pub fn render_text(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "cgtrace report: {} (Linux {}), {} to {}, {} windows, {} single events recorded, {} lost in the kernel",
+        r.host,
+        r.kernel,
+        clock_utc(r.first_unix_ms),
+        clock_utc(r.last_unix_ms),
+        r.windows,
+        r.events_recorded,
+        r.events_dropped
+    );
+    if r.recorder_lost > 0 {
+        let _ = writeln!(
+            o,
+            "note: the recorder could not keep {} single events (its buffer was full: the disk was too slow)",
+            r.recorder_lost
+        );
+    }
+    if let Some(w) = r.read.warning() {
+        let _ = writeln!(o, "note: the file is damaged: {w}");
+    }
+    for (f, fr) in &r.families {
+        let _ = writeln!(o, "\n## {f}: worst of {} cgroups", fr.cgroups);
+        if !fr.worst_p99.is_empty() {
+            let _ = writeln!(o, "by p99 (cgroups with at least 100 waits):");
+            for c in &fr.worst_p99 {
+                let _ = writeln!(
+                    o,
+                    "  p99 {:>9}  max {:>9}  mean {:>9}  n {:>9}  {}",
+                    us(c.p99_us),
+                    us(c.max_us),
+                    us(c.mean_us),
+                    c.count,
+                    who(&c.path, &c.name, c.id)
+                );
+            }
+        }
+        let _ = writeln!(o, "by max:");
+        for c in &fr.worst_max {
+            let _ = writeln!(
+                o,
+                "  max {:>9} at {}  p99 {:>9}  n {:>9}  {}",
+                us(c.max_us),
+                clock_utc(c.max_at_unix_ms),
+                us(c.p99_us),
+                c.count,
+                who(&c.path, &c.name, c.id)
+            );
+        }
+    }
+    if !r.throttled.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## throttled cgroups (ours vs the kernel's cpu.stat over the same windows)"
+        );
+        for t in r.throttled.iter().take(TOP) {
+            let _ = writeln!(
+                o,
+                "  {}: quota {} CPUs, throttled {} of {} periods (worst window {:.0} %), {} throttled in {} episodes; kernel: nr_throttled {} vs ours {}, throttled time {} vs ours {}",
+                who(&t.path, &t.name, t.id),
+                t.quota_cores.map_or("?".into(), |q| format!("{q:.2}")),
+                t.nr_throttled,
+                t.nr_periods,
+                t.worst_window_share * 100.0,
+                us(t.throttled_us),
+                t.episodes,
+                t.kernel_nr_throttled,
+                t.ours_nr_throttled_matched,
+                us(t.kernel_throttled_us),
+                us(t.ours_throttled_us_matched),
+            );
+            for (code, f) in &t.flags {
+                let _ = writeln!(
+                    o,
+                    "    flag {code} ({} windows): {}\n      → {}",
+                    f.windows, f.message, f.suggestion
+                );
+            }
+        }
+    }
+    if !r.longest_episodes.is_empty() {
+        let _ = writeln!(o, "\n## longest throttle episodes");
+        for e in r.longest_episodes.iter().take(TOP) {
+            let _ = writeln!(
+                o,
+                "  {} at {} on CPU {} ({} runnable): {}",
+                us(e.duration_us),
+                clock_utc(e.at_unix_ms),
+                e.cpu,
+                e.runnable,
+                who(&e.path, &e.name, e.cgroup_id)
+            );
+            if let Some(p) = &e.period {
+                let top: Vec<String> = p
+                    .top
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{} [{}] {:.1} ms on {} CPUs",
+                            t.comm, t.tid, t.cpu_ms, t.cpus
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    o,
+                    "    quota burned{} by {} threads ({:.1} ms CPU): {}",
+                    p.burned_in_ms
+                        .map_or(String::new(), |b| format!(" in {b:.1} ms")),
+                    p.threads,
+                    p.cpu_ms,
+                    top.join(", ")
+                );
+            }
+        }
+    }
+    if !r.slowest_waits.is_empty() {
+        let _ = writeln!(o, "\n## slowest single run-queue waits");
+        for w in r.slowest_waits.iter().take(TOP) {
+            let _ = writeln!(
+                o,
+                "  {} at {} {} {} [{}]: {}",
+                us(w.wait_us),
+                clock_utc(w.at_unix_ms),
+                w.wait_kind,
+                w.comm,
+                w.pid,
+                who(&w.path, &w.name, w.cgroup_id)
+            );
+        }
+    }
+    let _ = writeln!(o, "\n## single events recorded by family");
+    if r.events_by_family.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for (f, n) in &r.events_by_family {
+        let _ = writeln!(o, "  {f}: {n}");
+    }
+    if r.undecoded_events > 0 {
+        let _ = writeln!(
+            o,
+            "  {} events of kinds this cgtrace cannot decode (e.g. slow reads from a newer cgtrace): use a newer cgtrace for them",
+            r.undecoded_events
+        );
+    }
+    o
+}
