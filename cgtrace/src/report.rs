@@ -52,9 +52,131 @@ pub struct Report {
     pub throttled: Vec<ThrottledCgroup>,
     pub longest_episodes: Vec<Episode>,
     pub slowest_waits: Vec<Wait>,
+    /// `reads`: the (reader cgroup, comm, file) with the slowest reads over the recording.
+    pub slowest_reads: Vec<FileReadsSeen>,
+    /// `reads`: memory cgroups whose stat files were read, most read time first.
+    pub memcgs: Vec<MemcgSeen>,
+    /// `reads`: the host's largest dying memcg count over the recording.
+    pub dying_memcgs_max: Option<u64>,
+    /// `reads`: cgroups created and removed over the recording.
+    pub cgroups_created: u64,
+    pub cgroups_removed: u64,
     /// Single events per family, and those this cgtrace cannot decode.
     pub events_by_family: BTreeMap<String, u64>,
     pub undecoded_events: u64,
+}
+
+/// One reader's reads of one file over the recording.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FileReadsSeen {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub comm: String,
+    pub file: String,
+    pub count: u64,
+    pub total_us: f64,
+    pub flush_us: f64,
+    pub max_us: f64,
+    pub max_at_unix_ms: u64,
+    pub dying_memcgs: Option<u64>,
+}
+
+/// A memory cgroup whose stat files were read, over the recording.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemcgSeen {
+    pub hierarchy: String,
+    pub path: String,
+    pub stat_reads: u64,
+    pub read_us: f64,
+    pub flush_us: f64,
+    pub dying_memcgs_max: u64,
+    pub readers: Vec<String>,
+}
+
+/// Adds one window's `reads` family (per-cgroup `reads` lines, `memcgs`, `dying_memcgs`, `churn`).
+fn window_reads(
+    w: &Value,
+    end_unix_ms: u64,
+    files: &mut HashMap<(u64, String, String), FileReadsSeen>,
+    memcgs: &mut BTreeMap<(String, String), MemcgSeen>,
+    dying_max: &mut Option<u64>,
+    churn: &mut (u64, u64),
+) {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    for c in w["cgroups"].as_array().into_iter().flatten() {
+        let id = c["id"].as_u64().unwrap_or(0);
+        for r in c["reads"].as_array().into_iter().flatten() {
+            let comm = r["comm"].as_str().unwrap_or("").to_string();
+            let file = r["file"].as_str().unwrap_or("").to_string();
+            let e = files
+                .entry((id, comm.clone(), file.clone()))
+                .or_insert_with(|| FileReadsSeen {
+                    cgroup_id: id,
+                    path: c["path"].as_str().map(str::to_string),
+                    name: c["name"].as_str().map(str::to_string),
+                    comm,
+                    file,
+                    ..FileReadsSeen::default()
+                });
+            e.count = e.count.saturating_add(r["count"].as_u64().unwrap_or(0));
+            e.total_us += f(r, "total_us");
+            e.flush_us += f(r, "flush_us") + f(r, "lock_wait_us");
+            let max = r
+                .pointer("/latency/max_us")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            if max > e.max_us {
+                e.max_us = max;
+                e.max_at_unix_ms = end_unix_ms;
+            }
+            if let Some(d) = r["dying_memcgs"].as_u64() {
+                e.dying_memcgs = Some(e.dying_memcgs.unwrap_or(0).max(d));
+            }
+        }
+    }
+    for m in w["memcgs"].as_array().into_iter().flatten() {
+        let key = (
+            m["hierarchy"].as_str().unwrap_or("").to_string(),
+            m["path"].as_str().unwrap_or("").to_string(),
+        );
+        let e = memcgs.entry(key.clone()).or_insert_with(|| MemcgSeen {
+            hierarchy: key.0.clone(),
+            path: key.1.clone(),
+            ..MemcgSeen::default()
+        });
+        e.stat_reads = e
+            .stat_reads
+            .saturating_add(m["stat_reads"].as_u64().unwrap_or(0));
+        e.read_us += f(m, "read_us");
+        e.flush_us += f(m, "flush_us") + f(m, "lock_wait_us");
+        e.dying_memcgs_max = e
+            .dying_memcgs_max
+            .max(m["dying_memcgs"].as_u64().unwrap_or(0));
+        for r in m["readers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !e.readers.iter().any(|x| x == r) && e.readers.len() < 5 {
+                e.readers.push(r.to_string());
+            }
+        }
+    }
+    if let Some(t) = w.pointer("/dying_memcgs/total").and_then(Value::as_u64) {
+        *dying_max = Some(dying_max.unwrap_or(0).max(t));
+    }
+    churn.0 = churn.0.saturating_add(
+        w.pointer("/churn/created")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    );
+    churn.1 = churn.1.saturating_add(
+        w.pointer("/churn/removed")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    );
 }
 
 #[derive(Debug, Serialize)]
@@ -162,6 +284,10 @@ pub fn build(rec: &Recording) -> Report {
     let mut by_family: BTreeMap<String, u64> = BTreeMap::new();
     let (mut undecoded, mut dropped, mut nwin, mut nev) = (0u64, 0u64, 0u64, 0u64);
     let mut recorder_lost = 0u64;
+    let mut read_files: HashMap<(u64, String, String), FileReadsSeen> = HashMap::new();
+    let mut memcgs: BTreeMap<(String, String), MemcgSeen> = BTreeMap::new();
+    let mut dying_max: Option<u64> = None;
+    let mut churn = (0u64, 0u64);
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
     let mut clock: Option<(u64, u64)> = None;
@@ -258,6 +384,14 @@ pub fn build(rec: &Recording) -> Report {
                     .and_then(Value::as_u64)
                     .unwrap_or(0),
             );
+            window_reads(
+                &w,
+                end_unix_ms,
+                &mut read_files,
+                &mut memcgs,
+                &mut dying_max,
+                &mut churn,
+            );
             let Some(cgroups) = w.get("cgroups").and_then(Value::as_array) else {
                 return;
             };
@@ -320,6 +454,12 @@ pub fn build(rec: &Recording) -> Report {
             .then(a.id.cmp(&b.id))
     });
     episodes.sort_by(|a, b| b.duration_us.total_cmp(&a.duration_us));
+    let mut slowest_reads: Vec<FileReadsSeen> = read_files.into_values().collect();
+    slowest_reads.sort_by(|a, b| b.max_us.total_cmp(&a.max_us).then(a.file.cmp(&b.file)));
+    slowest_reads.truncate(TOP);
+    let mut memcgs: Vec<MemcgSeen> = memcgs.into_values().collect();
+    memcgs.sort_by(|a, b| b.read_us.total_cmp(&a.read_us).then(a.path.cmp(&b.path)));
+    memcgs.truncate(TOP);
     waits.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
     Report {
         host: hello.host,
@@ -337,6 +477,11 @@ pub fn build(rec: &Recording) -> Report {
         throttled,
         longest_episodes: episodes,
         slowest_waits: waits,
+        slowest_reads,
+        memcgs,
+        dying_memcgs_max: dying_max,
+        cgroups_created: churn.0,
+        cgroups_removed: churn.1,
         events_by_family: by_family,
         undecoded_events: undecoded,
     }
@@ -607,6 +752,52 @@ pub fn render_text(r: &Report) -> String {
                 w.comm,
                 w.pid,
                 who(&w.path, &w.name, w.cgroup_id)
+            );
+        }
+    }
+    if !r.slowest_reads.is_empty() {
+        let _ = writeln!(o, "\n## slowest pseudo-file reads (per reader and file)");
+        for f in &r.slowest_reads {
+            let flush = if f.total_us > 0.0 && f.flush_us > 0.0 {
+                format!(", {:.0} % flushing", f.flush_us / f.total_us * 100.0)
+            } else {
+                String::new()
+            };
+            let dying = f
+                .dying_memcgs
+                .map_or(String::new(), |d| format!(", {d} dying memcgs below"));
+            let _ = writeln!(
+                o,
+                "  max {} at {} {} in {}: {} ({} reads, {} in all{flush}{dying})",
+                us(f.max_us),
+                clock_utc(f.max_at_unix_ms),
+                f.comm,
+                who(&f.path, &f.name, f.cgroup_id),
+                f.file,
+                f.count,
+                us(f.total_us)
+            );
+        }
+    }
+    if !r.memcgs.is_empty() || r.dying_memcgs_max.is_some() {
+        let _ = writeln!(
+            o,
+            "\n## memory cgroups read (dying memcgs on the host: up to {}; cgroups created {}, removed {})",
+            r.dying_memcgs_max.map_or("-".into(), |d| d.to_string()),
+            r.cgroups_created,
+            r.cgroups_removed
+        );
+        for m in &r.memcgs {
+            let _ = writeln!(
+                o,
+                "  {} {}: {} stat reads, {} in all, {} flushing, up to {} dying below; read by {}",
+                m.hierarchy,
+                m.path,
+                m.stat_reads,
+                us(m.read_us),
+                us(m.flush_us),
+                m.dying_memcgs_max,
+                m.readers.join(", ")
             );
         }
     }

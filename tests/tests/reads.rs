@@ -372,3 +372,40 @@ fn reads_modes_off_and_forced() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_recording_reports_the_slowest_reads() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let fs = SlowFs::mount(Duration::from_millis(40))?;
+    let cg = TestCgroup::new("recreader")?;
+    let file = std::env::temp_dir().join(format!("cgtrace-reads-{}.cgt", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let mut rec = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
+        .args(["record", "--duration", "4", "-o"])
+        .arg(&file)
+        .spawn()?;
+    sleep(Duration::from_millis(1500));
+    let slow = fs.path("slow");
+    run(&reader_cmd(&slow, 2, "cgt-recreader", &[&cg.dir]))?;
+    assert!(rec.wait()?.success());
+    let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
+        .args(["report", "--json"])
+        .arg(&file)
+        .output()?;
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout)?;
+    let top = &report["slowest_reads"][0];
+    assert_eq!(top["file"].as_str(), Some(slow.to_str().unwrap()), "{top}");
+    assert_eq!(top["comm"], "cgt-recreader", "{top}");
+    assert_eq!(top["path"].as_str(), Some(cg.rel.as_str()), "{top}");
+    assert!(top["max_us"].as_f64().unwrap_or(0.0) >= 40_000.0, "{top}");
+    assert_eq!(top["count"], 4, "two passes, each two reads: {top}");
+    Ok(())
+}
