@@ -185,7 +185,10 @@ fn a_recorded_minute_replays_and_reports_what_the_live_stream_printed() -> Resul
         t["ours_nr_throttled_matched"].as_u64().unwrap(),
         t["kernel_nr_throttled"].as_u64().unwrap(),
     );
-    assert!(ours.abs_diff(kernel) <= 1, "ours {ours} kernel {kernel}");
+    // Summed only over windows with a kernel reading: a period that lands between our map read
+    // and the cpu.stat read is in a neighbouring window on each side, which cancels inside the
+    // span but not at its two ends. Whole-run equality is tests/tests/throttle.rs's job.
+    assert!(ours.abs_diff(kernel) <= 2, "ours {ours} kernel {kernel}");
     let ep = &r["longest_episodes"][0];
     assert_eq!(ep["path"], throttled.rel.as_str());
     assert_eq!(ep["period"]["top"][0]["comm"], "spin");
