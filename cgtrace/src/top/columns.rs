@@ -94,8 +94,8 @@ pub const NAME: Column = Column {
     id: "name",
     title: "NAME",
     help: "pod/container, Docker or unit name, else path; dots show depth",
-    // The least it gets: other columns go first.
-    width: 24,
+    // The least it gets: other columns go first (32 keeps a pod or test cgroup name whole).
+    width: 32,
     priority: u8::MAX,
     needs: &[],
     source: Source::Name,
