@@ -470,35 +470,33 @@ impl ReadsReader {
             if info.memcg_stat
                 && let Some(t) = &target
             {
-                {
-                    let (m, readers) =
-                        targets
-                            .entry((t.hierarchy.clone(), t.id))
-                            .or_insert_with(|| {
-                                (
-                                    MemcgTarget {
-                                        hierarchy: t.hierarchy.clone(),
-                                        id: t.id,
-                                        path: t.path.clone(),
-                                        stat_reads: 0,
-                                        read_us: 0.0,
-                                        flush_us: 0.0,
-                                        lock_wait_us: 0.0,
-                                        flushed_reads: 0,
-                                        dying_memcgs: 0,
-                                        readers: Vec::new(),
-                                    },
-                                    BTreeMap::new(),
-                                )
-                            });
-                    m.stat_reads += line.count;
-                    m.read_us += line.total_us;
-                    m.flush_us += line.flush_us;
-                    m.lock_wait_us += line.lock_wait_us;
-                    m.flushed_reads += line.flushed_reads;
-                    m.dying_memcgs = cur.target_dying;
-                    *readers.entry(line.comm.clone()).or_default() += line.total_us;
-                }
+                let (m, readers) =
+                    targets
+                        .entry((t.hierarchy.clone(), t.id))
+                        .or_insert_with(|| {
+                            (
+                                MemcgTarget {
+                                    hierarchy: t.hierarchy.clone(),
+                                    id: t.id,
+                                    path: t.path.clone(),
+                                    stat_reads: 0,
+                                    read_us: 0.0,
+                                    flush_us: 0.0,
+                                    lock_wait_us: 0.0,
+                                    flushed_reads: 0,
+                                    dying_memcgs: 0,
+                                    readers: Vec::new(),
+                                },
+                                BTreeMap::new(),
+                            )
+                        });
+                m.stat_reads += line.count;
+                m.read_us += line.total_us;
+                m.flush_us += line.flush_us;
+                m.lock_wait_us += line.lock_wait_us;
+                m.flushed_reads += line.flushed_reads;
+                m.dying_memcgs = cur.target_dying;
+                *readers.entry(line.comm.clone()).or_default() += line.total_us;
             }
             out.by_cgroup.entry(key.cgroup_id).or_default().push(line);
             self.prev.insert(

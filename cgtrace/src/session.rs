@@ -354,22 +354,10 @@ impl Session {
             out.window.dying_memcgs = r.memory.as_ref().and_then(|(mount, v2)| {
                 crate::reads::dying_memcgs(mount, *v2, "/proc/cgroups".as_ref())
             });
-            let subsystems = &r.subsystems;
-            out.window.churn = self.drain.churn.take(|h| {
-                if h == 0 {
-                    return "cgroup2".to_string();
-                }
-                let names: Vec<&str> = subsystems
-                    .iter()
-                    .filter(|(_, id)| *id == h)
-                    .map(|(n, _)| n.as_str())
-                    .collect();
-                if names.is_empty() {
-                    format!("hierarchy{h}")
-                } else {
-                    names.join(",")
-                }
-            });
+            out.window.churn = self
+                .drain
+                .churn
+                .take(|h| r.reader.hierarchy_name(h, &r.subsystems));
         }
         for id in out.removed {
             self.runq.forget(id);

@@ -230,15 +230,13 @@ fn open_read(task: P, file: P, hook: u32) {
         if first.is_ascii_digit()
             && let Some(names) = READ_NAMES_SCRATCH.get_ptr_mut(0)
         {
-            {
-                // SAFETY: this CPU's scratch slot.
-                let slot = unsafe { &mut (*names).names[0] };
-                *slot = [0; NAME_LEN];
-                let name: P = rd(dentry, layout!(dentry_name)).unwrap_or(core::ptr::null());
-                // SAFETY: the helper checks the address.
-                let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, slot) };
-                file_id = FILE_NAME_HASH | name_hash(slot);
-            }
+            // SAFETY: this CPU's scratch slot.
+            let slot = unsafe { &mut (*names).names[0] };
+            *slot = [0; NAME_LEN];
+            let name: P = rd(dentry, layout!(dentry_name)).unwrap_or(core::ptr::null());
+            // SAFETY: the helper checks the address.
+            let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, slot) };
+            file_id = FILE_NAME_HASH | name_hash(slot);
         }
     }
     remember_names(
