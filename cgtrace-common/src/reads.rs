@@ -142,6 +142,34 @@ pub struct ReadInflight {
     pub target_cgrp: u64,
 }
 
+impl ReadInflight {
+    /// A read (or flush) by `key`'s reader that starts at `start_ns`: open, nothing spent yet,
+    /// no file or target known.
+    pub const fn start(start_ns: u64, key: ReadKey, hook: u32) -> Self {
+        Self {
+            start_ns,
+            key,
+            magic: 0,
+            target_cgroup: 0,
+            flush_ns: 0,
+            lock_wait_ns: 0,
+            flush_locks: 0,
+            contended: 0,
+            locked_at: 0,
+            contended_at: 0,
+            flush_entry_at: 0,
+            flush_span_ns: 0,
+            target_dying: 0,
+            hook,
+            needs_flush: 0,
+            open: 1,
+            file_ptr: 0,
+            inode_ptr: 0,
+            target_cgrp: 0,
+        }
+    }
+}
+
 /// A read at or above the event threshold.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -161,6 +161,18 @@ fn remember_names(key: &FileKey, magic: u64, dentry: P) {
     }
 }
 
+/// The key of a read of `file` (on `dev`) by the current thread.
+#[inline(always)]
+fn reader_key(task: P, file: u64, dev: u32) -> ReadKey {
+    ReadKey {
+        cgroup_id: task_cgroup_id::<false>(task).unwrap_or(0),
+        file,
+        dev,
+        _pad: 0,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    }
+}
+
 /// Starts timing a read of `file` by the current thread if the file is a traced pseudo-file.
 #[inline(always)]
 fn open_read(task: P, file: P, hook: u32) {
@@ -186,24 +198,18 @@ fn open_read(task: P, file: P, hook: u32) {
             }
             // The same open file as this thread's last read: reuse its key.
             if (*e).open == 0 && (*e).file_ptr == file as u64 && (*e).inode_ptr == inode as u64 {
-                (*e).start_ns = now();
-                (*e).key.cgroup_id = task_cgroup_id::<false>(task).unwrap_or(0);
-                (*e).key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
-                (*e).flush_ns = 0;
-                (*e).lock_wait_ns = 0;
-                (*e).flush_locks = 0;
-                (*e).contended = 0;
-                (*e).locked_at = 0;
-                (*e).contended_at = 0;
-                (*e).flush_entry_at = 0;
-                (*e).flush_span_ns = 0;
-                (*e).needs_flush = 0;
-                (*e).hook = hook;
-                if (*e).target_cgrp != 0 {
-                    (*e).target_dying = rd::<i32>((*e).target_cgrp as P, layout!(cgroup_nr_dying))
-                        .unwrap_or(0) as u32;
+                let mut r =
+                    ReadInflight::start(now(), reader_key(task, (*e).key.file, (*e).key.dev), hook);
+                r.magic = (*e).magic;
+                r.target_cgroup = (*e).target_cgroup;
+                r.target_cgrp = (*e).target_cgrp;
+                r.file_ptr = (*e).file_ptr;
+                r.inode_ptr = (*e).inode_ptr;
+                if r.target_cgrp != 0 {
+                    r.target_dying =
+                        rd::<i32>(r.target_cgrp as P, layout!(cgroup_nr_dying)).unwrap_or(0) as u32;
                 }
-                (*e).open = 1;
+                *e = r;
                 return;
             }
         }
@@ -248,33 +254,13 @@ fn open_read(task: P, file: P, hook: u32) {
         magic,
         dentry,
     );
-    let inflight = ReadInflight {
-        start_ns,
-        key: ReadKey {
-            cgroup_id: task_cgroup_id::<false>(task).unwrap_or(0),
-            file: file_id,
-            dev,
-            _pad: 0,
-            comm: bpf_get_current_comm().unwrap_or([0; 16]),
-        },
-        magic,
-        target_cgroup,
-        flush_ns: 0,
-        lock_wait_ns: 0,
-        flush_locks: 0,
-        contended: 0,
-        locked_at: 0,
-        contended_at: 0,
-        flush_entry_at: 0,
-        flush_span_ns: 0,
-        target_dying,
-        hook,
-        needs_flush: 0,
-        open: 1,
-        file_ptr: file as u64,
-        inode_ptr: inode as u64,
-        target_cgrp: target_cgrp as u64,
-    };
+    let mut inflight = ReadInflight::start(start_ns, reader_key(task, file_id, dev), hook);
+    inflight.magic = magic;
+    inflight.target_cgroup = target_cgroup;
+    inflight.target_dying = target_dying;
+    inflight.target_cgrp = target_cgrp as u64;
+    inflight.file_ptr = file as u64;
+    inflight.inode_ptr = inode as u64;
     // Replaces this thread's last entry (a finished read, or a stale flush-only one).
     if READ_INFLIGHT.insert(&t, &inflight, 0).is_err() {
         count(counters(), counters::READ_INFLIGHT_FULL);
@@ -538,34 +524,12 @@ fn inflight_or_flush() -> Option<*mut ReadInflight> {
     {
         return Some(p);
     }
-    let task = current();
-    let r = ReadInflight {
-        start_ns: now(),
-        key: ReadKey {
-            cgroup_id: task_cgroup_id::<false>(task).unwrap_or(0),
-            file: FILE_RSTAT_FLUSH,
-            dev: 0,
-            _pad: 0,
-            comm: bpf_get_current_comm().unwrap_or([0; 16]),
-        },
-        magic: 0,
-        target_cgroup: 0,
-        flush_ns: 0,
-        lock_wait_ns: 0,
-        flush_locks: 0,
-        contended: 0,
-        locked_at: 0,
-        contended_at: 0,
-        flush_entry_at: 0,
-        flush_span_ns: 0,
-        target_dying: 0,
-        hook: HOOK_FLUSH,
-        needs_flush: 1,
-        open: 1,
-        file_ptr: 0,
-        inode_ptr: 0,
-        target_cgrp: 0,
-    };
+    let mut r = ReadInflight::start(
+        now(),
+        reader_key(current(), FILE_RSTAT_FLUSH, 0),
+        HOOK_FLUSH,
+    );
+    r.needs_flush = 1;
     if let Some(p) = existing {
         // SAFETY: this thread's live map value (a finished read's entry, reused).
         unsafe { *p = r };
