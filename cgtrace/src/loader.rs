@@ -81,6 +81,8 @@ pub struct Tracer {
     pub families: BTreeMap<String, FamilyMode>,
     pub capabilities: Capabilities,
     pub layout: Layout,
+    /// Cgroup creations and removals are traced (`cgroup_mkdir`/`cgroup_rmdir` attached).
+    pub churn_traced: bool,
 }
 
 /// Whether this process may load BPF programs: root, or the capabilities that replace it.
@@ -194,11 +196,15 @@ impl Tracer {
             }
         };
         families.insert("reads".to_string(), reads);
+        let churn_traced = ebpf
+            .program("reads_cgroup_mkdir")
+            .is_some_and(|p| p.fd().is_ok());
         Ok(Self {
             ebpf,
             families,
             capabilities,
             layout,
+            churn_traced,
         })
     }
 }

@@ -413,14 +413,13 @@ impl ReadsReader {
             BTreeMap::new();
         for (key, cur) in entries {
             seen.insert(key);
-            let base: Option<Box<ReadStats>> = self
+            // A count that went backwards is an entry re-created in between: count from zero.
+            let prev_count = self
                 .prev
                 .get(&key)
-                .filter(|p| p.stats.count <= cur.count)
-                .map(|p| p.stats.clone());
-            let base = base.as_deref();
-            let d = |f: fn(&ReadStats) -> u64| f(&cur).saturating_sub(base.map_or(0, f));
-            let count = d(|s| s.count);
+                .map(|p| p.stats.count)
+                .filter(|&c| c <= cur.count);
+            let count = cur.count - prev_count.unwrap_or(0);
             if count == 0 {
                 if let Some(p) = self.prev.get_mut(&key) {
                     p.unchanged_windows += 1;
@@ -431,6 +430,13 @@ impl ReadsReader {
                 }
                 continue;
             }
+            let info = self.info_of(&key);
+            let base = self
+                .prev
+                .get(&key)
+                .filter(|p| p.stats.count <= cur.count)
+                .map(|p| &*p.stats);
+            let d = |f: fn(&ReadStats) -> u64| f(&cur).saturating_sub(base.map_or(0, f));
             let mut hist = Hist::delta(
                 cur.count,
                 cur.total_ns,
@@ -444,7 +450,6 @@ impl ReadsReader {
                 // bucket and its sum.
                 hist.max_ns = hist.top_bucket_upper_ns().min(cur.max_ns).min(hist.sum_ns);
             }
-            let info = self.info_of(&key);
             let target = info.cgroup.as_ref().map(|(h, p)| Target {
                 hierarchy: h.clone(),
                 id: cur.target_cgroup,
@@ -499,13 +504,21 @@ impl ReadsReader {
                 *readers.entry(line.comm.clone()).or_default() += line.total_us;
             }
             out.by_cgroup.entry(key.cgroup_id).or_default().push(line);
-            self.prev.insert(
-                key,
-                Prev {
-                    stats: Box::new(cur),
-                    unchanged_windows: 0,
-                },
-            );
+            match self.prev.get_mut(&key) {
+                Some(p) => {
+                    *p.stats = cur;
+                    p.unchanged_windows = 0;
+                }
+                None => {
+                    self.prev.insert(
+                        key,
+                        Prev {
+                            stats: Box::new(cur),
+                            unchanged_windows: 0,
+                        },
+                    );
+                }
+            }
         }
         // Entries the kernel no longer has (deleted above) are forgotten.
         self.prev.retain(|k, _| seen.contains(k));
@@ -574,26 +587,63 @@ impl ReadsReader {
     }
 }
 
-/// Dying memcgs on the host: v2 from the root's `cgroup.stat`, v1 from /proc/cgroups minus the
-/// directories of the memory hierarchy.
-pub fn dying_memcgs(memory_mount: &Path, v2: bool, proc_cgroups: &Path) -> Option<DyingMemcgs> {
-    if v2 {
-        let text = std::fs::read_to_string(memory_mount.join("cgroup.stat")).ok()?;
-        let total = text.lines().find_map(|l| {
-            l.strip_prefix("nr_dying_descendants ")
-                .and_then(|v| v.trim().parse().ok())
-        })?;
-        return Some(DyingMemcgs {
-            total,
-            source: "cgroup.stat".into(),
-        });
+/// Directory walks of a v1 memory hierarchy are at least this far apart; in between the count
+/// follows the cgroups created and removed (churn events).
+const DIR_WALK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Dying memcgs on the host: v2 from the root's `cgroup.stat`; v1 from /proc/cgroups minus the
+/// directories of the memory hierarchy. On v1 the directories are counted by a walk every
+/// [`DIR_WALK_EVERY`] and, between walks, by the window's churn in that hierarchy, so a host
+/// with thousands of cgroups is not walked every second.
+pub struct DyingCounter {
+    mount: PathBuf,
+    v2: bool,
+    /// Directories at the last walk, adjusted by churn since, and when that walk was.
+    dirs: Option<(i64, std::time::Instant)>,
+}
+
+impl DyingCounter {
+    pub fn new(mount: PathBuf, v2: bool) -> Self {
+        Self {
+            mount,
+            v2,
+            dirs: None,
+        }
     }
-    let num = crate::cgroup::hierarchy::num_cgroups(proc_cgroups, "memory")?;
-    let dirs = count_dirs(memory_mount);
-    Some(DyingMemcgs {
-        total: num.saturating_sub(dirs),
-        source: "proc_cgroups".into(),
-    })
+
+    /// The count at the end of a window; `churn` is that window's (created, removed) in the memory
+    /// hierarchy, `None` when churn is not traced (then every window walks).
+    pub fn read(&mut self, proc_cgroups: &Path, churn: Option<(u64, u64)>) -> Option<DyingMemcgs> {
+        if self.v2 {
+            let text = std::fs::read_to_string(self.mount.join("cgroup.stat")).ok()?;
+            let total = text.lines().find_map(|l| {
+                l.strip_prefix("nr_dying_descendants ")
+                    .and_then(|v| v.trim().parse().ok())
+            })?;
+            return Some(DyingMemcgs {
+                total,
+                source: "cgroup.stat".into(),
+            });
+        }
+        let num = crate::cgroup::hierarchy::num_cgroups(proc_cgroups, "memory")?;
+        let dirs = match (self.dirs, churn) {
+            (Some((n, at)), Some((created, removed))) if at.elapsed() < DIR_WALK_EVERY => {
+                n + created as i64 - removed as i64
+            }
+            _ => {
+                self.dirs = None;
+                count_dirs(&self.mount) as i64
+            }
+        };
+        self.dirs = Some((
+            dirs,
+            self.dirs.map_or_else(std::time::Instant::now, |d| d.1),
+        ));
+        Some(DyingMemcgs {
+            total: (num as i64 - dirs).max(0) as u64,
+            source: "proc_cgroups".into(),
+        })
+    }
 }
 
 /// Directories in a cgroup hierarchy, its root included.
@@ -787,5 +837,40 @@ mod tests {
         assert_eq!(w.actors[0].comm, "systemd");
         assert_eq!(w.actors[0].example, "/x1");
         assert!(c.take(|h| format!("h{h}")).is_none());
+    }
+
+    #[test]
+    fn v1_dying_count_walks_then_follows_churn() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let mount = root.path().join("memory");
+        for d in ["a", "a/b", "c"] {
+            std::fs::create_dir_all(mount.join(d)).expect("mkdir");
+        }
+        let proc_cgroups = root.path().join("cgroups");
+        let write = |n: u64| {
+            std::fs::write(
+                &proc_cgroups,
+                format!("#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t4\t{n}\t1\n"),
+            )
+            .expect("write");
+        };
+        let mut c = DyingCounter::new(mount.clone(), false);
+        // 4 directories (root included), 10 cgroups: 6 dying.
+        write(10);
+        assert_eq!(
+            c.read(&proc_cgroups, Some((0, 0))).map(|d| d.total),
+            Some(6)
+        );
+        // Two made and one removed since (not walked again): 11 cgroups, 5 directories.
+        std::fs::create_dir(mount.join("d")).expect("mkdir");
+        write(11);
+        assert_eq!(
+            c.read(&proc_cgroups, Some((2, 1))).map(|d| d.total),
+            Some(6)
+        );
+        // Without churn every read walks: the real 5 directories.
+        assert_eq!(c.read(&proc_cgroups, None).map(|d| d.total), Some(6));
+        let mut fresh = DyingCounter::new(mount, false);
+        assert_eq!(fresh.read(&proc_cgroups, None).map(|d| d.total), Some(6));
     }
 }

@@ -146,8 +146,10 @@ pub struct Session {
 /// The reads family's daemon side: its map reader and where dying memcgs are counted.
 struct ReadsState {
     reader: crate::reads::ReadsReader,
-    /// The memory hierarchy's mount and whether it is cgroup2 (`None`: no memory controller).
-    memory: Option<(std::path::PathBuf, bool)>,
+    /// Counts dying memcgs (`None`: no memory controller).
+    dying: Option<crate::reads::DyingCounter>,
+    /// Cgroup churn is traced, so the v1 directory count can follow it between walks.
+    churn_traced: bool,
     /// v1 controllers by hierarchy id, to name churn events' hierarchies.
     subsystems: Vec<(String, u32)>,
 }
@@ -234,16 +236,19 @@ impl Session {
         let reads = if reads_on {
             let stats: HashMap<MapData, _, _> = take(ebpf, "READ_STATS")?.try_into()?;
             let files: HashMap<MapData, _, _> = take(ebpf, "READ_FILES")?.try_into()?;
-            let memory = match cgroups.for_controller("memory") {
-                Some(h) => Some((
+            let dying = match cgroups.for_controller("memory") {
+                Some(h) => Some(crate::reads::DyingCounter::new(
                     h.mount.clone(),
                     matches!(h.version, crate::cgroup::Version::V2),
                 )),
-                None => cgroups.v2().map(|h| (h.mount.clone(), true)),
+                None => cgroups
+                    .v2()
+                    .map(|h| crate::reads::DyingCounter::new(h.mount.clone(), true)),
             };
             Some(ReadsState {
                 reader: crate::reads::ReadsReader::new(stats, files),
-                memory,
+                dying,
+                churn_traced: tracer.churn_traced,
                 subsystems: cgroups
                     .subsystems
                     .iter()
@@ -349,15 +354,25 @@ impl Session {
             reads: by_cgroup,
         };
         let mut out = self.aggregator.window(input, now_unix_ms(), duration_ms);
-        if let Some(r) = &self.reads {
+        if let Some(r) = &mut self.reads {
             out.window.memcgs = memcgs;
-            out.window.dying_memcgs = r.memory.as_ref().and_then(|(mount, v2)| {
-                crate::reads::dying_memcgs(mount, *v2, "/proc/cgroups".as_ref())
-            });
             out.window.churn = self
                 .drain
                 .churn
                 .take(|h| r.reader.hierarchy_name(h, &r.subsystems));
+            // The memory hierarchy's churn keeps the v1 directory count current between walks.
+            let churn = r.churn_traced.then(|| {
+                out.window.churn.as_ref().map_or((0, 0), |c| {
+                    c.by_hierarchy
+                        .iter()
+                        .filter(|(name, _)| name.split(',').any(|n| n == "memory"))
+                        .fold((0, 0), |acc, (_, v)| (acc.0 + v[0], acc.1 + v[1]))
+                })
+            });
+            out.window.dying_memcgs = r
+                .dying
+                .as_mut()
+                .and_then(|d| d.read("/proc/cgroups".as_ref(), churn));
         }
         for id in out.removed {
             self.runq.forget(id);
