@@ -13,8 +13,8 @@ use std::{
 
 use cgtrace::{
     aggregate::runq_window,
-    runq::KindHists,
-    snapshot::{
+    family::runq::KindHists,
+    model::{
         Capabilities, CgroupLayoutInfo, CgroupWindow, EventCounts, FamilyMode, Hello, HistSpec,
         Window,
     },

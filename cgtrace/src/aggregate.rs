@@ -10,12 +10,12 @@ use std::{
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
-    burners::ThrottledPeriod,
     cgroup::{Names, Resolver, Version, name},
+    family::runq::KindHists,
+    family::throttle::burners::ThrottledPeriod,
+    family::throttle::{self, Episodes, FlagRules, KernelCpu, PeriodDelta},
     hist::Hist,
-    runq::KindHists,
-    snapshot::{CgroupWindow, EventCounts, RunqWindow, Window},
-    throttle::{self, Episodes, FlagRules, KernelCpu, PeriodDelta},
+    model::{CgroupWindow, EventCounts, RunqWindow, Window},
 };
 
 /// Cgroups checked for removal per window (round-robin over the table), so a table of 10 000
@@ -60,7 +60,7 @@ pub struct WindowInput {
     pub burned: HashMap<u64, Vec<ThrottledPeriod>>,
     pub events: EventCounts,
     /// Pseudo-file reads by reader cgroup.
-    pub reads: HashMap<u64, Vec<crate::reads::FileReads>>,
+    pub reads: HashMap<u64, Vec<crate::family::reads::FileReads>>,
 }
 
 /// Per-cgroup state across windows.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use aya::maps::{MapData, PerCpuArray};
 use cgtrace_common::counters::{self, Counters, NAMES, NR_COUNTERS};
 
-use crate::snapshot::EventCounts;
+use crate::model::EventCounts;
 
 pub struct CounterReader {
     map: PerCpuArray<MapData, Counters>,

@@ -13,7 +13,7 @@ use cgtrace_common::layout::{Config, Layout};
 use crate::{
     btf::{Btf, BtfError},
     layout::{self, MissingField},
-    snapshot::{Capabilities, FamilyMode},
+    model::{Capabilities, FamilyMode},
 };
 
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).

@@ -7,14 +7,13 @@ use clap::{Args, Parser, Subcommand};
 use cgtrace::{
     doctor,
     events::EventSelection,
+    family::throttle::FlagRules,
     loader::{ReadsMode, ThrottleMode},
     metrics::MetricsOptions,
     record::{self, RecordOptions, reader::Recording, writer::OnFull},
     replay, report, serve,
     session::SessionOptions,
-    stream,
-    throttle::FlagRules,
-    top,
+    stream, top,
 };
 
 #[derive(Parser)]

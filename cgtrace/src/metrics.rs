@@ -26,7 +26,7 @@ use tokio::{
 
 use crate::{
     hist::HistSummary,
-    snapshot::{CgroupWindow, Window},
+    model::{CgroupWindow, Window},
 };
 
 /// `le` bounds: 2^10 ns (1.024 µs) to 2^35 ns (34.4 s), the last power of two below cgtrace's
@@ -646,7 +646,7 @@ mod tests {
     use super::*;
     use crate::{
         hist::Hist,
-        snapshot::{EventCounts, RunqWindow},
+        model::{EventCounts, RunqWindow},
     };
 
     fn window(seq: u64, end_ms: u64, cgroups: Vec<CgroupWindow>) -> Window {

@@ -1,24 +1,92 @@
 //! `cgtrace replay FILE`: the `top` view over a recording (see [`crate::record::player`]), or with
 //! `--stream` the NDJSON the live stream printed: the recorded `hello`, `window` and `summary`
 //! lines as they were, and the event lines made again from the recorded ring-buffer records by
-//! the same decoding as live ([`consume_record`]), named from the recorded cgroup names.
+//! the same decoding and family records as live ([`Playback`]), named from the recorded cgroup
+//! names.
 
 use std::{
     collections::HashMap,
     io::{self, Write},
 };
 
-use cgtrace_common::event::EventHeader;
-
 use crate::{
+    decode,
     events::EventSelection,
+    family::{self, EventLine, Records},
     record::{
         NameEntry,
         reader::{Item, Recording},
     },
-    session::{self, DrainStats, consume_record},
     stream::{emit, emit_line},
 };
+
+/// The offline side of the driver: a recording's ring-buffer records go through the same
+/// decoding and family [`Records`] as live, and its event lines are named from the recorded
+/// cgroup names. Used by `replay --stream` and `report`.
+#[derive(Default)]
+pub struct Playback {
+    names: HashMap<u64, NameEntry>,
+    records: Records,
+}
+
+/// What one recorded event was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Played {
+    /// Its kind, if it had a header.
+    pub kind: Option<u32>,
+    /// It did not decode (too short, or a kind this build does not know).
+    pub undecoded: bool,
+}
+
+impl Playback {
+    /// Keeps the event lines of the families in `lines`.
+    pub fn new(lines: &EventSelection) -> Self {
+        Self {
+            names: HashMap::new(),
+            records: Records::with_lines(lines),
+        }
+    }
+
+    /// A names record (JSON list of [`NameEntry`]).
+    pub fn names(&mut self, json: &[u8]) {
+        if let Ok(v) = serde_json::from_slice::<Vec<NameEntry>>(json) {
+            self.names.extend(v.into_iter().map(|e| (e.id, e)));
+        }
+    }
+
+    /// Path and name of a cgroup, as recorded.
+    pub fn describe(&self, id: u64) -> (Option<String>, Option<String>) {
+        self.names
+            .get(&id)
+            .map_or((None, None), |e| (e.path.clone(), e.name.clone()))
+    }
+
+    /// One recorded ring-buffer record; its event lines go to `lines`.
+    pub fn event(&mut self, raw: &[u8], lines: &mut Vec<EventLine>) -> Played {
+        let before = self.records.undecodable;
+        self.records.consume(raw);
+        let names = &self.names;
+        self.records.take_lines(
+            &mut |id| {
+                names
+                    .get(&id)
+                    .map_or((None, None), |e| (e.path.clone(), e.name.clone()))
+            },
+            lines,
+        );
+        // Slow reads are named by the live tracer's file table, which a recording does not keep.
+        drop(self.records.reads.take_slow_reads());
+        Played {
+            kind: decode::header(raw).ok().map(|h| h.kind),
+            undecoded: self.records.undecodable > before,
+        }
+    }
+
+    /// A recorded window ended at `mono_ns`: as live, it took what the records had gathered.
+    pub fn window(&mut self, mono_ns: u64) {
+        self.records.window_ended(mono_ns);
+    }
+}
 
 /// What `replay --stream` printed and could not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,61 +113,37 @@ pub fn stream<W: Write>(
     if !emit_line(out, &hello)? {
         return Ok(r);
     }
-    let mut names: HashMap<u64, NameEntry> = HashMap::new();
-    let mut stats = DrainStats {
-        keep_throttle_lines: events.has("throttle"),
-        ..DrainStats::default()
-    };
-    let want_runq = events.has("runq");
-    let mut waits = Vec::new();
+    let mut play = Playback::new(events);
+    let mut lines = Vec::new();
     let mut open = true;
-    let describe = |names: &HashMap<u64, NameEntry>, id: u64| {
-        names
-            .get(&id)
-            .map_or((None, None), |e| (e.path.clone(), e.name.clone()))
-    };
     rec.for_each(|item| {
         if !open {
             return;
         }
         let res: anyhow::Result<bool> = (|| {
             match item {
-                Item::Names(j) => {
-                    if let Ok(v) = serde_json::from_slice::<Vec<NameEntry>>(j) {
-                        names.extend(v.into_iter().map(|e| (e.id, e)));
-                    }
-                }
+                Item::Names(j) => play.names(j),
                 Item::Event(raw) => {
                     r.events += 1;
-                    consume_record(raw, &mut stats, want_runq.then_some(&mut waits));
-                    for ev in waits.drain(..) {
-                        let (path, name) = describe(&names, ev.cgroup_id);
+                    let played = play.event(raw, &mut lines);
+                    for line in lines.drain(..) {
                         r.event_lines += 1;
-                        if !emit(out, &session::runq_wait(&ev, path, name))? {
+                        if !emit(out, &line)? {
                             return Ok(false);
                         }
                     }
-                    for (ev, period) in std::mem::take(&mut stats.throttle_lines) {
-                        let (path, name) = describe(&names, ev.cgroup_id);
-                        r.event_lines += 1;
-                        if !emit(out, &session::throttle_line(&ev, period, path, name))? {
-                            return Ok(false);
-                        }
-                    }
-                    // SAFETY: EventHeader is #[repr(C)] integers.
-                    if let Some(h) = unsafe { cgtrace_common::event::read_pod::<EventHeader>(raw) }
-                        && events.has_kind(h.kind)
-                        && crate::events::family_of(h.kind)
-                            .is_some_and(|f| f != "runq" && f != "throttle")
+                    // Slow reads are named by the live tracer's file table, which a recording
+                    // does not keep yet.
+                    if let Some(kind) = played.kind
+                        && events.has_kind(kind)
+                        && family::of_kind(kind).is_some_and(|f| f.name == family::reads::INFO.name)
                     {
                         r.unrendered += 1;
                     }
                 }
                 Item::Window { mono_ns, json, .. } => {
                     r.windows += 1;
-                    // As live: the window takes the throttled periods completed so far.
-                    let _ = stats.burners.take(mono_ns);
-                    stats.episodes.clear();
+                    play.window(mono_ns);
                     if !emit_line(out, &String::from_utf8_lossy(json))? {
                         return Ok(false);
                     }

@@ -13,18 +13,16 @@ use std::{
     fmt::Write as _,
 };
 
-use cgtrace_common::event::EventHeader;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    burners::ThrottledPeriod,
+    events::EventSelection,
+    family::throttle::burners::ThrottledPeriod,
+    family::{self, EventLine},
     hist::{Hist, HistSummary},
-    record::{
-        NameEntry,
-        reader::{Item, ReadStats, Recording},
-    },
-    session::{DrainStats, consume_record},
+    record::reader::{Item, ReadStats, Recording},
+    replay::Playback,
     top::format::clock_utc,
 };
 
@@ -273,12 +271,8 @@ pub fn build(rec: &Recording) -> Report {
     let hello = rec.hello();
     let mut fam: BTreeMap<String, HashMap<u64, Acc>> = BTreeMap::new();
     let mut thr: HashMap<u64, ThrottledCgroup> = HashMap::new();
-    let mut names: HashMap<u64, NameEntry> = HashMap::new();
-    let mut stats = DrainStats {
-        keep_throttle_lines: true,
-        ..DrainStats::default()
-    };
-    let mut waits_buf = Vec::new();
+    let mut play = Playback::new(&EventSelection::all());
+    let mut lines = Vec::new();
     let mut episodes: Vec<Episode> = Vec::new();
     let mut waits: Vec<Wait> = Vec::new();
     let mut by_family: BTreeMap<String, u64> = BTreeMap::new();
@@ -301,58 +295,49 @@ pub fn build(rec: &Recording) -> Report {
     // (or, before the first window, are fixed up at it).
     let mut unplaced = (episodes.len(), waits.len());
     rec.for_each(|item| match item {
-        Item::Names(j) => {
-            if let Ok(v) = serde_json::from_slice::<Vec<NameEntry>>(j) {
-                names.extend(v.into_iter().map(|e| (e.id, e)));
-            }
-        }
+        Item::Names(j) => play.names(j),
         Item::Event(raw) => {
             nev += 1;
-            // SAFETY: EventHeader is #[repr(C)] integers.
-            let Some(h) = (unsafe { cgtrace_common::event::read_pod::<EventHeader>(raw) }) else {
+            let played = play.event(raw, &mut lines);
+            let Some(kind) = played.kind else {
                 undecoded += 1;
                 return;
             };
-            let family = crate::events::family_of(h.kind).unwrap_or("unknown");
+            let family = family::of_kind(kind).map_or("unknown", |f| f.name);
             *by_family.entry(family.to_string()).or_insert(0) += 1;
-            let before = stats.undecodable;
-            consume_record(raw, &mut stats, Some(&mut waits_buf));
-            if stats.undecodable > before {
+            if played.undecoded {
                 undecoded += 1;
             }
-            let nm = |id: u64| {
-                names
-                    .get(&id)
-                    .map_or((None, None), |e| (e.path.clone(), e.name.clone()))
-            };
-            for ev in waits_buf.drain(..) {
-                let (path, name) = nm(ev.cgroup_id);
-                let line = crate::session::runq_wait(&ev, path.clone(), name.clone());
-                waits.push(Wait {
-                    cgroup_id: ev.cgroup_id,
-                    path,
-                    name,
-                    at_unix_ms: wall(clock, ev.header.ts_ns),
-                    pid: ev.pid,
-                    comm: line.comm,
-                    wait_kind: line.wait_kind,
-                    wait_us: line.wait_us,
-                });
-                keep_top(&mut waits, |w| w.wait_us);
-            }
-            for (ev, period) in std::mem::take(&mut stats.throttle_lines) {
-                let (path, name) = nm(ev.cgroup_id);
-                episodes.push(Episode {
-                    cgroup_id: ev.cgroup_id,
-                    path,
-                    name,
-                    at_unix_ms: wall(clock, ev.header.ts_ns),
-                    cpu: ev.header.cpu,
-                    duration_us: ev.duration_ns as f64 / 1e3,
-                    runnable: ev.runnable,
-                    period,
-                });
-                keep_top(&mut episodes, |e| e.duration_us);
+            for line in lines.drain(..) {
+                match line {
+                    EventLine::RunqWait(w) => {
+                        waits.push(Wait {
+                            cgroup_id: w.cgroup_id,
+                            path: w.path,
+                            name: w.name,
+                            at_unix_ms: wall(clock, w.ts_ns),
+                            pid: w.pid,
+                            comm: w.comm,
+                            wait_kind: w.wait_kind,
+                            wait_us: w.wait_us,
+                        });
+                        keep_top(&mut waits, |w| w.wait_us);
+                    }
+                    EventLine::Throttle(t) => {
+                        episodes.push(Episode {
+                            cgroup_id: t.cgroup_id,
+                            path: t.path,
+                            name: t.name,
+                            at_unix_ms: wall(clock, t.ts_ns),
+                            cpu: t.cpu,
+                            duration_us: t.duration_us,
+                            runnable: t.runnable,
+                            period: t.period,
+                        });
+                        keep_top(&mut episodes, |e| e.duration_us);
+                    }
+                    EventLine::SlowRead(_) => {}
+                }
             }
         }
         Item::Window {
@@ -360,8 +345,7 @@ pub fn build(rec: &Recording) -> Report {
             end_unix_ms,
             json,
         } => {
-            let _ = stats.burners.take(mono_ns);
-            stats.episodes.clear();
+            play.window(mono_ns);
             let fix = clock.is_none();
             clock = Some((mono_ns, end_unix_ms));
             if fix {

@@ -3,14 +3,10 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    time::sleep,
-};
-
 use crate::{
+    driver,
     metrics::{Exporter, MetricsOptions},
-    session::{Pump, Pumped, SessionOptions},
+    session::{Pump, SessionOptions},
 };
 
 pub async fn run(
@@ -19,23 +15,10 @@ pub async fn run(
     mopts: MetricsOptions,
     duration: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut pump = Pump::start(&opts)?;
+    let (_stop, control) = driver::stop_on_signals(duration)?;
+    let pump = Pump::start(&opts)?;
     let mut exporter = Exporter::start(addr, mopts).await?;
     eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
-    let deadline = sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
-    tokio::pin!(deadline);
-    loop {
-        let pumped = tokio::select! {
-            p = pump.next(None) => p?,
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            () = &mut deadline => break,
-        };
-        if let Pumped::Window(w) = pumped {
-            exporter.update(&w);
-        }
-    }
+    driver::run(pump, &mut [&mut exporter], control).await?;
     Ok(())
 }

@@ -2,26 +2,13 @@
 //! aggregator, turning the kernel's data into one [`Window`] per call. The stream (and later the
 //! view and the recorder) drive it; none of them talks to BPF directly.
 
-use std::{
-    collections::HashMap as StdHashMap,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use cgtrace_common::{
-    event::{
-        EventHeader, KIND_CGROUP_CHURN, KIND_RUNQ_WAIT, KIND_SLOW_READ, KIND_THROTTLE,
-        KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE, read_pod,
-    },
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
-    reads::{CgroupChurnEvent, SlowReadEvent},
-    runq::{RunqEvent, WaitKind},
-    throttle::{
-        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, PeriodEvent, SliceEvent,
-        ThrottleEvent,
-    },
 };
 use tokio::{
     io::unix::AsyncFd,
@@ -30,13 +17,12 @@ use tokio::{
 
 use crate::{
     aggregate::{Aggregator, CpuFiles, WindowInput},
-    burners::{Burners, ThrottledPeriod},
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
+    events::EventSelection,
+    family::{EventLine, Records, runq::RunqReader, throttle::ThrottleReader},
     loader::{TraceOptions, Tracer},
-    runq::{RunqReader, comm_str, decode_event},
-    snapshot::{CgroupLayoutInfo, Hello, HistSpec, RunqWait, SCHEMA, ThrottleLine, Window},
-    throttle::{self, Episodes, ThrottleReader},
+    model::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
 };
 
 /// What the user chose.
@@ -48,34 +34,10 @@ pub struct SessionOptions {
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
     pub throttle_mode: crate::loader::ThrottleMode,
-    pub flag_rules: crate::throttle::FlagRules,
+    pub flag_rules: crate::family::throttle::FlagRules,
     pub reads_mode: crate::loader::ReadsMode,
     /// Pseudo-file reads at least this long are also delivered as individual events.
     pub slow_read_min: Duration,
-}
-
-/// What draining the ring buffer produced between windows: the daemon's own losses and counts,
-/// and the throttle episodes the next window aggregates.
-#[derive(Default, Debug)]
-pub struct DrainStats {
-    pub undecodable: u64,
-    pub runq_events: u64,
-    /// Episodes since the last window, by cgroup.
-    pub episodes: StdHashMap<u64, Episodes>,
-    /// Who burned each throttled period.
-    pub burners: Burners,
-    /// Also keep each episode, with its period's top threads, for event lines (`--events`).
-    pub keep_throttle_lines: bool,
-    pub throttle_lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
-    /// Also keep slow reads for event lines (`--events reads`), bounded.
-    pub keep_slow_reads: bool,
-    pub slow_reads: Vec<SlowReadEvent>,
-    /// Cgroup creations and removals since the last window.
-    pub churn: crate::reads::ChurnCounter,
-    /// Event lines not kept because the caller did not drain them in time.
-    pub lines_dropped: u64,
-    /// When recording: every record exactly as it came out of the ring buffer.
-    pub raw: Option<RawRecords>,
 }
 
 /// Ring-buffer records kept as bytes for `cgtrace record`, bounded: past `cap` bytes records are
@@ -125,9 +87,6 @@ impl RawRecords {
     }
 }
 
-/// Event lines kept between two drains of the caller (beyond, they are counted as dropped).
-const MAX_PENDING_LINES: usize = 100_000;
-
 pub struct Session {
     _tracer: Tracer,
     pub hello: Hello,
@@ -139,15 +98,18 @@ pub struct Session {
     reads: Option<ReadsState>,
     aggregator: Aggregator,
     window_start: Instant,
-    drain: DrainStats,
+    /// What the ring buffer delivered since the last window.
+    records: Records,
+    /// When recording: every record exactly as it came out of the ring buffer.
+    pub raw: Option<RawRecords>,
     drain_reported: u64,
 }
 
 /// The reads family's daemon side: its map reader and where dying memcgs are counted.
 struct ReadsState {
-    reader: crate::reads::ReadsReader,
+    reader: crate::family::reads::ReadsReader,
     /// Counts dying memcgs (`None`: no memory controller).
-    dying: Option<crate::reads::DyingCounter>,
+    dying: Option<crate::family::reads::DyingCounter>,
     /// Cgroup churn is traced, so the v1 directory count can follow it between walks.
     churn_traced: bool,
     /// v1 controllers by hierarchy id, to name churn events' hierarchies.
@@ -237,16 +199,16 @@ impl Session {
             let stats: HashMap<MapData, _, _> = take(ebpf, "READ_STATS")?.try_into()?;
             let files: HashMap<MapData, _, _> = take(ebpf, "READ_FILES")?.try_into()?;
             let dying = match cgroups.for_controller("memory") {
-                Some(h) => Some(crate::reads::DyingCounter::new(
+                Some(h) => Some(crate::family::reads::DyingCounter::new(
                     h.mount.clone(),
                     matches!(h.version, crate::cgroup::Version::V2),
                 )),
                 None => cgroups
                     .v2()
-                    .map(|h| crate::reads::DyingCounter::new(h.mount.clone(), true)),
+                    .map(|h| crate::family::reads::DyingCounter::new(h.mount.clone(), true)),
             };
             Some(ReadsState {
-                reader: crate::reads::ReadsReader::new(stats, files),
+                reader: crate::family::reads::ReadsReader::new(stats, files),
                 dying,
                 churn_traced: tracer.churn_traced,
                 subsystems: cgroups
@@ -315,15 +277,51 @@ impl Session {
             _tracer: tracer,
             hello,
             window_start: Instant::now(),
-            drain: DrainStats::default(),
+            records: Records::default(),
+            raw: None,
             drain_reported: 0,
         };
         Ok((session, ring))
     }
 
-    /// Daemon-side drain statistics, updated by [`drain_ring`].
-    pub fn drain_stats(&mut self) -> &mut DrainStats {
-        &mut self.drain
+    /// Reads every pending record from the ring buffer.
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            if let Some(raw) = self.raw.as_mut() {
+                raw.push(&item);
+            }
+            self.records.consume(&item);
+        }
+    }
+
+    /// Chooses the families whose event lines are kept (`--events`).
+    pub fn set_lines(&mut self, lines: &EventSelection) {
+        let r = Records::with_lines(lines);
+        self.records.runq.keep_lines = r.runq.keep_lines;
+        self.records.throttle.keep_lines = r.throttle.keep_lines;
+        self.records.reads.keep_lines = r.reads.keep_lines;
+    }
+
+    /// The event lines drained since the last call, named.
+    pub fn take_lines(&mut self) -> Vec<EventLine> {
+        let mut out = Vec::new();
+        let agg = &mut self.aggregator;
+        self.records.take_lines(
+            &mut |id| {
+                let (path, name) = agg.describe(id);
+                (path, name.map(|n| n.display))
+            },
+            &mut out,
+        );
+        for ev in self.records.reads.take_slow_reads() {
+            let Some(r) = self.reads.as_mut() else { break };
+            let mut line = r.reader.slow_read(&ev);
+            let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
+            line.path = path;
+            line.name = name.map(|n| n.display);
+            out.push(EventLine::SlowRead(line));
+        }
+        out
     }
 
     /// Ends the current window and returns it.
@@ -334,10 +332,9 @@ impl Session {
             .as_mut()
             .map(ThrottleReader::read_window)
             .unwrap_or_default();
-        let episodes = std::mem::take(&mut self.drain.episodes);
-        let burned = self.drain.burners.take(monotonic_ns());
+        let (episodes, burned) = self.records.throttle.take_window(monotonic_ns());
         let kernel = self.counters.read_window();
-        let lost = self.drain.undecodable + self.drain.lines_dropped;
+        let lost = self.records.undecodable + self.records.lines_dropped;
         let undecodable = lost - self.drain_reported;
         self.drain_reported = lost;
         let now = Instant::now();
@@ -357,7 +354,8 @@ impl Session {
         if let Some(r) = &mut self.reads {
             out.window.memcgs = memcgs;
             out.window.churn = self
-                .drain
+                .records
+                .reads
                 .churn
                 .take(|h| r.reader.hierarchy_name(h, &r.subsystems));
             // The memory hierarchy's churn keeps the v1 directory count current between walks.
@@ -388,160 +386,9 @@ impl Session {
         self.aggregator.describe(id)
     }
 
-    /// The event line of one throttle episode, with its period's top threads.
-    pub fn throttle_line(
-        &mut self,
-        ev: &ThrottleEvent,
-        period: Option<ThrottledPeriod>,
-    ) -> ThrottleLine {
-        let (path, name) = self.aggregator.describe(ev.cgroup_id);
-        throttle_line(ev, period, path, name.map(|n| n.display))
-    }
-
-    /// The event line of one slow pseudo-file read.
-    pub fn slow_read(&mut self, ev: &SlowReadEvent) -> Option<crate::reads::SlowRead> {
-        let mut line = self.reads.as_mut()?.reader.slow_read(ev);
-        let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
-        line.path = path;
-        line.name = name.map(|n| n.display);
-        Some(line)
-    }
-
-    /// The event line of one run-queue wait.
-    pub fn runq_wait(&mut self, ev: &RunqEvent) -> RunqWait {
-        let (path, name) = self.aggregator.describe(ev.cgroup_id);
-        runq_wait(ev, path, name.map(|n| n.display))
-    }
-
     /// Since-start per-cgroup histograms.
-    pub fn totals(&self) -> Vec<crate::snapshot::CgroupWindow> {
+    pub fn totals(&self) -> Vec<crate::model::CgroupWindow> {
         self.aggregator.totals()
-    }
-}
-
-/// The event line of one throttle episode of the cgroup at `path` (live, and replayed from a
-/// recording's names).
-pub fn throttle_line(
-    ev: &ThrottleEvent,
-    period: Option<ThrottledPeriod>,
-    path: Option<String>,
-    name: Option<String>,
-) -> ThrottleLine {
-    {
-        ThrottleLine {
-            kind: "throttle".into(),
-            ts_ns: ev.header.ts_ns,
-            cpu: ev.header.cpu,
-            cgroup_id: ev.cgroup_id,
-            path,
-            name,
-            start_ns: ev.start_ns,
-            duration_us: ev.duration_ns as f64 / 1e3,
-            tasks: ev.tasks,
-            runnable: ev.runnable,
-            period,
-            kernel_us: (ev.kernel_ns > 0).then(|| ev.kernel_ns as f64 / 1e3),
-            closed_by: match ev.closed_by {
-                CLOSE_TIMER => "timer",
-                CLOSE_CSD => "csd",
-                CLOSE_LATE => "late",
-                CLOSE_UNTHROTTLE => "unthrottle",
-                _ => "unknown",
-            }
-            .to_string(),
-        }
-    }
-}
-
-/// The event line of one run-queue wait of the cgroup at `path`.
-pub fn runq_wait(ev: &RunqEvent, path: Option<String>, name: Option<String>) -> RunqWait {
-    RunqWait {
-        kind: "runq_wait".into(),
-        ts_ns: ev.header.ts_ns,
-        cpu: ev.header.cpu,
-        cgroup_id: ev.cgroup_id,
-        path,
-        name,
-        pid: ev.pid,
-        tgid: ev.tgid,
-        comm: comm_str(&ev.comm),
-        wait_kind: WaitKind::try_from(ev.kind)
-            .map_or("unknown", |k| k.name())
-            .to_string(),
-        wait_us: ev.wait_ns as f64 / 1e3,
-    }
-}
-
-/// Reads every pending record from the ring buffer; run-queue waits are appended to `waits`
-/// when it is given.
-pub fn drain_ring(
-    ring: &mut RingBuf<MapData>,
-    stats: &mut DrainStats,
-    mut waits: Option<&mut Vec<RunqEvent>>,
-) {
-    while let Some(item) = ring.next() {
-        if let Some(raw) = stats.raw.as_mut() {
-            raw.push(&item);
-        }
-        consume_record(&item, stats, waits.as_deref_mut());
-    }
-}
-
-/// Decodes one ring-buffer record into `stats` (live, and again when a recording is replayed).
-pub fn consume_record(item: &[u8], stats: &mut DrainStats, waits: Option<&mut Vec<RunqEvent>>) {
-    {
-        // SAFETY: EventHeader is #[repr(C)] integers.
-        let Some(header) = (unsafe { read_pod::<EventHeader>(item) }) else {
-            stats.undecodable += 1;
-            return;
-        };
-        match header.kind {
-            KIND_RUNQ_WAIT => match decode_event(item) {
-                Ok(ev) => {
-                    stats.runq_events += 1;
-                    if let Some(w) = waits {
-                        w.push(ev);
-                    }
-                }
-                Err(_) => stats.undecodable += 1,
-            },
-            KIND_THROTTLE => match throttle::decode_event(item) {
-                Ok(ev) => {
-                    stats.episodes.entry(ev.cgroup_id).or_default().add(&ev);
-                    let period = stats.burners.episode(&ev);
-                    if stats.keep_throttle_lines {
-                        stats.throttle_lines.push((ev, period));
-                    }
-                }
-                Err(_) => stats.undecodable += 1,
-            },
-            KIND_THROTTLE_SLICE => match throttle::decode::<SliceEvent>(item) {
-                Some(ev) => stats.burners.slice(&ev),
-                None => stats.undecodable += 1,
-            },
-            KIND_THROTTLE_PERIOD => match throttle::decode::<PeriodEvent>(item) {
-                Some(ev) => stats.burners.period(&ev),
-                None => stats.undecodable += 1,
-            },
-            // SAFETY (both): #[repr(C)] integers and byte arrays, valid for any bytes.
-            KIND_SLOW_READ => match unsafe { read_pod::<SlowReadEvent>(item) } {
-                Some(ev) => {
-                    if stats.keep_slow_reads {
-                        if stats.slow_reads.len() < MAX_PENDING_LINES {
-                            stats.slow_reads.push(ev);
-                        } else {
-                            stats.lines_dropped += 1;
-                        }
-                    }
-                }
-                None => stats.undecodable += 1,
-            },
-            KIND_CGROUP_CHURN => match unsafe { read_pod::<CgroupChurnEvent>(item) } {
-                Some(ev) => stats.churn.add(&ev),
-                None => stats.undecodable += 1,
-            },
-            _ => stats.undecodable += 1,
-        }
     }
 }
 
@@ -590,8 +437,7 @@ impl Pump {
     }
 
     /// Waits for the ring buffer or a tick, drains, and ends a window on an interval tick.
-    /// Run-queue waits go to `waits` when given (event lines).
-    pub async fn next(&mut self, waits: Option<&mut Vec<RunqEvent>>) -> anyhow::Result<Pumped> {
+    pub async fn next(&mut self) -> anyhow::Result<Pumped> {
         let window = tokio::select! {
             r = self.ring.readable_mut() => {
                 if let Ok(mut guard) = r {
@@ -602,7 +448,7 @@ impl Pump {
             _ = self.drain_tick.tick() => false,
             _ = self.tick.tick() => true,
         };
-        self.drain(waits);
+        self.drain();
         if window {
             Ok(Pumped::Window(Box::new(self.session.next_window()?)))
         } else {
@@ -611,14 +457,14 @@ impl Pump {
     }
 
     /// Drains what is pending now.
-    pub fn drain(&mut self, waits: Option<&mut Vec<RunqEvent>>) {
-        drain_ring(self.ring.get_mut(), &mut self.session.drain, waits);
+    pub fn drain(&mut self) {
+        self.session.drain(self.ring.get_mut());
     }
 
     /// Drains, then ends the current (partial) window: the last one before stopping, so nothing
     /// traced goes unreported.
-    pub fn last_window(&mut self, waits: Option<&mut Vec<RunqEvent>>) -> anyhow::Result<Window> {
-        self.drain(waits);
+    pub fn last_window(&mut self) -> anyhow::Result<Window> {
+        self.drain();
         self.session.next_window()
     }
 }

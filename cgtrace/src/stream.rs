@@ -1,6 +1,6 @@
 //! `cgtrace stream`: the headless NDJSON stream. One `hello` line, one `window` line per interval,
-//! and a closing `summary` line with since-start histograms. Stops on `--duration`, SIGINT,
-//! SIGTERM or a closed stdout, and detaches everything.
+//! event lines (`--events`), and a closing `summary` line with since-start histograms. Stops on
+//! `--duration`, SIGINT, SIGTERM or a closed stdout, and detaches everything.
 
 use std::{
     io::{self, Write},
@@ -8,28 +8,16 @@ use std::{
     time::Duration,
 };
 
-use cgtrace_common::runq::RunqEvent;
 use serde::Serialize;
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    time::sleep,
-};
 
 use crate::{
+    driver::{self, Flow, Sink, WindowOut},
     events::EventSelection,
+    family::EventLine,
     metrics::{Exporter, MetricsOptions},
-    session::{Pump, Pumped, Session, SessionOptions},
-    snapshot::CgroupWindow,
+    model::Hello,
+    session::{Pump, Session, SessionOptions},
 };
-
-/// Closing line: what the whole run saw per cgroup.
-#[derive(Serialize)]
-pub struct Summary<'a> {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub windows: u64,
-    pub cgroups: &'a [CgroupWindow],
-}
 
 /// Writes one JSON line; `Ok(false)` when the reader went away (EPIPE).
 pub fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> {
@@ -45,32 +33,113 @@ pub fn emit_line<W: Write>(out: &mut W, line: &str) -> anyhow::Result<bool> {
     }
 }
 
-/// Prints the event lines drained since the last call; `Ok(false)` when the reader went away.
-pub fn emit_events<W: Write>(
-    out: &mut W,
-    session: &mut Session,
-    waits: &mut Vec<RunqEvent>,
-) -> anyhow::Result<bool> {
-    for ev in std::mem::take(waits) {
-        let line = session.runq_wait(&ev);
-        if !emit(out, &line)? {
-            return Ok(false);
+/// The NDJSON sink: hello, event lines, windows and the summary on a writer (stdout).
+pub struct Ndjson<W: Write> {
+    out: W,
+    open: bool,
+    summary: bool,
+    /// A closed writer ends the run (`stream`), or only this sink (`record --stream`).
+    stop_on_close: bool,
+}
+
+impl<W: Write> Ndjson<W> {
+    pub fn new(out: W, summary: bool, stop_on_close: bool) -> Self {
+        Self {
+            out,
+            open: true,
+            summary,
+            stop_on_close,
         }
     }
-    for (ev, period) in std::mem::take(&mut session.drain_stats().throttle_lines) {
-        let line = session.throttle_line(&ev, period);
-        if !emit(out, &line)? {
-            return Ok(false);
+
+    /// Writes `line`, noting a closed writer.
+    fn line(&mut self, line: &str) -> anyhow::Result<Flow> {
+        if self.open && !emit_line(&mut self.out, line)? {
+            self.open = false;
+        }
+        Ok(self.flow())
+    }
+
+    fn lines(&mut self, lines: &[EventLine]) -> anyhow::Result<Flow> {
+        for l in lines {
+            if !self.open {
+                break;
+            }
+            self.line(&serde_json::to_string(l)?)?;
+        }
+        Ok(self.flow())
+    }
+
+    fn flow(&self) -> Flow {
+        if !self.open && self.stop_on_close {
+            Flow::Stop
+        } else {
+            Flow::Continue
         }
     }
-    for ev in std::mem::take(&mut session.drain_stats().slow_reads) {
-        if let Some(line) = session.slow_read(&ev)
-            && !emit(out, &line)?
-        {
-            return Ok(false);
+}
+
+impl<W: Write> Sink for Ndjson<W> {
+    fn start(&mut self, hello: &Hello) -> anyhow::Result<Flow> {
+        self.line(&serde_json::to_string(hello)?)
+    }
+
+    fn turn(
+        &mut self,
+        _: &mut Session,
+        lines: &[EventLine],
+        window: Option<&WindowOut<'_>>,
+    ) -> anyhow::Result<Flow> {
+        if self.lines(lines)? == Flow::Stop {
+            return Ok(Flow::Stop);
+        }
+        match window {
+            Some(w) => self.line(w.json),
+            None => Ok(self.flow()),
         }
     }
-    Ok(true)
+
+    fn finish(
+        &mut self,
+        _: &mut Session,
+        lines: &[EventLine],
+        last: &WindowOut<'_>,
+        summary: &str,
+    ) -> anyhow::Result<()> {
+        self.lines(lines)?;
+        self.line(last.json)?;
+        if self.summary {
+            self.line(summary)?;
+        }
+        let _ = self.out.flush();
+        Ok(())
+    }
+}
+
+/// The Prometheus sink: every window updates the served metrics.
+impl Sink for Exporter {
+    fn turn(
+        &mut self,
+        _: &mut Session,
+        _: &[EventLine],
+        window: Option<&WindowOut<'_>>,
+    ) -> anyhow::Result<Flow> {
+        if let Some(w) = window {
+            self.update(w.window);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(
+        &mut self,
+        _: &mut Session,
+        _: &[EventLine],
+        last: &WindowOut<'_>,
+        _: &str,
+    ) -> anyhow::Result<()> {
+        self.update(last.window);
+        Ok(())
+    }
 }
 
 /// Runs the stream until `duration` (if any), a signal, or a closed stdout. `events` chooses the
@@ -82,70 +151,18 @@ pub async fn run(
     events: EventSelection,
     prometheus: Option<(SocketAddr, MetricsOptions)>,
 ) -> anyhow::Result<()> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let (_stop, control) = driver::stop_on_signals(duration)?;
     let mut pump = Pump::start(&opts)?;
+    pump.session.set_lines(&events);
     let mut exporter = match prometheus {
         Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
         None => None,
     };
-    let throttle_lines = events.has("throttle");
-    let slow_reads = events.has("reads");
-    let events = events.has("runq");
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    if !emit(&mut out, &pump.session.hello)? {
-        return Ok(());
-    }
-    pump.session.drain_stats().keep_throttle_lines = throttle_lines;
-    pump.session.drain_stats().keep_slow_reads = slow_reads;
-    let deadline = sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
-    tokio::pin!(deadline);
-    let mut windows = 0u64;
-    let mut waits = Vec::new();
-    loop {
-        let pumped = tokio::select! {
-            p = pump.next(events.then_some(&mut waits)) => Some(p?),
-            _ = sigint.recv() => None,
-            _ = sigterm.recv() => None,
-            () = &mut deadline => None,
-        };
-        // A reader that went away ends the stream (the programs detach when `pump` drops).
-        if !emit_events(&mut out, &mut pump.session, &mut waits)? {
-            return Ok(());
-        }
-        match pumped {
-            None => break,
-            Some(Pumped::Drained) => {}
-            Some(Pumped::Window(w)) => {
-                windows += 1;
-                if let Some(e) = exporter.as_mut() {
-                    e.update(&w);
-                }
-                if !emit(&mut out, &w)? {
-                    return Ok(());
-                }
-            }
-        }
-    }
-    // The partial last window, so nothing traced is left unreported.
-    let w = pump.last_window(events.then_some(&mut waits))?;
-    if !emit_events(&mut out, &mut pump.session, &mut waits)? {
-        return Ok(());
-    }
-    windows += 1;
+    let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
+    let mut sinks: Vec<&mut dyn Sink> = vec![&mut out];
     if let Some(e) = exporter.as_mut() {
-        e.update(&w);
+        sinks.push(e);
     }
-    if emit(&mut out, &w)? && summary {
-        let totals = pump.session.totals();
-        emit(
-            &mut out,
-            &Summary {
-                kind: "summary",
-                windows,
-                cgroups: &totals,
-            },
-        )?;
-    }
+    driver::run(pump, &mut sinks, control).await?;
     Ok(())
 }

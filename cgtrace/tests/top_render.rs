@@ -6,7 +6,7 @@
 use std::{ffi::OsStr, sync::mpsc, time::Duration};
 
 use cgtrace::{
-    snapshot::{Hello, Window},
+    model::{Hello, Window},
     top::{
         self, Action, App, Command, Event, Theme,
         app::{Edit, Status},

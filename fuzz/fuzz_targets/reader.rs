@@ -7,7 +7,7 @@ use cgtrace::{
     events::EventSelection,
     record::{format::repair_checksums, reader::Recording},
     replay, report,
-    snapshot::Window,
+    model::Window,
 };
 use libfuzzer_sys::fuzz_target;
 

@@ -1,8 +1,8 @@
 //! `cgtrace record`: what the aggregator consumed, to a file (see [`format`] for the layout).
 //!
-//! The recorder drives the same [`Pump`] as the stream and the view. After every turn it takes
-//! the ring-buffer records exactly as they came out (the [`RawRecords`] sink of
-//! [`crate::session::drain_ring`]) and writes them as they are; after every window it writes the
+//! The recorder is a [`Sink`] of the same driver as the stream and the view. After every turn it
+//! takes the ring-buffer records exactly as they came out ([`RawRecords`]) and writes them as they
+//! are; after every window it writes the
 //! window's JSON (the stream's `window` line), the names of cgroups not seen before, and writes
 //! the chunk out. A chunk is also written whenever one second has passed since its first record,
 //! so a killed recorder loses at most the last second (see [`FLUSH_EVERY`]).
@@ -12,25 +12,19 @@ pub mod player;
 pub mod reader;
 pub mod writer;
 
-use std::{
-    io::{self, Write as _},
-    net::SocketAddr,
-    path::PathBuf,
-    time::Duration,
-};
+use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    time::sleep,
-};
 
 use crate::{
+    decode::Record,
+    driver::{self, Flow, Sink, WindowOut},
     events::EventSelection,
+    family::EventLine,
     metrics::{Exporter, MetricsOptions},
-    session::{Pump, Pumped, RawRecords, SessionOptions, monotonic_ns},
-    snapshot::Window,
-    stream::{self, Summary},
+    model::Window,
+    session::{Pump, RawRecords, Session, SessionOptions, monotonic_ns},
+    stream::Ndjson,
 };
 use format::Tag;
 use writer::{Flushed, OnFull, Writer};
@@ -91,28 +85,27 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
-/// Writes what a turn of the pump produced.
+/// The recorder sink: after every turn the ring-buffer records exactly as they came out, the names
+/// of their cgroups, and at a window its JSON; chunks written as [`FLUSH_EVERY`] says.
 struct Recorder {
     writer: Writer,
     lost_reported: u64,
+    /// `--max-size` reached with `--stop-at-max`.
+    full: bool,
 }
 
 impl Recorder {
     /// Takes the raw records drained so far and notes the names of their cgroups.
-    fn events(&mut self, pump: &mut Pump) {
-        let session = &mut pump.session;
-        let Some(mut raw) = session.drain_stats().raw.take() else {
+    fn events(&mut self, session: &mut Session) {
+        let Some(mut raw) = session.raw.take() else {
             return;
         };
         let mut ids = Vec::new();
         raw.drain(|rec| {
             self.writer.event(rec);
-            // Every record kind carries its cgroup id right after the 16-byte header.
-            if rec.len() >= 24 {
-                let id = u64::from_ne_bytes(rec[16..24].try_into().unwrap_or_default());
-                if id != 0 && !self.writer.knows(id) && !ids.contains(&id) {
-                    ids.push(id);
-                }
+            let id = Record::from_bytes(rec).map_or(0, |r| r.cgroup_id());
+            if id != 0 && !self.writer.knows(id) && !ids.contains(&id) {
+                ids.push(id);
             }
         });
         if raw.lost > self.lost_reported {
@@ -123,7 +116,7 @@ impl Recorder {
             self.writer.record(Tag::Loss, body.as_bytes());
             self.lost_reported = raw.lost;
         }
-        session.drain_stats().raw = Some(raw);
+        session.raw = Some(raw);
         for id in ids {
             let (path, name) = session.describe(id);
             self.writer.name(NameEntry {
@@ -149,10 +142,53 @@ impl Recorder {
     }
 }
 
+impl Sink for Recorder {
+    fn turn(
+        &mut self,
+        session: &mut Session,
+        _: &[EventLine],
+        window: Option<&WindowOut<'_>>,
+    ) -> anyhow::Result<Flow> {
+        self.events(session);
+        if let Some(w) = window {
+            self.window(w.window, w.json);
+        }
+        // Every window ends a chunk; so does FLUSH_EVERY's worth of events, or a full buffer.
+        let (pending, since) = self.writer.pending();
+        let due = window.is_some()
+            || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
+            || pending >= writer::CHUNK_BYTES;
+        if due && flush(&mut self.writer, false)? == Flushed::Full {
+            self.full = true;
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(
+        &mut self,
+        session: &mut Session,
+        _: &[EventLine],
+        last: &WindowOut<'_>,
+        summary: &str,
+    ) -> anyhow::Result<()> {
+        self.events(session);
+        if !self.full {
+            self.window(last.window, last.json);
+        }
+        // After --max-size the summary still goes in, in the room kept for it.
+        self.writer.record(Tag::Summary, summary.as_bytes());
+        let reason = if self.full { "max-size" } else { "stopped" };
+        self.writer
+            .record(Tag::End, format!("{{\"reason\":\"{reason}\"}}").as_bytes());
+        flush(&mut self.writer, true)?;
+        Ok(())
+    }
+}
+
 /// Runs the recorder until `--duration`, SIGINT/SIGTERM, or `--max-size` with `--stop-at-max`.
 pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<()> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let (_stop, control) = driver::stop_on_signals(opts.duration)?;
     // The file first: a bad path is one line before anything is traced.
     let file = writer::open_new(&opts.output, opts.force)?;
     let mut pump = match Pump::start(&trace) {
@@ -189,103 +225,27 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
             ),
         }
     );
-    let session = &mut pump.session;
-    session.drain_stats().raw = Some(RawRecords::new(RAW_CAP));
-    // Throttle episodes are kept for event lines (the recording has their raw records anyway).
-    let events = opts.stream.clone().unwrap_or_default();
-    session.drain_stats().keep_throttle_lines = events.has("throttle");
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    let mut stdout_open = opts.stream.is_some();
-    if stdout_open && !stream::emit(&mut out, &pump.session.hello)? {
-        stdout_open = false;
+    pump.session.raw = Some(RawRecords::new(RAW_CAP));
+    if let Some(events) = &opts.stream {
+        pump.session.set_lines(events);
     }
     let mut rec = Recorder {
         writer,
         lost_reported: 0,
+        full: false,
     };
-    let deadline = sleep(opts.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
-    tokio::pin!(deadline);
-    let mut windows = 0u64;
-    let mut waits = Vec::new();
-    let want_waits = events.has("runq");
-    let mut stop_reason = "stopped";
-    loop {
-        let pumped = tokio::select! {
-            p = pump.next(want_waits.then_some(&mut waits)) => Some(p?),
-            _ = sigint.recv() => None,
-            _ = sigterm.recv() => None,
-            () = &mut deadline => None,
-        };
-        // The file first, then stdout: whatever the stream printed is on disk.
-        rec.events(&mut pump);
-        let json = match &pumped {
-            Some(Pumped::Window(w)) => {
-                windows += 1;
-                let json = serde_json::to_string(&**w)?;
-                rec.window(w, &json);
-                Some(json)
-            }
-            _ => None,
-        };
-        // Every window ends a chunk; so does FLUSH_EVERY's worth of events, or a full buffer.
-        let (pending, since) = rec.writer.pending();
-        let due = json.is_some()
-            || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
-            || pending >= writer::CHUNK_BYTES;
-        if due && flush(&mut rec.writer, false)? == Flushed::Full {
-            stop_reason = "max-size";
-            break;
-        }
-        if stdout_open && !stream::emit_events(&mut out, &mut pump.session, &mut waits)? {
-            stdout_open = false;
-        }
-        waits.clear();
-        pump.session.drain_stats().throttle_lines.clear();
-        if let (Some(json), Some(Pumped::Window(w))) = (&json, &pumped) {
-            if stdout_open && !stream::emit_line(&mut out, json)? {
-                stdout_open = false;
-            }
-            if let Some(e) = exporter.as_mut() {
-                e.update(w);
-            }
-        }
-        if pumped.is_none() {
-            break;
-        }
-    }
-    // The partial last window and the summary, so nothing traced is left out.
-    let w = pump.last_window(want_waits.then_some(&mut waits))?;
-    rec.events(&mut pump);
-    if stdout_open {
-        stdout_open = stream::emit_events(&mut out, &mut pump.session, &mut waits)?;
-    }
-    windows += 1;
-    let json = serde_json::to_string(&w)?;
-    if stop_reason != "max-size" {
-        rec.window(&w, &json);
+    // The file first, then stdout: whatever the stream printed is on disk. A closed stdout ends
+    // only the stream, not the recording.
+    let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), true, false);
+    let mut sinks: Vec<&mut dyn Sink> = vec![&mut rec];
+    if opts.stream.is_some() {
+        sinks.push(&mut out);
     }
     if let Some(e) = exporter.as_mut() {
-        e.update(&w);
+        sinks.push(e);
     }
-    let totals = pump.session.totals();
-    let summary = serde_json::to_string(&Summary {
-        kind: "summary",
-        windows,
-        cgroups: &totals,
-    })?;
-    drop(pump); // detach before the last write
-    // After --max-size the summary still goes in, in the room kept for it.
-    rec.writer.record(Tag::Summary, summary.as_bytes());
-    rec.writer.record(
-        Tag::End,
-        format!("{{\"reason\":\"{stop_reason}\"}}").as_bytes(),
-    );
-    flush(&mut rec.writer, true)?;
-    if stdout_open && stream::emit_line(&mut out, &json)? {
-        stream::emit_line(&mut out, &summary)?;
-    }
+    driver::run(pump, &mut sinks, control).await?;
     let s = rec.writer.stats;
-    let _ = out.flush();
     eprintln!(
         "cgtrace: recorded {} windows and {} events to {} ({}{}){}",
         s.windows,
@@ -297,7 +257,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         } else {
             String::new()
         },
-        if stop_reason == "max-size" {
+        if rec.full {
             format!(
                 "; stopped at --max-size {} (use --rotate to keep recording)",
                 human_bytes(opts.max_size.unwrap_or(0))

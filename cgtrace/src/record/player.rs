@@ -13,7 +13,7 @@ use std::{
 
 use super::reader::{Marks, Recording};
 use crate::{
-    snapshot::Window,
+    model::Window,
     top::{
         event::Event,
         source::{Control, SourceHandle},

@@ -19,7 +19,7 @@ use super::{
         SYNC, Tag,
     },
 };
-use crate::snapshot::Hello;
+use crate::model::Hello;
 
 #[derive(Debug, Error)]
 pub enum ReadError {
@@ -478,7 +478,7 @@ fn index_records(
 
 /// What the view shows when the hello was damaged.
 fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
-    use crate::snapshot::{Capabilities, CgroupLayoutInfo, HistSpec, SCHEMA};
+    use crate::model::{Capabilities, CgroupLayoutInfo, HistSpec, SCHEMA};
     Hello {
         kind: "hello".into(),
         schema: SCHEMA,
@@ -496,7 +496,7 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
         families: ["runq", "throttle"]
             .into_iter()
             .map(|f| {
-                let mode = crate::snapshot::FamilyMode {
+                let mode = crate::model::FamilyMode {
                     mode: "unknown".into(),
                     detail: "the recording's header is damaged".into(),
                 };

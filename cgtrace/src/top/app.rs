@@ -3,8 +3,8 @@
 use std::{collections::HashSet, time::Duration};
 
 use crate::{
+    model::{EventCounts, Hello, Window},
     record::{player::PlayerCmd, reader::Marks},
-    snapshot::{EventCounts, Hello, Window},
 };
 
 use super::{
@@ -264,7 +264,7 @@ impl App {
     }
 
     /// Cgroup data replaced by the last snapshot: the caller frees it off the UI thread.
-    pub fn take_garbage(&mut self) -> Vec<Vec<crate::snapshot::CgroupWindow>> {
+    pub fn take_garbage(&mut self) -> Vec<Vec<crate::model::CgroupWindow>> {
         self.store.take_garbage()
     }
 

@@ -2,7 +2,7 @@
 //! which families it needs. `NAME` and `FLAGS` belong to the view; every other column comes from
 //! a [`Family`](super::family::Family).
 
-use crate::snapshot::{CgroupWindow, Hello};
+use crate::model::{CgroupWindow, Hello};
 
 use super::{
     family::{Ctx, Family},

@@ -13,7 +13,7 @@ use std::{
 
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyEvent, KeyEventKind};
 
-use crate::snapshot::Window;
+use crate::model::Window;
 
 /// Everything the UI loop reacts to, from any thread.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! `cgtrace top`: the live per-cgroup view.
 //!
 //! One pipeline, as for the stream: a [`source`] (a live [`Session`](crate::session::Session) on
-//! its own thread, or recorded windows) sends [`Window`](crate::snapshot::Window)s; the UI loop
+//! its own thread, or recorded windows) sends [`Window`](crate::model::Window)s; the UI loop
 //! waits on one [`Event`] channel (keys, resizes, windows, signals), turns each event into an
 //! [`Action`], lets [`App::apply`] change the state, and redraws only when something changed. The
 //! row order is recomputed in `apply`, never while drawing; drawing ([`render::draw`]) is a pure
@@ -135,7 +135,7 @@ where
     let size = terminal.size().map_err(|e| TopError::Draw(e.into()))?;
     app.apply(Action::Resize(size.width, size.height));
     // Frees the cgroup data each snapshot replaces, so the UI thread never waits on free().
-    let (garbage, bin) = mpsc::channel::<Vec<Vec<crate::snapshot::CgroupWindow>>>();
+    let (garbage, bin) = mpsc::channel::<Vec<Vec<crate::model::CgroupWindow>>>();
     std::thread::Builder::new()
         .name("cgtrace-free".into())
         .spawn(move || bin.into_iter().for_each(drop))

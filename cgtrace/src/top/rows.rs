@@ -8,7 +8,7 @@ use std::{
     collections::{HashMap, HashSet},
 };
 
-use crate::snapshot::{CgroupWindow, Window};
+use crate::model::{CgroupWindow, Window};
 
 use super::{
     columns::{Column, Source},

@@ -17,8 +17,10 @@ use tokio::{
 
 use super::event::Event;
 use crate::{
-    session::{Pump, Pumped, SessionOptions},
-    snapshot::{Hello, Window},
+    driver::{self, Flow, Sink, WindowOut},
+    family::EventLine,
+    model::{Hello, Window},
+    session::{Pump, Session, SessionOptions},
 };
 
 /// What the view asks of its source.
@@ -131,10 +133,28 @@ pub fn spawn_live(
     }
 }
 
-enum Wake {
-    Pumped(Pumped),
-    Control(Option<Control>),
-    Signal(&'static str),
+/// The view as a sink of the driver: every window goes to its event channel.
+struct View {
+    events: Sender<Event>,
+}
+
+impl Sink for View {
+    fn turn(
+        &mut self,
+        _: &mut Session,
+        _: &[EventLine],
+        window: Option<&WindowOut<'_>>,
+    ) -> anyhow::Result<Flow> {
+        let Some(w) = window else {
+            return Ok(Flow::Continue);
+        };
+        Ok(
+            match self.events.send(Event::Window(Box::new(w.window.clone()))) {
+                Ok(()) => Flow::Continue,
+                Err(_) => Flow::Stop, // the view is gone
+            },
+        )
+    }
 }
 
 async fn live(
@@ -151,7 +171,7 @@ async fn live(
         );
         anyhow::Ok((sigs, Pump::start(&opts)?))
     })();
-    let ((mut sigterm, mut sighup, mut sigint), mut pump) = match started {
+    let ((mut sigterm, mut sighup, mut sigint), pump) = match started {
         Ok(s) => s,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -164,34 +184,38 @@ async fn live(
         opts.interval,
         pump.session.hello.families
     );
-    loop {
-        let wake = tokio::select! {
-            p = pump.next(None) => Wake::Pumped(p?),
-            c = control.recv() => Wake::Control(c),
-            _ = sigterm.recv() => Wake::Signal("SIGTERM"),
-            _ = sighup.recv() => Wake::Signal("SIGHUP"),
-            _ = sigint.recv() => Wake::Signal("SIGINT"),
-        };
-        match wake {
-            Wake::Pumped(Pumped::Drained) => {}
-            Wake::Pumped(Pumped::Window(w)) => {
-                if events.send(Event::Window(w)).is_err() {
-                    break;
+    // The view decides what a signal means (it quits cleanly); its controls steer the driver.
+    let (to_driver, driver_control) = unbounded_channel();
+    let signals = events.clone();
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                _ = sigterm.recv() => "SIGTERM",
+                _ = sighup.recv() => "SIGHUP",
+                _ = sigint.recv() => "SIGINT",
+            };
+            log::info!("{name}: stopping");
+            let _ = signals.send(Event::Signal(name));
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(c) = control.recv().await {
+            let c = match c {
+                Control::SetInterval(d) => {
+                    log::info!("interval set to {d:?}");
+                    driver::Control::SetInterval(d)
                 }
-            }
-            Wake::Control(Some(Control::SetInterval(d))) => {
-                log::info!("interval set to {d:?}");
-                pump.set_interval(d);
-            }
-            Wake::Control(Some(Control::Player(_))) => {}
-            Wake::Control(Some(Control::Stop) | None) => break,
-            Wake::Signal(name) => {
-                log::info!("{name}: stopping");
-                let _ = events.send(Event::Signal(name));
+                Control::Player(_) => continue,
+                Control::Stop => break,
+            };
+            if to_driver.send(c).is_err() {
+                return;
             }
         }
-    }
-    drop(pump); // detaches every program
+        let _ = to_driver.send(driver::Control::Stop);
+    });
+    let mut view = View { events };
+    driver::run(pump, &mut [&mut view], driver_control).await?;
     log::info!("tracing stopped");
     Ok(())
 }

@@ -7,8 +7,8 @@ use cgtrace_common::runq::WaitKind;
 use super::*;
 use crate::{
     aggregate::runq_window,
-    runq::KindHists,
-    snapshot::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, HistSpec},
+    family::runq::KindHists,
+    model::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, HistSpec},
     top::{
         columns::{Cell, Source},
         family::{Ctx, Flag},

@@ -15,7 +15,7 @@ pub mod throttle;
 
 use ratatui::text::Line;
 
-use crate::snapshot::CgroupWindow;
+use crate::model::CgroupWindow;
 
 #[allow(unused_imports, reason = "referenced by the docs above")]
 use super::columns::Cell;

@@ -5,8 +5,8 @@
 use ratatui::text::{Line, Span};
 
 use crate::{
-    reads::FileReads,
-    snapshot::CgroupWindow,
+    family::reads::FileReads,
+    model::CgroupWindow,
     top::{
         columns::{Cell, Column, Source},
         format,

@@ -3,7 +3,7 @@
 
 use ratatui::text::{Line, Span};
 
-use crate::{hist::HistSummary, snapshot::CgroupWindow};
+use crate::{hist::HistSummary, model::CgroupWindow};
 
 use super::{Ctx, Family, Flag};
 use crate::top::{

@@ -5,8 +5,8 @@
 use ratatui::text::{Line, Span};
 
 use crate::{
-    snapshot::CgroupWindow,
-    throttle::ThrottleWindow,
+    family::throttle::ThrottleWindow,
+    model::CgroupWindow,
     top::{
         columns::{Cell, Column, Source},
         format,
@@ -282,7 +282,7 @@ fn timeline(t: &ThrottleWindow, width: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::burners::{PeriodThread, ThrottledPeriod};
+    use crate::family::throttle::burners::{PeriodThread, ThrottledPeriod};
 
     fn period(end_ms: u64) -> ThrottledPeriod {
         ThrottledPeriod {

@@ -6,12 +6,25 @@ use std::collections::HashMap as StdHashMap;
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, MapData};
 use cgtrace_common::{
-    event::{DecodeError, KIND_RUNQ_WAIT, read_pod},
     hist::NR_BUCKETS,
     runq::{RunqEvent, RunqHist, RunqKey, WaitKind},
 };
 
-use crate::hist::Hist;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    decode::comm_str,
+    family::{Describe, EventLine, FamilyInfo, Room},
+    hist::Hist,
+};
+
+pub const INFO: FamilyInfo = FamilyInfo {
+    name: "runq",
+    first_kind: 0x100,
+    event_kind: cgtrace_common::event::KIND_RUNQ_WAIT,
+    event_line: "runq_wait",
+    mark: 1,
+};
 
 /// Cumulative reading of one key, kept to compute the next delta.
 struct Prev {
@@ -100,64 +113,65 @@ impl RunqReader {
     }
 }
 
-/// Decodes a `KIND_RUNQ_WAIT` record.
-pub fn decode_event(bytes: &[u8]) -> Result<RunqEvent, DecodeError> {
-    // SAFETY: RunqEvent is #[repr(C)] integers and byte arrays, valid for any bytes.
-    let ev: RunqEvent = unsafe { read_pod(bytes) }.ok_or(DecodeError::Short {
-        kind: KIND_RUNQ_WAIT,
-        len: bytes.len(),
-        need: size_of::<RunqEvent>(),
-    })?;
-    Ok(ev)
+/// `runq` records between two windows: waits of at least `--event-min-ms`, kept for event lines.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub keep_lines: bool,
+    /// Waits received (kept or not).
+    pub events: u64,
+    waits: Vec<RunqEvent>,
 }
 
-/// A task name from a kernel `comm` buffer.
-pub fn comm_str(comm: &[u8; 16]) -> String {
-    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+impl Records {
+    pub fn wait(&mut self, ev: &RunqEvent, room: &mut Room<'_>) {
+        self.events += 1;
+        if self.keep_lines && room.fits(&self.waits) {
+            self.waits.push(*ev);
+        }
+    }
+
+    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
+        for ev in self.waits.drain(..) {
+            let (path, name) = describe(ev.cgroup_id);
+            out.push(EventLine::RunqWait(wait_line(&ev, path, name)));
+        }
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use cgtrace_common::event::EventHeader;
-
-    use super::*;
-
-    #[test]
-    fn decodes_an_event_and_rejects_short_records() {
-        let ev = RunqEvent {
-            header: EventHeader {
-                kind: KIND_RUNQ_WAIT,
-                cpu: 1,
-                ts_ns: 42,
-            },
-            cgroup_id: 77,
-            wait_ns: 12_345_678,
-            pid: 10,
-            tgid: 9,
-            kind: WaitKind::Preempt as u32,
-            _pad: 0,
-            comm: *b"stress-ng\0\0\0\0\0\0\0",
-        };
-        // SAFETY: plain #[repr(C)] value viewed as bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&raw const ev).cast::<u8>(), size_of::<RunqEvent>())
-        };
-        let back = decode_event(bytes).expect("decode");
-        assert_eq!(back.cgroup_id, 77);
-        assert_eq!(back.wait_ns, 12_345_678);
-        assert_eq!(WaitKind::try_from(back.kind), Ok(WaitKind::Preempt));
-        assert_eq!(comm_str(&back.comm), "stress-ng");
-        assert!(matches!(
-            decode_event(&bytes[..20]),
-            Err(DecodeError::Short { need, .. }) if need == size_of::<RunqEvent>()
-        ));
+/// The event line of one run-queue wait of the cgroup at `path`.
+pub fn wait_line(ev: &RunqEvent, path: Option<String>, name: Option<String>) -> RunqWait {
+    RunqWait {
+        kind: INFO.event_line.into(),
+        ts_ns: ev.header.ts_ns,
+        cpu: ev.header.cpu,
+        cgroup_id: ev.cgroup_id,
+        path,
+        name,
+        pid: ev.pid,
+        tgid: ev.tgid,
+        comm: comm_str(&ev.comm),
+        wait_kind: WaitKind::try_from(ev.kind)
+            .map_or("unknown", |k| k.name())
+            .to_string(),
+        wait_us: ev.wait_ns as f64 / 1e3,
     }
+}
 
-    #[test]
-    fn abi_sizes_are_stable() {
-        assert_eq!(size_of::<RunqKey>(), 16);
-        assert_eq!(size_of::<RunqHist>(), 8 * (5 + NR_BUCKETS));
-        assert_eq!(size_of::<RunqEvent>(), 16 + 8 + 8 + 16 + 16);
-    }
+/// A single run-queue wait at or above `--event-min-ms` (`--events`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunqWait {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the wait ended.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// `wakeup`, `preempt` or `throttled`.
+    pub wait_kind: String,
+    pub wait_us: f64,
 }

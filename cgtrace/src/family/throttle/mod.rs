@@ -2,23 +2,107 @@
 //! and the kernel's own counters (`cpu.stat`, quota, period, burst, usage) read from cgroupfs for
 //! the same window, so every window carries both.
 
+pub mod burners;
+
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
     path::Path,
 };
 
 use aya::maps::{HashMap, MapData};
-use cgtrace_common::{
-    event::{DecodeError, KIND_THROTTLE, read_pod},
-    throttle::{ThrottleEvent, ThrottleStats},
+use cgtrace_common::throttle::{
+    CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, ThrottleEvent, ThrottleStats,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    burners::ThrottledPeriod,
     cgroup::Version,
+    family::throttle::burners::ThrottledPeriod,
+    family::{Describe, EventLine, FamilyInfo, Room},
     hist::{Hist, HistSummary},
 };
+
+pub const INFO: FamilyInfo = FamilyInfo {
+    name: "throttle",
+    first_kind: 0x200,
+    event_kind: cgtrace_common::event::KIND_THROTTLE,
+    event_line: "throttle",
+    mark: 2,
+};
+
+/// `throttle` records between two windows: episodes by cgroup, who burned each throttled
+/// period, and the episodes kept for event lines.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub keep_lines: bool,
+    /// Episodes since the last window, by cgroup.
+    pub episodes: StdHashMap<u64, Episodes>,
+    pub burners: burners::Burners,
+    lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
+}
+
+impl Records {
+    pub fn episode(&mut self, ev: &ThrottleEvent, room: &mut Room<'_>) {
+        self.episodes.entry(ev.cgroup_id).or_default().add(ev);
+        let period = self.burners.episode(ev);
+        if self.keep_lines && room.fits(&self.lines) {
+            self.lines.push((*ev, period));
+        }
+    }
+
+    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
+        for (ev, period) in self.lines.drain(..) {
+            let (path, name) = describe(ev.cgroup_id);
+            out.push(EventLine::Throttle(line(&ev, period, path, name)));
+        }
+    }
+
+    /// What a window ending at `mono_ns` takes: the episodes since the last one and the throttled
+    /// periods completed.
+    pub fn take_window(
+        &mut self,
+        mono_ns: u64,
+    ) -> (
+        StdHashMap<u64, Episodes>,
+        std::collections::HashMap<u64, Vec<ThrottledPeriod>>,
+    ) {
+        (
+            std::mem::take(&mut self.episodes),
+            self.burners.take(mono_ns),
+        )
+    }
+}
+
+/// The event line of one throttle episode of the cgroup at `path`.
+pub fn line(
+    ev: &ThrottleEvent,
+    period: Option<ThrottledPeriod>,
+    path: Option<String>,
+    name: Option<String>,
+) -> ThrottleLine {
+    ThrottleLine {
+        kind: INFO.event_line.into(),
+        ts_ns: ev.header.ts_ns,
+        cpu: ev.header.cpu,
+        cgroup_id: ev.cgroup_id,
+        path,
+        name,
+        start_ns: ev.start_ns,
+        duration_us: ev.duration_ns as f64 / 1e3,
+        tasks: ev.tasks,
+        runnable: ev.runnable,
+        period,
+        kernel_us: (ev.kernel_ns > 0).then(|| ev.kernel_ns as f64 / 1e3),
+        closed_by: match ev.closed_by {
+            CLOSE_TIMER => "timer",
+            CLOSE_CSD => "csd",
+            CLOSE_LATE => "late",
+            CLOSE_UNTHROTTLE => "unthrottle",
+            _ => "unknown",
+        }
+        .to_string(),
+    }
+}
 
 /// Reads `THROTTLE_STATS` and returns per-cgroup deltas.
 pub struct ThrottleReader {
@@ -64,25 +148,31 @@ impl ThrottleReader {
     }
 }
 
-/// Decodes a fixed-size record of the throttle family (`SliceEvent`, `PeriodEvent`).
-pub fn decode<T: Copy + ThrottleRecord>(bytes: &[u8]) -> Option<T> {
-    // SAFETY: the record types are #[repr(C)] integers and byte arrays, valid for any bytes.
-    unsafe { read_pod(bytes) }
-}
-
-/// Record types `decode` accepts.
-pub trait ThrottleRecord {}
-impl ThrottleRecord for cgtrace_common::throttle::SliceEvent {}
-impl ThrottleRecord for cgtrace_common::throttle::PeriodEvent {}
-
-/// Decodes a `KIND_THROTTLE` record.
-pub fn decode_event(bytes: &[u8]) -> Result<ThrottleEvent, DecodeError> {
-    // SAFETY: ThrottleEvent is #[repr(C)] integers, valid for any bytes.
-    unsafe { read_pod(bytes) }.ok_or(DecodeError::Short {
-        kind: KIND_THROTTLE,
-        len: bytes.len(),
-        need: size_of::<ThrottleEvent>(),
-    })
+/// A throttle episode (`--events`): one cgroup throttled on one CPU.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThrottleLine {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the episode ended.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub start_ns: u64,
+    pub duration_us: f64,
+    /// Tasks taken off the CPU by it.
+    pub tasks: u32,
+    /// Runnable tasks of the group when it began.
+    pub runnable: u32,
+    /// The throttled period it belongs to, with the threads that burned the quota.
+    pub period: Option<ThrottledPeriod>,
+    /// How its end was seen: `timer` (period/slack timer on this CPU), `csd` (remote unthrottle),
+    /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write),
+    /// `unthrottle` (the fentry/kprobe hook on `unthrottle_cfs_rq`).
+    pub closed_by: String,
+    /// fentry/kprobe modes: the kernel's own accounting of this episode.
+    pub kernel_us: Option<f64>,
 }
 
 /// What the kernel says about a cgroup's CPU bandwidth, read from its cgroupfs files.
@@ -393,6 +483,8 @@ pub fn window(
 
 #[cfg(test)]
 mod tests {
+    use cgtrace_common::event::KIND_THROTTLE;
+
     use super::*;
 
     #[test]

@@ -16,7 +16,40 @@ use cgtrace_common::reads::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{hist::Hist, runq::comm_str};
+use crate::{
+    decode::comm_str,
+    family::{FamilyInfo, Room},
+    hist::Hist,
+};
+
+pub const INFO: FamilyInfo = FamilyInfo {
+    name: "reads",
+    first_kind: 0x300,
+    event_kind: cgtrace_common::event::KIND_SLOW_READ,
+    event_line: "slow_read",
+    mark: 4,
+};
+
+/// `reads` records between two windows: slow reads kept for event lines, and cgroup churn.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub keep_lines: bool,
+    slow_reads: Vec<SlowReadEvent>,
+    pub churn: ChurnCounter,
+}
+
+impl Records {
+    pub fn slow_read(&mut self, ev: &SlowReadEvent, room: &mut Room<'_>) {
+        if self.keep_lines && room.fits(&self.slow_reads) {
+            self.slow_reads.push(*ev);
+        }
+    }
+
+    /// The slow reads kept for event lines (named by the live reader: [`ReadsReader::slow_read`]).
+    pub fn take_slow_reads(&mut self) -> Vec<SlowReadEvent> {
+        std::mem::take(&mut self.slow_reads)
+    }
+}
 
 /// Reads by one reader (cgroup + comm) of one file in one window.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -539,7 +572,7 @@ impl ReadsReader {
     pub fn slow_read(&mut self, ev: &SlowReadEvent) -> SlowRead {
         let info = self.info_of(&ev.key);
         SlowRead {
-            kind: "slow_read".into(),
+            kind: INFO.event_line.into(),
             ts_ns: ev.header.ts_ns,
             cpu: ev.header.cpu,
             pid: ev.pid,

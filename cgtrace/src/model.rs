@@ -1,5 +1,7 @@
-//! What the daemon produces: the `hello` header and one `window` per interval. The stream writes
-//! them as NDJSON; the view, `record` and `replay` consume the same types.
+//! The model: what the daemon produces, as typed values with no BPF in them: the `hello` header
+//! and one `window` per interval, whose per-family parts are the families' own types
+//! (`family::<name>`). The stream writes them as NDJSON; the view, `record`, `replay`, `report`
+//! and the metrics consume the same types.
 //!
 //! Schema version [`SCHEMA`]: fields are only ever added within a version.
 
@@ -88,13 +90,13 @@ pub struct Window {
     /// `reads`: memory cgroups whose stat files were read in the window, with the flush cost and
     /// their dying descendants, most read time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub memcgs: Vec<crate::reads::MemcgTarget>,
+    pub memcgs: Vec<crate::family::reads::MemcgTarget>,
     /// `reads`: dying memory cgroups on the host at the end of the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dying_memcgs: Option<crate::reads::DyingMemcgs>,
+    pub dying_memcgs: Option<crate::family::reads::DyingMemcgs>,
     /// `reads`: cgroups created and removed in the window, and by whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub churn: Option<crate::reads::Churn>,
+    pub churn: Option<crate::family::reads::Churn>,
 }
 
 /// Kernel events handled and lost in the window.
@@ -127,10 +129,10 @@ pub struct CgroupWindow {
     pub runq: RunqWindow,
     /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttle: Option<crate::throttle::ThrottleWindow>,
+    pub throttle: Option<crate::family::throttle::ThrottleWindow>,
     /// Pseudo-file reads by this cgroup's tasks, per (comm, file), most time first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reads: Option<Vec<crate::reads::FileReads>>,
+    pub reads: Option<Vec<crate::family::reads::FileReads>>,
 }
 
 /// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.
@@ -140,50 +142,4 @@ pub struct RunqWindow {
     pub all: HistSummary,
     /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
     pub kinds: BTreeMap<String, HistSummary>,
-}
-
-/// A single run-queue wait at or above `--event-min-ms` (`--events`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunqWait {
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the wait ended.
-    pub ts_ns: u64,
-    pub cpu: u32,
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
-    pub pid: u32,
-    pub tgid: u32,
-    pub comm: String,
-    /// `wakeup`, `preempt` or `throttled`.
-    pub wait_kind: String,
-    pub wait_us: f64,
-}
-
-/// A throttle episode (`--events`): one cgroup throttled on one CPU.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ThrottleLine {
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the episode ended.
-    pub ts_ns: u64,
-    pub cpu: u32,
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
-    pub start_ns: u64,
-    pub duration_us: f64,
-    /// Tasks taken off the CPU by it.
-    pub tasks: u32,
-    /// Runnable tasks of the group when it began.
-    pub runnable: u32,
-    /// The throttled period it belongs to, with the threads that burned the quota.
-    pub period: Option<crate::burners::ThrottledPeriod>,
-    /// How its end was seen: `timer` (period/slack timer on this CPU), `csd` (remote unthrottle),
-    /// `late` (at a later context switch: an unthrottle path without a hook, e.g. a quota write),
-    /// `unthrottle` (the fentry/kprobe hook on `unthrottle_cfs_rq`).
-    pub closed_by: String,
-    /// fentry/kprobe modes: the kernel's own accounting of this episode.
-    pub kernel_us: Option<f64>,
 }

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use cgtrace_common::throttle::{PeriodEvent, SliceEvent, ThrottleEvent};
 use serde::{Deserialize, Serialize};
 
-use crate::runq::comm_str;
+use crate::decode::comm_str;
 
 /// Threads listed per throttled period.
 pub const TOP_THREADS: usize = 5;

@@ -1,0 +1,190 @@
+//! The one place where ring-buffer bytes become typed records: live (the ring buffer), when
+//! recording (each record's cgroup for the name table), and offline (replay, report). A record is
+//! a [`EventHeader`] with the kind at offset 0, then the payload its kind names
+//! (`cgtrace_common::event`); the length is checked against that type before anything is read.
+
+use cgtrace_common::{
+    event::{
+        EventHeader, KIND_CGROUP_CHURN, KIND_RUNQ_WAIT, KIND_SLOW_READ, KIND_THROTTLE,
+        KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE,
+    },
+    reads::{CgroupChurnEvent, SlowReadEvent},
+    runq::RunqEvent,
+    throttle::{PeriodEvent, SliceEvent, ThrottleEvent},
+};
+
+/// One ring-buffer record, decoded.
+#[derive(Clone, Copy, Debug)]
+pub enum Record {
+    /// `runq`: a run-queue wait at or above `--event-min-ms`.
+    RunqWait(RunqEvent),
+    /// `throttle`: a closed throttle episode.
+    Throttle(ThrottleEvent),
+    /// `throttle`: a thread's CPU slice in a recently throttled group.
+    ThrottleSlice(SliceEvent),
+    /// `throttle`: a bandwidth period of a recently throttled group ended.
+    ThrottlePeriod(PeriodEvent),
+    /// `reads`: a pseudo-file read at or above `--slow-read-ms`.
+    SlowRead(SlowReadEvent),
+    /// `reads`: a cgroup created or removed.
+    CgroupChurn(CgroupChurnEvent),
+}
+
+/// Why a record could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("a record of {len} bytes has no room for its header")]
+    NoHeader { len: usize },
+    #[error("event kind {kind:#x}: {len} bytes, need {need}")]
+    Short { kind: u32, len: usize, need: usize },
+    #[error("unknown event kind {0:#x}")]
+    UnknownKind(u32),
+}
+
+/// Marker for the `#[repr(C)]` record types of `cgtrace-common`: integers and byte arrays only,
+/// so every bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of integers and integer arrays.
+unsafe trait Plain: Copy {}
+// SAFETY (all): #[repr(C)] integers and byte arrays (see cgtrace-common).
+unsafe impl Plain for EventHeader {}
+unsafe impl Plain for RunqEvent {}
+unsafe impl Plain for ThrottleEvent {}
+unsafe impl Plain for SliceEvent {}
+unsafe impl Plain for PeriodEvent {}
+unsafe impl Plain for SlowReadEvent {}
+unsafe impl Plain for CgroupChurnEvent {}
+
+/// Reads a `T` from the front of `bytes` (unaligned), if it is long enough.
+fn read<T: Plain>(kind: u32, bytes: &[u8]) -> Result<T, DecodeError> {
+    let need = size_of::<T>();
+    if bytes.len() < need {
+        return Err(DecodeError::Short {
+            kind,
+            len: bytes.len(),
+            need,
+        });
+    }
+    // SAFETY: the length is checked above and `T: Plain` is valid for any bytes.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The header of a record, without decoding the rest (a kind this build may not know).
+pub fn header(bytes: &[u8]) -> Result<EventHeader, DecodeError> {
+    read::<EventHeader>(0, bytes).map_err(|_| DecodeError::NoHeader { len: bytes.len() })
+}
+
+impl Record {
+    /// Decodes one record, checking its kind and length.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let kind = header(bytes)?.kind;
+        Ok(match kind {
+            KIND_RUNQ_WAIT => Self::RunqWait(read(kind, bytes)?),
+            KIND_THROTTLE => Self::Throttle(read(kind, bytes)?),
+            KIND_THROTTLE_SLICE => Self::ThrottleSlice(read(kind, bytes)?),
+            KIND_THROTTLE_PERIOD => Self::ThrottlePeriod(read(kind, bytes)?),
+            KIND_SLOW_READ => Self::SlowRead(read(kind, bytes)?),
+            KIND_CGROUP_CHURN => Self::CgroupChurn(read(kind, bytes)?),
+            _ => return Err(DecodeError::UnknownKind(kind)),
+        })
+    }
+
+    pub fn header(&self) -> &EventHeader {
+        match self {
+            Self::RunqWait(e) => &e.header,
+            Self::Throttle(e) => &e.header,
+            Self::ThrottleSlice(e) => &e.header,
+            Self::ThrottlePeriod(e) => &e.header,
+            Self::SlowRead(e) => &e.header,
+            Self::CgroupChurn(e) => &e.header,
+        }
+    }
+
+    /// The cgroup (in the run-queue hierarchy) the record is about, for the names a recording
+    /// keeps: the waiting, throttled or reading cgroup, or the cgroup of whoever created or
+    /// removed a cgroup. `0` when there is none.
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Self::RunqWait(e) => e.cgroup_id,
+            Self::Throttle(e) => e.cgroup_id,
+            Self::ThrottleSlice(e) => e.cgroup_id,
+            Self::ThrottlePeriod(e) => e.cgroup_id,
+            Self::SlowRead(e) => e.key.cgroup_id,
+            Self::CgroupChurn(e) => e.actor_cgroup,
+        }
+    }
+}
+
+/// A task name from a kernel `comm` buffer.
+pub fn comm_str(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use cgtrace_common::runq::WaitKind;
+
+    use super::*;
+
+    fn bytes_of<T: Plain>(v: &T) -> Vec<u8> {
+        // SAFETY: a plain #[repr(C)] value viewed as bytes.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+    }
+
+    #[test]
+    fn decodes_by_kind_and_checks_lengths() {
+        let ev = RunqEvent {
+            header: EventHeader {
+                kind: KIND_RUNQ_WAIT,
+                cpu: 1,
+                ts_ns: 42,
+            },
+            cgroup_id: 77,
+            wait_ns: 12_345_678,
+            pid: 10,
+            tgid: 9,
+            kind: WaitKind::Preempt as u32,
+            _pad: 0,
+            comm: *b"stress-ng\0\0\0\0\0\0\0",
+        };
+        let b = bytes_of(&ev);
+        let Ok(Record::RunqWait(back)) = Record::from_bytes(&b) else {
+            panic!("not a runq wait");
+        };
+        assert_eq!((back.cgroup_id, back.wait_ns), (77, 12_345_678));
+        assert_eq!(Record::from_bytes(&b).map(|r| r.cgroup_id()), Ok(77));
+        assert_eq!(
+            Record::from_bytes(&b[..20]).map(|_| ()),
+            Err(DecodeError::Short {
+                kind: KIND_RUNQ_WAIT,
+                len: 20,
+                need: size_of::<RunqEvent>()
+            })
+        );
+        assert_eq!(
+            Record::from_bytes(&b[..8]).map(|_| ()),
+            Err(DecodeError::NoHeader { len: 8 })
+        );
+        let mut unknown = b.clone();
+        unknown[..4].copy_from_slice(&0x9ffu32.to_ne_bytes());
+        assert_eq!(
+            Record::from_bytes(&unknown).map(|_| ()),
+            Err(DecodeError::UnknownKind(0x9ff))
+        );
+        assert_eq!(header(&unknown).map(|h| h.kind), Ok(0x9ff));
+        assert_eq!(comm_str(&ev.comm), "stress-ng");
+    }
+
+    #[test]
+    fn abi_sizes_are_stable() {
+        use cgtrace_common::{
+            hist::NR_BUCKETS,
+            runq::{RunqHist, RunqKey},
+        };
+        assert_eq!(size_of::<RunqKey>(), 16);
+        assert_eq!(size_of::<RunqHist>(), 8 * (5 + NR_BUCKETS));
+        assert_eq!(size_of::<RunqEvent>(), 16 + 8 + 8 + 16 + 16);
+    }
+}

@@ -1,0 +1,175 @@
+//! The one collection loop: a [`Pump`] feeds every output of a live session (the NDJSON stream,
+//! the recorder, Prometheus, the view) as a [`Sink`]. `stream`, `record`, `serve` and the live
+//! view differ only in the sinks they hand [`run`] and in what stops it.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel},
+    time::sleep,
+};
+
+use crate::{
+    family::EventLine,
+    model::{CgroupWindow, Hello, Window},
+    session::{Pump, Pumped, Session},
+};
+
+/// Closing line: what the whole run saw per cgroup.
+#[derive(Serialize)]
+pub struct Summary<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub windows: u64,
+    pub cgroups: &'a [CgroupWindow],
+}
+
+/// Whether the run goes on after a sink was handed something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// This sink ends the run (stdout closed, `--max-size` reached).
+    Stop,
+}
+
+/// One window as every sink gets it: typed and already serialised once.
+pub struct WindowOut<'a> {
+    pub window: &'a Window,
+    pub json: &'a str,
+}
+
+/// An output of a live session. Sinks are handed each turn in the order given to [`run`], so an
+/// earlier sink (the recorder) has written what a later one (stdout) prints.
+pub trait Sink {
+    /// The session started.
+    fn start(&mut self, _hello: &Hello) -> anyhow::Result<Flow> {
+        Ok(Flow::Continue)
+    }
+    /// One turn of the pump: the event lines drained in it, and the window it ended, if any.
+    /// `session` names cgroups and holds what the ring buffer delivered.
+    fn turn(
+        &mut self,
+        session: &mut Session,
+        lines: &[EventLine],
+        window: Option<&WindowOut<'_>>,
+    ) -> anyhow::Result<Flow>;
+    /// The run ended: the event lines drained last, the partial last window and the closing
+    /// summary line (JSON).
+    fn finish(
+        &mut self,
+        _session: &mut Session,
+        _lines: &[EventLine],
+        _last: &WindowOut<'_>,
+        _summary: &str,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the caller asks of a running [`run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Windows of this length from now on.
+    SetInterval(Duration),
+    /// End the run (after the partial last window).
+    Stop,
+}
+
+/// A control channel that says [`Control::Stop`] on SIGINT, SIGTERM or after `duration`.
+pub fn stop_on_signals(
+    duration: Option<Duration>,
+) -> anyhow::Result<(UnboundedSender<Control>, UnboundedReceiver<Control>)> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let (tx, rx) = unbounded_channel();
+    let stop = tx.clone();
+    tokio::spawn(async move {
+        let deadline = sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+        tokio::select! {
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+            () = deadline => {}
+        }
+        let _ = stop.send(Control::Stop);
+    });
+    Ok((tx, rx))
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    pub windows: u64,
+    /// A sink stopped it (rather than the control channel).
+    pub by_sink: bool,
+}
+
+/// Drives `pump` until `control` says stop (or closes) or a sink stops the run; hands every turn
+/// to `sinks` in order; then the partial last window and the closing summary, so nothing traced
+/// goes unreported.
+pub async fn run(
+    mut pump: Pump,
+    sinks: &mut [&mut dyn Sink],
+    mut control: UnboundedReceiver<Control>,
+) -> anyhow::Result<Ended> {
+    let hello = pump.session.hello.clone();
+    for s in sinks.iter_mut() {
+        if s.start(&hello)? == Flow::Stop {
+            return Ok(Ended {
+                windows: 0,
+                by_sink: true,
+            });
+        }
+    }
+    let mut windows = 0u64;
+    let mut by_sink = false;
+    'run: loop {
+        let pumped = tokio::select! {
+            p = pump.next() => p?,
+            c = control.recv() => match c {
+                Some(Control::SetInterval(d)) => {
+                    pump.set_interval(d);
+                    continue;
+                }
+                Some(Control::Stop) | None => break,
+            },
+        };
+        let lines = pump.session.take_lines();
+        let window = match pumped {
+            Pumped::Window(w) => Some(*w),
+            Pumped::Drained => None,
+        };
+        windows += u64::from(window.is_some());
+        let json = window.as_ref().map(serde_json::to_string).transpose()?;
+        let out = window
+            .as_ref()
+            .zip(json.as_deref())
+            .map(|(window, json)| WindowOut { window, json });
+        for s in sinks.iter_mut() {
+            if s.turn(&mut pump.session, &lines, out.as_ref())? == Flow::Stop {
+                by_sink = true;
+                break 'run;
+            }
+        }
+    }
+    let last = pump.last_window()?;
+    let lines = pump.session.take_lines();
+    windows += 1;
+    let json = serde_json::to_string(&last)?;
+    let out = WindowOut {
+        window: &last,
+        json: &json,
+    };
+    let totals = pump.session.totals();
+    let summary = serde_json::to_string(&Summary {
+        kind: "summary",
+        windows,
+        cgroups: &totals,
+    })?;
+    for s in sinks.iter_mut() {
+        s.finish(&mut pump.session, &lines, &out, &summary)?;
+    }
+    drop(pump); // detaches every program
+    Ok(Ended { windows, by_sink })
+}

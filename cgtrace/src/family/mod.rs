@@ -1,0 +1,174 @@
+//! Event families in the daemon: one folder each, with the same name as
+//! `cgtrace-common/src/<family>.rs` (the ABI) and `cgtrace-ebpf/src/probes/<family>.rs` (the
+//! kernel side). Each folder holds what its records become between two windows ([`Records`]),
+//! its part of a window, its event lines and its diagnoses; [`FAMILIES`] is the one list every
+//! place that needs the families reads.
+
+pub mod reads;
+pub mod runq;
+pub mod throttle;
+
+use serde::Serialize;
+
+use crate::decode::Record;
+
+/// A family as every part of cgtrace names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyInfo {
+    /// Its name in the stream, `hello.families`, `--events`, metrics and the view.
+    pub name: &'static str,
+    /// First event kind of its range (`cgtrace_common::event`); each range is 0x100 wide.
+    pub first_kind: u32,
+    /// The kind of its single event (the one `--events` prints as a line and a recording marks
+    /// for seeking); the family's other kinds feed its windows only.
+    pub event_kind: u32,
+    /// What its single event line is called (`type` in the stream).
+    pub event_line: &'static str,
+    /// Its bit in a recording's window index (seek targets).
+    pub mark: u32,
+}
+
+/// Every family this build knows, in display order: the one list.
+pub const FAMILIES: &[FamilyInfo] = &[runq::INFO, throttle::INFO, reads::INFO];
+
+/// Mark of event kinds of no family this build knows.
+pub const MARK_OTHER: u32 = 1 << 31;
+
+/// The family an event kind belongs to, by its range.
+pub fn of_kind(kind: u32) -> Option<&'static FamilyInfo> {
+    FAMILIES
+        .iter()
+        .find(|f| (f.first_kind..f.first_kind + 0x100).contains(&kind))
+}
+
+/// The family called `name`.
+pub fn by_name(name: &str) -> Option<&'static FamilyInfo> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// The seek mark of an event kind: its family's mark for the family's single event, nothing for
+/// its other kinds, [`MARK_OTHER`] for kinds of no known family.
+pub fn mark_of_kind(kind: u32) -> u32 {
+    match of_kind(kind) {
+        Some(f) if f.event_kind == kind => f.mark,
+        Some(_) => 0,
+        None => MARK_OTHER,
+    }
+}
+
+/// A single-event line of any family, as the stream prints it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum EventLine {
+    RunqWait(runq::RunqWait),
+    Throttle(throttle::ThrottleLine),
+    SlowRead(reads::SlowRead),
+}
+
+/// Path and name of a cgroup id, for event lines: from the live cgroup table, or from the names
+/// a recording kept.
+pub type Describe<'a> = dyn FnMut(u64) -> (Option<String>, Option<String>) + 'a;
+
+/// Event lines kept between two takes at most (beyond, they are counted as dropped).
+pub const MAX_PENDING_LINES: usize = 100_000;
+
+/// What the records drained between two windows became, per family: the same live (from the
+/// ring buffer) and offline (from a recording).
+#[derive(Debug, Default)]
+pub struct Records {
+    pub runq: runq::Records,
+    pub throttle: throttle::Records,
+    pub reads: reads::Records,
+    /// Records that did not decode.
+    pub undecodable: u64,
+    /// Event lines not kept because nobody took them in time.
+    pub lines_dropped: u64,
+}
+
+impl Records {
+    /// Keeps the event lines of the families in `lines` (`--events`).
+    pub fn with_lines(lines: &crate::events::EventSelection) -> Self {
+        let mut r = Self::default();
+        r.runq.keep_lines = lines.has(runq::INFO.name);
+        r.throttle.keep_lines = lines.has(throttle::INFO.name);
+        r.reads.keep_lines = lines.has(reads::INFO.name);
+        r
+    }
+
+    /// Decodes one ring-buffer record and hands it to its family.
+    pub fn consume(&mut self, bytes: &[u8]) {
+        match Record::from_bytes(bytes) {
+            Ok(rec) => self.record(&rec),
+            Err(_) => self.undecodable += 1,
+        }
+    }
+
+    pub fn record(&mut self, rec: &Record) {
+        let mut room = Room(&mut self.lines_dropped);
+        match rec {
+            Record::RunqWait(ev) => self.runq.wait(ev, &mut room),
+            Record::Throttle(ev) => self.throttle.episode(ev, &mut room),
+            Record::ThrottleSlice(ev) => self.throttle.burners.slice(ev),
+            Record::ThrottlePeriod(ev) => self.throttle.burners.period(ev),
+            Record::SlowRead(ev) => self.reads.slow_read(ev, &mut room),
+            Record::CgroupChurn(ev) => self.reads.churn.add(ev),
+        }
+    }
+
+    /// The event lines kept so far, runq then throttle, named by `describe`. Slow reads need the
+    /// live reads reader to name their files: they stay in `reads` (see
+    /// [`reads::Records::take_slow_reads`]).
+    pub fn take_lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
+        self.runq.lines(describe, out);
+        self.throttle.lines(describe, out);
+    }
+
+    /// A window ended at `mono_ns`: what it took from the records is gone (live, the session's
+    /// window took it; offline, the recorded window already holds it).
+    pub fn window_ended(&mut self, mono_ns: u64) {
+        let _ = self.throttle.take_window(mono_ns);
+    }
+}
+
+/// The room left for event lines: a family keeps a line only if it may.
+pub struct Room<'a>(&'a mut u64);
+
+impl Room<'_> {
+    /// Whether one more line fits in `pending`; counts it as dropped when not.
+    pub fn fits<T>(&mut self, pending: &[T]) -> bool {
+        if pending.len() < MAX_PENDING_LINES {
+            true
+        } else {
+            *self.0 += 1;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_map_to_families_and_marks() {
+        assert_eq!(of_kind(0x305).map(|f| f.name), Some("reads"));
+        assert_eq!(of_kind(0x900), None);
+        assert_eq!(mark_of_kind(0x100), runq::INFO.mark);
+        assert_eq!(mark_of_kind(0x200), throttle::INFO.mark);
+        assert_eq!(mark_of_kind(0x201), 0, "a slice is no throttle episode");
+        assert_eq!(mark_of_kind(0x300), reads::INFO.mark);
+        assert_eq!(mark_of_kind(0x900), MARK_OTHER);
+        let marks: Vec<u32> = FAMILIES.iter().map(|f| f.mark).collect();
+        assert!(
+            marks
+                .iter()
+                .all(|m| m.count_ones() == 1 && m & MARK_OTHER == 0)
+        );
+        assert_eq!(
+            marks.iter().fold(0, |a, m| a | m).count_ones() as usize,
+            FAMILIES.len(),
+            "one bit each"
+        );
+        assert_eq!(by_name("throttle"), Some(&throttle::INFO));
+    }
+}
