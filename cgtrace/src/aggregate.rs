@@ -1,19 +1,19 @@
-//! The aggregator: turns each window's per-cgroup deltas into a [`Window`] snapshot, keeps
-//! since-start histograms, and owns the bounded cgroup table (paths, names, removal, the last
-//! reading of each throttled cgroup's kernel counters).
+//! The aggregator: turns each window's per-cgroup deltas into a [`Window`], keeps since-start
+//! run-queue histograms, and owns the bounded cgroup table (paths, names, removal, eviction).
+//! Each family's collector adds its part of every cgroup ([`Collector::cgroup_part`]).
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::{Path, PathBuf},
-};
+use std::collections::{HashMap, HashSet};
 
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
-    cgroup::{Names, Resolver, Version, name},
-    family::runq::KindHists,
-    family::throttle::burners::ThrottledPeriod,
-    family::throttle::{self, Episodes, FlagRules, KernelCpu, PeriodDelta},
+    cgroup::{Names, Resolver, name},
+    family::{
+        Collector,
+        reads::FileReads,
+        runq::KindHists,
+        throttle::{Episodes, PeriodDelta, burners::ThrottledPeriod},
+    },
     hist::Hist,
     model::{CgroupWindow, EventCounts, RunqWindow, Window},
 };
@@ -27,27 +27,6 @@ struct Entry {
     name: Option<name::Name>,
     total: KindHists,
     last_active_seq: u64,
-    /// The kernel's CPU counters at the end of the last window that read them.
-    kernel_cpu: Option<KernelCpu>,
-}
-
-/// Where the kernel's CPU counter files of a cgroup are.
-#[derive(Clone, Debug)]
-pub struct CpuFiles {
-    /// Mount of the hierarchy the ids belong to (v1 `cpu`, or cgroup2).
-    pub mount: PathBuf,
-    pub version: Version,
-    /// v1: the `cpuacct` hierarchy's mount (usage), which may be the cpu mount itself.
-    pub cpuacct_mount: Option<PathBuf>,
-}
-
-impl CpuFiles {
-    fn read(&self, rel: &str) -> Option<KernelCpu> {
-        let rel = rel.trim_start_matches('/');
-        let dir = self.mount.join(rel);
-        let acct = self.cpuacct_mount.as_ref().map(|m| m.join(rel));
-        throttle::read_kernel_cpu(&dir, self.version, acct.as_deref())
-    }
 }
 
 /// Everything the kernel delivered for one window.
@@ -60,7 +39,20 @@ pub struct WindowInput {
     pub burned: HashMap<u64, Vec<ThrottledPeriod>>,
     pub events: EventCounts,
     /// Pseudo-file reads by reader cgroup.
-    pub reads: HashMap<u64, Vec<crate::family::reads::FileReads>>,
+    pub reads: HashMap<u64, Vec<FileReads>>,
+}
+
+impl WindowInput {
+    /// Every cgroup some family has data for.
+    fn ids(&self) -> HashSet<u64> {
+        self.runq
+            .keys()
+            .chain(self.periods.keys())
+            .chain(self.episodes.keys())
+            .chain(self.reads.keys())
+            .copied()
+            .collect()
+    }
 }
 
 /// Per-cgroup state across windows.
@@ -68,8 +60,6 @@ pub struct Aggregator {
     hierarchy: String,
     resolver: Resolver,
     names: Names,
-    cpu_files: Option<CpuFiles>,
-    flag_rules: FlagRules,
     table: HashMap<u64, Entry>,
     max_cgroups: usize,
     evicted: u64,
@@ -77,26 +67,19 @@ pub struct Aggregator {
     sweep_cursor: usize,
 }
 
-/// A window and the cgroups found removed while building it (their kernel state can go).
+/// A window and the cgroups that left the table while building it: removed, or evicted beyond
+/// `--max-cgroups` (their kernel state can go).
 pub struct WindowOutput {
     pub window: Window,
     pub removed: Vec<u64>,
 }
 
 impl Aggregator {
-    pub fn new(
-        hierarchy: String,
-        resolver: Resolver,
-        names: Names,
-        cpu_files: Option<CpuFiles>,
-        max_cgroups: usize,
-    ) -> Self {
+    pub fn new(hierarchy: String, resolver: Resolver, names: Names, max_cgroups: usize) -> Self {
         Self {
             hierarchy,
             resolver,
             names,
-            cpu_files,
-            flag_rules: FlagRules::default(),
             table: HashMap::new(),
             max_cgroups: max_cgroups.max(1),
             evicted: 0,
@@ -105,111 +88,30 @@ impl Aggregator {
         }
     }
 
-    /// Thresholds of the throttle flags.
-    pub fn set_flag_rules(&mut self, rules: FlagRules) {
-        self.flag_rules = rules;
-    }
-
-    /// Reads the kernel counters of every cgroup that has a CPU quota now, so their first window
-    /// already has a baseline. One walk of the hierarchy, at start.
-    pub fn prime_quota_baselines(&mut self) {
-        let Some(files) = self.cpu_files.clone() else {
-            return;
-        };
-        let mut stack = vec![files.mount.clone()];
-        let mut seen = 0usize;
-        while let Some(dir) = stack.pop() {
-            seen += 1;
-            if seen > self.max_cgroups * 4 {
-                break;
-            }
-            let Ok(rd) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-            let rel = rel_path(&files.mount, &dir);
-            let Some(k) = files.read(&rel).filter(|k| k.quota_us.is_some()) else {
-                continue;
-            };
-            use std::os::unix::fs::MetadataExt;
-            let Ok(id) = std::fs::metadata(&dir).map(|m| m.ino()) else {
-                continue;
-            };
-            if self.table.len() < self.max_cgroups {
-                self.entry(id).kernel_cpu = Some(k);
-            }
-        }
-    }
-
-    /// Builds the next window.
+    /// Builds the next window: the run-queue part and each cgroup's entry here, every other
+    /// part by its family's collector.
     pub fn window(
         &mut self,
-        input: WindowInput,
+        mut input: WindowInput,
+        collectors: &mut [Box<dyn Collector>],
         end_unix_ms: u64,
         duration_ms: u64,
     ) -> WindowOutput {
         self.seq += 1;
         let seq = self.seq;
-        let WindowInput {
-            mut runq,
-            periods,
-            episodes,
-            mut burned,
-            events,
-            mut reads,
-        } = input;
-        let flag_rules = self.flag_rules;
-        let ids: HashSet<u64> = runq
-            .keys()
-            .chain(periods.keys())
-            .chain(episodes.keys())
-            .chain(reads.keys())
-            .copied()
-            .collect();
+        let ids = input.ids();
         let mut removed = Vec::new();
         let mut cgroups = Vec::with_capacity(ids.len());
         let hierarchy = self.hierarchy.clone();
         for id in ids {
-            let kinds = runq.remove(&id).unwrap_or_default();
-            let throttled = periods.contains_key(&id) || episodes.contains_key(&id);
-            let files = self.cpu_files.clone();
+            let kinds = input.runq.remove(&id).unwrap_or_default();
             let entry = self.entry(id);
             let gone = entry.path.is_none();
             for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
                 t.merge(d);
             }
             entry.last_active_seq = seq;
-            let throttle = match (&files, throttled, entry.path.as_deref()) {
-                (Some(files), true, Some(path)) => {
-                    let cur = files.read(path);
-                    let w = throttle::window(
-                        periods.get(&id).copied().unwrap_or_default(),
-                        episodes.get(&id),
-                        burned.remove(&id).unwrap_or_default(),
-                        entry.kernel_cpu.as_ref(),
-                        cur.as_ref(),
-                        duration_ms,
-                        &flag_rules,
-                    );
-                    entry.kernel_cpu = cur;
-                    Some(w)
-                }
-                (_, true, _) => Some(throttle::window(
-                    periods.get(&id).copied().unwrap_or_default(),
-                    episodes.get(&id),
-                    burned.remove(&id).unwrap_or_default(),
-                    None,
-                    None,
-                    duration_ms,
-                    &flag_rules,
-                )),
-                _ => None,
-            };
-            cgroups.push(CgroupWindow {
+            let mut cg = CgroupWindow {
                 id,
                 hierarchy: hierarchy.clone(),
                 path: entry.path.clone(),
@@ -217,9 +119,13 @@ impl Aggregator {
                 name_kind: entry.name.as_ref().map(|n| n.kind.as_str().to_string()),
                 removed: gone && id != 0,
                 runq: runq_window(&kinds),
-                throttle,
-                reads: reads.remove(&id),
-            });
+                throttle: None,
+                reads: None,
+            };
+            for c in collectors.iter_mut() {
+                c.cgroup_part(&mut cg, &mut input, duration_ms);
+            }
+            cgroups.push(cg);
             if gone && id != 0 {
                 removed.push(id);
             }
@@ -236,14 +142,14 @@ impl Aggregator {
             self.table.remove(id);
             self.resolver.forget(*id);
         }
-        self.enforce_bound();
+        removed.extend(self.enforce_bound());
         WindowOutput {
             window: Window {
                 kind: "window".into(),
                 seq: self.seq,
                 end_unix_ms,
                 duration_ms,
-                events,
+                events: input.events,
                 cgroups_tracked: self.table.len(),
                 cgroups_evicted: self.evicted,
                 cgroups,
@@ -309,7 +215,6 @@ impl Aggregator {
                 name,
                 total: KindHists::default(),
                 last_active_seq: 0,
-                kernel_cpu: None,
             }
         })
     }
@@ -333,10 +238,10 @@ impl Aggregator {
             .collect()
     }
 
-    /// Evicts the least recently active cgroups beyond `max_cgroups`.
-    fn enforce_bound(&mut self) {
+    /// Evicts the least recently active cgroups beyond `max_cgroups`; returns them.
+    fn enforce_bound(&mut self) -> Vec<u64> {
         if self.table.len() <= self.max_cgroups {
-            return;
+            return Vec::new();
         }
         let mut by_age: Vec<(u64, u64)> = self
             .table
@@ -345,20 +250,13 @@ impl Aggregator {
             .collect();
         by_age.sort_unstable();
         let excess = self.table.len() - self.max_cgroups;
-        for &(_, id) in by_age.iter().take(excess) {
+        let evicted: Vec<u64> = by_age.iter().take(excess).map(|&(_, id)| id).collect();
+        for &id in &evicted {
             self.table.remove(&id);
             self.resolver.forget(id);
             self.evicted += 1;
         }
-    }
-}
-
-/// `dir` relative to `mount`, as `/a/b` (`/` for the mount itself).
-fn rel_path(mount: &Path, dir: &Path) -> String {
-    match dir.strip_prefix(mount) {
-        Ok(r) if r.as_os_str().is_empty() => "/".to_string(),
-        Ok(r) => format!("/{}", r.display()),
-        Err(_) => dir.display().to_string(),
+        evicted
     }
 }
 
@@ -406,10 +304,16 @@ mod tests {
         }
     }
 
+    impl Aggregator {
+        fn window_of(&mut self, input: WindowInput, end: u64, ms: u64) -> WindowOutput {
+            self.window(input, &mut [], end, ms)
+        }
+    }
+
     fn aggregator(root: &Path, max: usize) -> Aggregator {
         let resolver = Resolver::new(root.to_path_buf(), 64).expect("resolver");
         let names = Names::new(root.join("no-logs"), root.join("no-docker"));
-        Aggregator::new("cgroup2".into(), resolver, names, None, max)
+        Aggregator::new("cgroup2".into(), resolver, names, max)
     }
 
     #[test]
@@ -419,7 +323,7 @@ mod tests {
         std::fs::create_dir_all(&unit).expect("mkdir");
         let mut agg = aggregator(tmp.path(), 16);
         let id = ino(&unit);
-        let out = agg.window(runq_input([(id, waits(9, 5_000))]), 0, 1000);
+        let out = agg.window_of(runq_input([(id, waits(9, 5_000))]), 0, 1000);
         let cg = &out.window.cgroups[0];
         assert_eq!(cg.path.as_deref(), Some("/system.slice/nginx.service"));
         assert_eq!(cg.name.as_deref(), Some("nginx.service"));
@@ -430,7 +334,7 @@ mod tests {
         assert_eq!(cg.runq.all.max_us, 50.0);
         assert!(!cg.runq.kinds.contains_key("throttled"));
         // Since-start totals add up over windows.
-        agg.window(runq_input([(id, waits(1, 5_000))]), 0, 1000);
+        agg.window_of(runq_input([(id, waits(1, 5_000))]), 0, 1000);
         assert_eq!(agg.totals()[0].runq.all.count, 12);
     }
 
@@ -441,10 +345,10 @@ mod tests {
         std::fs::create_dir(&a).expect("mkdir");
         let mut agg = aggregator(tmp.path(), 16);
         let id = ino(&a);
-        agg.window(runq_input([(id, waits(1, 1000))]), 0, 1000);
+        agg.window_of(runq_input([(id, waits(1, 1000))]), 0, 1000);
         assert_eq!(agg.table.len(), 1);
         std::fs::remove_dir(&a).expect("rmdir");
-        let out = agg.window(WindowInput::default(), 0, 1000);
+        let out = agg.window_of(WindowInput::default(), 0, 1000);
         assert_eq!(out.removed, vec![id]);
         assert_eq!(out.window.cgroups_tracked, 0);
     }
@@ -460,10 +364,10 @@ mod tests {
         }
         let mut agg = aggregator(tmp.path(), 3);
         for &id in &ids {
-            let out = agg.window(runq_input([(id, waits(1, 1000))]), 0, 1000);
+            let out = agg.window_of(runq_input([(id, waits(1, 1000))]), 0, 1000);
             assert!(out.window.cgroups_tracked <= 3);
         }
-        let out = agg.window(WindowInput::default(), 0, 1000);
+        let out = agg.window_of(WindowInput::default(), 0, 1000);
         assert_eq!(out.window.cgroups_tracked, 3);
         assert_eq!(out.window.cgroups_evicted, 2);
         // The most recently active survive.

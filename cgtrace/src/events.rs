@@ -1,21 +1,11 @@
 //! Which families' single events to print (`--events`, `--events runq,throttle`).
 //!
-//! Event kinds are numbered in ranges per family (`cgtrace_common::event`): the family of a kind
-//! is its range, so a family this build does not decode yet is still selected, counted and
-//! recorded by name.
+//! The families are the registry's ([`crate::family::FAMILIES`]); event kinds are numbered in
+//! ranges per family, so the family of a kind is its range.
 
 use std::{collections::BTreeSet, fmt};
 
-/// Families with event kinds, by range: `(name, first kind)`; each range is 0x100 wide.
-pub const FAMILIES: &[(&str, u32)] = &[("runq", 0x100), ("throttle", 0x200), ("reads", 0x300)];
-
-/// The family an event kind belongs to.
-pub fn family_of(kind: u32) -> Option<&'static str> {
-    FAMILIES
-        .iter()
-        .find(|&&(_, first)| (first..first + 0x100).contains(&kind))
-        .map(|&(name, _)| name)
-}
+use crate::family::{FAMILIES, of_kind};
 
 /// A set of families; empty means no event lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,7 +20,7 @@ pub struct UnknownFamily {
 fn names() -> String {
     FAMILIES
         .iter()
-        .map(|(n, _)| *n)
+        .map(|f| f.name)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -41,7 +31,7 @@ impl EventSelection {
     }
 
     pub fn all() -> Self {
-        Self(FAMILIES.iter().map(|&(n, _)| n).collect())
+        Self(FAMILIES.iter().map(|f| f.name).collect())
     }
 
     /// Parses `--events` values: family names, `all`, or `none`, comma-separated.
@@ -51,11 +41,11 @@ impl EventSelection {
             let v = v.trim();
             match v {
                 "" => {}
-                "all" => set.extend(FAMILIES.iter().map(|&(n, _)| n)),
+                "all" => set.extend(FAMILIES.iter().map(|f| f.name)),
                 "none" => set.clear(),
-                _ => match FAMILIES.iter().find(|&&(n, _)| n == v) {
-                    Some(&(n, _)) => {
-                        set.insert(n);
+                _ => match crate::family::by_name(v) {
+                    Some(f) => {
+                        set.insert(f.name);
                     }
                     None => return Err(UnknownFamily { name: v.into() }),
                 },
@@ -69,7 +59,7 @@ impl EventSelection {
     }
 
     pub fn has_kind(&self, kind: u32) -> bool {
-        family_of(kind).is_some_and(|f| self.has(f))
+        of_kind(kind).is_some_and(|f| self.has(f.name))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -101,6 +91,5 @@ mod tests {
         assert!(!EventSelection::all().has_kind(0x900), "no family");
         let e = EventSelection::parse(&["runq,bogus"]).unwrap_err();
         assert!(e.to_string().contains("\"bogus\""), "{e}");
-        assert_eq!(family_of(0x305), Some("reads"));
     }
 }

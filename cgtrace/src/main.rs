@@ -300,12 +300,12 @@ fn open_recording(path: &std::path::Path) -> anyhow::Result<Recording> {
 }
 
 fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
-    if !(record::player::MIN_SPEED..=record::player::MAX_SPEED).contains(&args.speed) {
+    if !(top::player::MIN_SPEED..=top::player::MAX_SPEED).contains(&args.speed) {
         anyhow::bail!(
             "--speed {}: must be between {} and {} (see `cgtrace --help`)",
             args.speed,
-            record::player::MIN_SPEED,
-            record::player::MAX_SPEED
+            top::player::MIN_SPEED,
+            top::player::MAX_SPEED
         );
     }
     let events = args.events.selection()?;

@@ -1,4 +1,4 @@
-//! `cgtrace replay FILE`: the `top` view over a recording (see [`crate::record::player`]), or with
+//! `cgtrace replay FILE`: the `top` view over a recording (see [`crate::top::player`]), or with
 //! `--stream` the NDJSON the live stream printed: the recorded `hello`, `window` and `summary`
 //! lines as they were, and the event lines made again from the recorded ring-buffer records by
 //! the same decoding and family records as live ([`Playback`]), named from the recorded cgroup

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow};
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
 use cgtrace_common::{
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
@@ -16,11 +16,11 @@ use tokio::{
 };
 
 use crate::{
-    aggregate::{Aggregator, CpuFiles, WindowInput},
+    aggregate::{Aggregator, WindowInput},
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     events::EventSelection,
-    family::{EventLine, Records, runq::RunqReader, throttle::ThrottleReader},
+    family::{Collector, EventLine, FAMILIES, Records, Start, take_map},
     loader::{TraceOptions, Tracer},
     model::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
 };
@@ -90,12 +90,9 @@ impl RawRecords {
 pub struct Session {
     _tracer: Tracer,
     pub hello: Hello,
-    runq: RunqReader,
-    /// `None` when the throttle family is unavailable on this kernel.
-    throttle: Option<ThrottleReader>,
+    /// One per attached family, in registry order.
+    collectors: Vec<Box<dyn Collector>>,
     counters: CounterReader,
-    /// `None` when the reads family is unavailable or off.
-    reads: Option<ReadsState>,
     aggregator: Aggregator,
     window_start: Instant,
     /// What the ring buffer delivered since the last window.
@@ -103,17 +100,6 @@ pub struct Session {
     /// When recording: every record exactly as it came out of the ring buffer.
     pub raw: Option<RawRecords>,
     drain_reported: u64,
-}
-
-/// The reads family's daemon side: its map reader and where dying memcgs are counted.
-struct ReadsState {
-    reader: crate::family::reads::ReadsReader,
-    /// Counts dying memcgs (`None`: no memory controller).
-    dying: Option<crate::family::reads::DyingCounter>,
-    /// Cgroup churn is traced, so the v1 directory count can follow it between walks.
-    churn_traced: bool,
-    /// v1 controllers by hierarchy id, to name churn events' hierarchies.
-    subsystems: Vec<(String, u32)>,
 }
 
 /// The stream's name for a cgroup layout.
@@ -175,55 +161,28 @@ impl Session {
             reads_mode: opts.reads_mode,
         };
         let mut tracer = Tracer::start(&trace)?;
-        let throttle_on = tracer
-            .families
-            .get("throttle")
-            .is_some_and(|m| m.mode != "unavailable");
-        let reads_on = tracer
-            .families
-            .get("reads")
-            .is_some_and(|m| m.mode != "unavailable" && m.mode != "off");
-        let ebpf = &mut tracer.ebpf;
-        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
-            ebpf.take_map(name)
-                .ok_or(crate::loader::LoadError::MissingMap(name))
-        };
-        let hist: HashMap<MapData, _, _> = take(ebpf, "RUNQ_HIST")?.try_into()?;
-        let throttle = if throttle_on {
-            let stats: HashMap<MapData, u64, _> = take(ebpf, "THROTTLE_STATS")?.try_into()?;
-            Some(ThrottleReader::new(stats))
-        } else {
-            None
-        };
-        let reads = if reads_on {
-            let stats: HashMap<MapData, _, _> = take(ebpf, "READ_STATS")?.try_into()?;
-            let files: HashMap<MapData, _, _> = take(ebpf, "READ_FILES")?.try_into()?;
-            let dying = match cgroups.for_controller("memory") {
-                Some(h) => Some(crate::family::reads::DyingCounter::new(
-                    h.mount.clone(),
-                    matches!(h.version, crate::cgroup::Version::V2),
-                )),
-                None => cgroups
-                    .v2()
-                    .map(|h| crate::family::reads::DyingCounter::new(h.mount.clone(), true)),
-            };
-            Some(ReadsState {
-                reader: crate::family::reads::ReadsReader::new(stats, files),
-                dying,
+        let mut collectors = Vec::new();
+        for f in FAMILIES {
+            let attached = tracer
+                .families
+                .get(f.name)
+                .is_some_and(|m| m.mode != "unavailable" && m.mode != "off");
+            if !attached {
+                continue;
+            }
+            let mut ctx = Start {
+                ebpf: &mut tracer.ebpf,
+                cgroups: &cgroups,
+                runq_hierarchy: hier,
+                opts,
                 churn_traced: tracer.churn_traced,
-                subsystems: cgroups
-                    .subsystems
-                    .iter()
-                    .map(|s| (s.name.clone(), s.hierarchy))
-                    .collect(),
-            })
-        } else {
-            None
-        };
-        let epoch: Array<MapData, u64> = take(ebpf, "EPOCH")?.try_into()?;
+            };
+            collectors.push((f.start)(&mut ctx)?);
+        }
+        let ebpf = &mut tracer.ebpf;
         let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
-            take(ebpf, "COUNTERS")?.try_into()?;
-        let ring: RingBuf<MapData> = take(ebpf, "EVENTS")?.try_into()?;
+            take_map(ebpf, "COUNTERS")?.try_into()?;
+        let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?.try_into()?;
         let hello = Hello {
             kind: "hello".into(),
             schema: SCHEMA,
@@ -247,32 +206,15 @@ impl Session {
                 buckets: NR_BUCKETS,
             },
         };
-        let cpu_files = CpuFiles {
-            mount: mount.clone(),
-            version: hier.version,
-            cpuacct_mount: match hier.version {
-                crate::cgroup::Version::V1 => {
-                    cgroups.for_controller("cpuacct").map(|h| h.mount.clone())
-                }
-                crate::cgroup::Version::V2 => None,
-            },
-        };
-        let mut aggregator = Aggregator::new(
+        let aggregator = Aggregator::new(
             hier_name,
             Resolver::new(mount, opts.max_cgroups as usize * 2)?,
             Names::system(),
-            Some(cpu_files),
             opts.max_cgroups as usize,
         );
-        aggregator.set_flag_rules(opts.flag_rules);
-        if throttle.is_some() {
-            aggregator.prime_quota_baselines();
-        }
         let session = Self {
-            runq: RunqReader::new(hist, epoch)?,
-            throttle,
+            collectors,
             counters: CounterReader::new(counters),
-            reads,
             aggregator,
             _tracer: tracer,
             hello,
@@ -313,69 +255,42 @@ impl Session {
             },
             &mut out,
         );
-        for ev in self.records.reads.take_slow_reads() {
-            let Some(r) = self.reads.as_mut() else { break };
-            let mut line = r.reader.slow_read(&ev);
-            let (path, name) = self.aggregator.describe(ev.key.cgroup_id);
-            line.path = path;
-            line.name = name.map(|n| n.display);
-            out.push(EventLine::SlowRead(line));
+        let named = out.len();
+        for c in &mut self.collectors {
+            c.lines(&mut self.records, &mut out);
         }
+        for line in &mut out[named..] {
+            let (path, name) = self.aggregator.describe(line.cgroup_id());
+            line.set_names(path, name.map(|n| n.display));
+        }
+        // Lines no collector took (its family is not attached) are not kept.
+        drop(self.records.reads.take_slow_reads());
         out
     }
 
     /// Ends the current window and returns it.
     pub fn next_window(&mut self) -> anyhow::Result<Window> {
-        let runq = self.runq.read_window()?;
-        let periods = self
-            .throttle
-            .as_mut()
-            .map(ThrottleReader::read_window)
-            .unwrap_or_default();
-        let (episodes, burned) = self.records.throttle.take_window(monotonic_ns());
+        let mut input = WindowInput::default();
+        for c in &mut self.collectors {
+            c.read_window(&mut self.records, &mut input)?;
+        }
         let kernel = self.counters.read_window();
         let lost = self.records.undecodable + self.records.lines_dropped;
         let undecodable = lost - self.drain_reported;
         self.drain_reported = lost;
+        input.events = event_counts(&kernel, undecodable);
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
-        let reads = self.reads.as_mut().map(|r| r.reader.read_window());
-        let (by_cgroup, memcgs) = reads.map(|r| (r.by_cgroup, r.memcgs)).unwrap_or_default();
-        let input = WindowInput {
-            runq,
-            periods,
-            episodes,
-            burned,
-            events: event_counts(&kernel, undecodable),
-            reads: by_cgroup,
-        };
-        let mut out = self.aggregator.window(input, now_unix_ms(), duration_ms);
-        if let Some(r) = &mut self.reads {
-            out.window.memcgs = memcgs;
-            out.window.churn = self
-                .records
-                .reads
-                .churn
-                .take(|h| r.reader.hierarchy_name(h, &r.subsystems));
-            // The memory hierarchy's churn keeps the v1 directory count current between walks.
-            let churn = r.churn_traced.then(|| {
-                out.window.churn.as_ref().map_or((0, 0), |c| {
-                    c.by_hierarchy
-                        .iter()
-                        .filter(|(name, _)| name.split(',').any(|n| n == "memory"))
-                        .fold((0, 0), |acc, (_, v)| (acc.0 + v[0], acc.1 + v[1]))
-                })
-            });
-            out.window.dying_memcgs = r
-                .dying
-                .as_mut()
-                .and_then(|d| d.read("/proc/cgroups".as_ref(), churn));
+        let mut out =
+            self.aggregator
+                .window(input, &mut self.collectors, now_unix_ms(), duration_ms);
+        for c in &mut self.collectors {
+            c.finish_window(&mut self.records, &mut out.window);
         }
         for id in out.removed {
-            self.runq.forget(id);
-            if let Some(t) = self.throttle.as_mut() {
-                t.forget(id);
+            for c in &mut self.collectors {
+                c.forget(id);
             }
         }
         Ok(out.window)

@@ -10,10 +10,14 @@ pub mod throttle;
 
 use serde::Serialize;
 
-use crate::decode::Record;
+use crate::{
+    aggregate::WindowInput,
+    decode::Record,
+    model::{CgroupWindow, Window},
+};
 
 /// A family as every part of cgtrace names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct FamilyInfo {
     /// Its name in the stream, `hello.families`, `--events`, metrics and the view.
     pub name: &'static str,
@@ -26,6 +30,39 @@ pub struct FamilyInfo {
     pub event_line: &'static str,
     /// Its bit in a recording's window index (seek targets).
     pub mark: u32,
+    /// Its live collector, once its programs are attached.
+    pub start: fn(&mut Start<'_>) -> anyhow::Result<Box<dyn Collector>>,
+}
+
+/// What a family's collector is started with.
+pub struct Start<'a> {
+    /// The loaded programs and maps (a collector takes its maps).
+    pub ebpf: &'a mut aya::Ebpf,
+    pub cgroups: &'a crate::cgroup::Cgroups,
+    /// The hierarchy cgroup ids belong to (v1 `cpu`, or cgroup2).
+    pub runq_hierarchy: &'a crate::cgroup::Hierarchy,
+    pub opts: &'a crate::session::SessionOptions,
+    /// Cgroup creations and removals are traced.
+    pub churn_traced: bool,
+}
+
+/// Takes a map out of the loaded object.
+pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya::maps::Map> {
+    Ok(ebpf
+        .take_map(name)
+        .ok_or(crate::loader::LoadError::MissingMap(name))?)
+}
+
+impl std::fmt::Debug for FamilyInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for FamilyInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
 }
 
 /// Every family this build knows, in display order: the one list.
@@ -56,6 +93,27 @@ pub fn mark_of_kind(kind: u32) -> u32 {
     }
 }
 
+/// The live side of a family: its kernel maps, read once per window. The session holds one per
+/// attached family and calls them in registry order.
+pub trait Collector: Send {
+    fn info(&self) -> &'static FamilyInfo;
+    /// Before the aggregator builds the window: the family's per-cgroup deltas since the last
+    /// window (from its maps, and from what its records gathered) go into `input`.
+    fn read_window(&mut self, records: &mut Records, input: &mut WindowInput)
+    -> anyhow::Result<()>;
+    /// While the aggregator builds the window: the family's part of one active cgroup (its path
+    /// and name are set), from what [`Collector::read_window`] put in `input`.
+    fn cgroup_part(&mut self, _cg: &mut CgroupWindow, _input: &mut WindowInput, _duration_ms: u64) {
+    }
+    /// After: the family's window-level parts (not per cgroup).
+    fn finish_window(&mut self, _records: &mut Records, _window: &mut Window) {}
+    /// Event lines that need the live tracer to be made (a slow read's file name is in the
+    /// kernel's file table), unnamed: the session adds the cgroup's path and name.
+    fn lines(&mut self, _records: &mut Records, _out: &mut Vec<EventLine>) {}
+    /// A cgroup is gone: drop its kernel entries and remembered readings.
+    fn forget(&mut self, _cgroup_id: u64) {}
+}
+
 /// A single-event line of any family, as the stream prints it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
@@ -63,6 +121,27 @@ pub enum EventLine {
     RunqWait(runq::RunqWait),
     Throttle(throttle::ThrottleLine),
     SlowRead(reads::SlowRead),
+}
+
+impl EventLine {
+    /// The cgroup the line is about.
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Self::RunqWait(l) => l.cgroup_id,
+            Self::Throttle(l) => l.cgroup_id,
+            Self::SlowRead(l) => l.cgroup_id,
+        }
+    }
+
+    /// Names the line's cgroup.
+    pub fn set_names(&mut self, path: Option<String>, name: Option<String>) {
+        let (p, n) = match self {
+            Self::RunqWait(l) => (&mut l.path, &mut l.name),
+            Self::Throttle(l) => (&mut l.path, &mut l.name),
+            Self::SlowRead(l) => (&mut l.path, &mut l.name),
+        };
+        (*p, *n) = (path, name);
+    }
 }
 
 /// Path and name of a cgroup id, for event lines: from the live cgroup table, or from the names

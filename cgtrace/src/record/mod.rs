@@ -8,7 +8,6 @@
 //! so a killed recorder loses at most the last second (see [`FLUSH_EVERY`]).
 
 pub mod format;
-pub mod player;
 pub mod reader;
 pub mod writer;
 
@@ -297,4 +296,4 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -19,7 +19,7 @@ use super::{
         SYNC, Tag,
     },
 };
-use crate::model::Hello;
+use crate::{family, model::Hello};
 
 #[derive(Debug, Error)]
 pub enum ReadError {
@@ -103,21 +103,15 @@ pub struct WindowRef {
 pub struct Marks(pub u32);
 
 impl Marks {
-    pub const RUNQ: u32 = 1;
-    pub const THROTTLE: u32 = 2;
-    pub const READS: u32 = 4;
-    pub const OTHER: u32 = 8;
+    pub const RUNQ: u32 = family::runq::INFO.mark;
+    pub const THROTTLE: u32 = family::throttle::INFO.mark;
+    pub const READS: u32 = family::reads::INFO.mark;
+    pub const OTHER: u32 = family::MARK_OTHER;
 
-    /// The mark of an event kind (families are numbered in ranges: runq 0x100.., throttle
-    /// 0x200.., reads 0x300..). A throttle episode is `KIND_THROTTLE` itself, not its slices.
+    /// The mark of an event kind: its family's, for the family's single event (a throttle
+    /// episode, not its slices), from the registry.
     pub fn of_kind(kind: u32) -> u32 {
-        match kind {
-            cgtrace_common::event::KIND_THROTTLE => Self::THROTTLE,
-            0x201..=0x2ff => 0,
-            0x100..=0x1ff => Self::RUNQ,
-            0x300..=0x3ff => Self::READS,
-            _ => Self::OTHER,
-        }
+        family::mark_of_kind(kind)
     }
 
     pub fn has(self, m: u32) -> bool {

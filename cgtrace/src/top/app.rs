@@ -4,7 +4,8 @@ use std::{collections::HashSet, time::Duration};
 
 use crate::{
     model::{EventCounts, Hello, Window},
-    record::{player::PlayerCmd, reader::Marks},
+    record::reader::Marks,
+    top::player::PlayerCmd,
 };
 
 use super::{
@@ -94,7 +95,7 @@ pub enum Action {
     Command(Command),
     Edit(Edit),
     /// Replay: where the player stands.
-    Player(crate::record::player::PlayerState),
+    Player(crate::top::player::PlayerState),
 }
 
 /// What the caller must do after an action.
@@ -104,7 +105,7 @@ pub enum Effect {
     /// Ask the source for windows of this length from now on.
     SetInterval(Duration),
     /// Replay: tell the player.
-    Player(crate::record::player::PlayerCmd),
+    Player(crate::top::player::PlayerCmd),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -182,7 +183,7 @@ pub struct App {
     /// A one-line message for the footer (cleared by the next command).
     pub message: Option<String>,
     /// Replay: the player's state (`None` live).
-    pub replay: Option<crate::record::player::PlayerState>,
+    pub replay: Option<crate::top::player::PlayerState>,
     replaying: bool,
 }
 
@@ -580,7 +581,7 @@ impl App {
                         .as_ref()
                         .map_or((0, 0), |p| (p.first_ms, p.last_ms));
                     let now = self.window.as_ref().map_or(first, |w| w.end_unix_ms);
-                    match crate::record::player::parse_seek(&text, first, last, now) {
+                    match crate::top::player::parse_seek(&text, first, last, now) {
                         Ok(ms) => return Some(Effect::Player(PlayerCmd::SeekTo(ms))),
                         Err(m) => self.message = Some(m),
                     }

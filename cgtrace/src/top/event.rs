@@ -26,7 +26,7 @@ pub enum Event {
     /// SIGTERM, SIGHUP or SIGINT: quit cleanly.
     Signal(&'static str),
     /// Replay: where the player stands.
-    Player(crate::record::player::PlayerState),
+    Player(crate::top::player::PlayerState),
 }
 
 /// Reads the terminal on its own thread until stopped.

@@ -17,6 +17,7 @@ pub mod filter;
 pub mod format;
 pub mod keys;
 pub mod logfile;
+pub mod player;
 pub mod render;
 pub mod rows;
 pub mod selfstat;
@@ -106,7 +107,7 @@ pub fn replay(
     let (tx, rx) = mpsc::channel();
     let hello = rec.hello();
     let source =
-        crate::record::player::spawn(rec, speed, false, tx.clone()).map_err(TopError::Terminal)?;
+        crate::top::player::spawn(rec, speed, false, tx.clone()).map_err(TopError::Terminal)?;
     let result = {
         let _stderr = logfile::StderrRedirect::to(&log_file)?;
         let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;

@@ -1,15 +1,10 @@
-//! `runq` in the daemon: reads the kernel's per-(cgroup, wait kind) histograms once per window
-//! and turns cumulative values into window deltas; decodes `RunqEvent` records.
+//! `runq` in the daemon: run-queue waits per cgroup and wait kind. [`collect`] reads the
+//! kernel's histograms once per window; here are the family's records (single waits), lines and
+//! model types.
 
-use std::collections::HashMap as StdHashMap;
+pub mod collect;
 
-use anyhow::Context as _;
-use aya::maps::{Array, HashMap, MapData};
-use cgtrace_common::{
-    hist::NR_BUCKETS,
-    runq::{RunqEvent, RunqHist, RunqKey, WaitKind},
-};
-
+use cgtrace_common::runq::{RunqEvent, WaitKind};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -23,95 +18,12 @@ pub const INFO: FamilyInfo = FamilyInfo {
     first_kind: 0x100,
     event_kind: cgtrace_common::event::KIND_RUNQ_WAIT,
     event_line: "runq_wait",
+    start: collect::start,
     mark: 1,
 };
 
-/// Cumulative reading of one key, kept to compute the next delta.
-struct Prev {
-    count: u64,
-    sum_ns: u64,
-    buckets: Box<[u64; NR_BUCKETS]>,
-}
-
 /// Window deltas of one cgroup, by wait kind.
 pub type KindHists = [Hist; cgtrace_common::runq::NR_WAIT_KINDS];
-
-/// Reads `RUNQ_HIST` and drives `EPOCH`.
-pub struct RunqReader {
-    hist: HashMap<MapData, RunqKey, RunqHist>,
-    epoch_map: Array<MapData, u64>,
-    epoch: u64,
-    prev: StdHashMap<RunqKey, Prev>,
-}
-
-impl RunqReader {
-    pub fn new(
-        hist: HashMap<MapData, RunqKey, RunqHist>,
-        mut epoch_map: Array<MapData, u64>,
-    ) -> anyhow::Result<Self> {
-        let epoch = 1;
-        epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
-        Ok(Self {
-            hist,
-            epoch_map,
-            epoch,
-            prev: StdHashMap::new(),
-        })
-    }
-
-    /// Ends the current window: bumps the epoch, then returns each cgroup's deltas since the
-    /// previous call (only cgroups with new waits).
-    pub fn read_window(&mut self) -> anyhow::Result<StdHashMap<u64, KindHists>> {
-        let ended = self.epoch;
-        self.epoch += 1;
-        self.epoch_map
-            .set(0, &self.epoch, 0)
-            .context("bumping EPOCH")?;
-        let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
-        for entry in self.hist.iter() {
-            // An entry deleted while iterating ends the walk early for that key only.
-            let Ok((key, cur)) = entry else { continue };
-            let Ok(kind) = WaitKind::try_from(key.kind) else {
-                continue;
-            };
-            let count = cur.count();
-            let prev = self
-                .prev
-                .get(&key)
-                .map(|p| (p.count, p.sum_ns, &*p.buckets));
-            if prev.is_some_and(|(c, _, _)| c == count) {
-                continue;
-            }
-            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, prev);
-            delta.max_ns = cur
-                .window_max(ended)
-                .unwrap_or_else(|| delta.top_bucket_upper_ns());
-            self.prev.insert(
-                key,
-                Prev {
-                    count,
-                    sum_ns: cur.sum_ns,
-                    buckets: Box::new(cur.buckets),
-                },
-            );
-            out.entry(key.cgroup_id).or_default()[kind as usize] = delta;
-        }
-        Ok(out)
-    }
-
-    /// Drops a removed cgroup's kernel entries and remembered readings.
-    pub fn forget(&mut self, cgroup_id: u64) {
-        for kind in WaitKind::ALL {
-            let key = RunqKey {
-                cgroup_id,
-                kind: kind as u32,
-                _pad: 0,
-            };
-            let _ = self.hist.remove(&key);
-            self.prev.remove(&key);
-        }
-    }
-}
 
 /// `runq` records between two windows: waits of at least `--event-min-ms`, kept for event lines.
 #[derive(Debug, Default)]

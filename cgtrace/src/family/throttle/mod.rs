@@ -3,20 +3,16 @@
 //! the same window, so every window carries both.
 
 pub mod burners;
+pub mod collect;
 
-use std::{
-    collections::{BTreeMap, HashMap as StdHashMap},
-    path::Path,
-};
+use std::collections::{BTreeMap, HashMap as StdHashMap};
 
-use aya::maps::{HashMap, MapData};
 use cgtrace_common::throttle::{
-    CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, ThrottleEvent, ThrottleStats,
+    CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, CLOSE_UNTHROTTLE, ThrottleEvent,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    cgroup::Version,
     family::throttle::burners::ThrottledPeriod,
     family::{Describe, EventLine, FamilyInfo, Room},
     hist::{Hist, HistSummary},
@@ -27,6 +23,7 @@ pub const INFO: FamilyInfo = FamilyInfo {
     first_kind: 0x200,
     event_kind: cgtrace_common::event::KIND_THROTTLE,
     event_line: "throttle",
+    start: collect::start,
     mark: 2,
 };
 
@@ -104,48 +101,11 @@ pub fn line(
     }
 }
 
-/// Reads `THROTTLE_STATS` and returns per-cgroup deltas.
-pub struct ThrottleReader {
-    stats: HashMap<MapData, u64, ThrottleStats>,
-    prev: StdHashMap<u64, ThrottleStats>,
-}
-
 /// Period counter deltas of one cgroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeriodDelta {
     pub nr_periods: u64,
     pub nr_throttled: u64,
-}
-
-impl ThrottleReader {
-    pub fn new(stats: HashMap<MapData, u64, ThrottleStats>) -> Self {
-        Self {
-            stats,
-            prev: StdHashMap::new(),
-        }
-    }
-
-    /// Deltas since the last call, for cgroups whose bandwidth timer ran.
-    pub fn read_window(&mut self) -> StdHashMap<u64, PeriodDelta> {
-        let mut out = StdHashMap::new();
-        for entry in self.stats.iter() {
-            let Ok((id, cur)) = entry else { continue };
-            let prev = self.prev.insert(id, cur).unwrap_or_default();
-            let d = PeriodDelta {
-                nr_periods: cur.nr_periods.saturating_sub(prev.nr_periods),
-                nr_throttled: cur.nr_throttled.saturating_sub(prev.nr_throttled),
-            };
-            if d != PeriodDelta::default() {
-                out.insert(id, d);
-            }
-        }
-        out
-    }
-
-    pub fn forget(&mut self, cgroup_id: u64) {
-        let _ = self.stats.remove(&cgroup_id);
-        self.prev.remove(&cgroup_id);
-    }
 }
 
 /// A throttle episode (`--events`): one cgroup throttled on one CPU.
@@ -189,66 +149,6 @@ pub struct KernelCpu {
     pub burst_ns: u64,
     /// CPU time used (v1 `cpuacct.usage`, v2 `cpu.stat usage_usec`).
     pub usage_ns: Option<u64>,
-}
-
-fn read(dir: &Path, file: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(file)).ok()
-}
-
-fn keyed(text: &str) -> BTreeMap<&str, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?, f.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Reads the kernel's counters of the cgroup directory `dir`. On v1, `cpuacct_dir` is the same
-/// cgroup in the cpuacct hierarchy (it may be `dir` itself when cpu and cpuacct are co-mounted).
-/// `None` if the cgroup is gone.
-pub fn read_kernel_cpu(
-    dir: &Path,
-    version: Version,
-    cpuacct_dir: Option<&Path>,
-) -> Option<KernelCpu> {
-    let stat_text = read(dir, "cpu.stat")?;
-    let stat = keyed(&stat_text);
-    let get = |k: &str| stat.get(k).copied().unwrap_or(0);
-    let mut k = KernelCpu {
-        nr_periods: get("nr_periods"),
-        nr_throttled: get("nr_throttled"),
-        nr_bursts: get("nr_bursts"),
-        ..KernelCpu::default()
-    };
-    match version {
-        Version::V1 => {
-            let quota: i64 = read(dir, "cpu.cfs_quota_us")?.trim().parse().ok()?;
-            k.quota_us = u64::try_from(quota).ok();
-            k.period_us = read(dir, "cpu.cfs_period_us")?.trim().parse().ok()?;
-            k.burst_us = read(dir, "cpu.cfs_burst_us")
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            k.throttled_ns = get("throttled_time");
-            k.burst_ns = get("burst_time");
-            k.usage_ns = cpuacct_dir
-                .and_then(|d| read(d, "cpuacct.usage"))
-                .and_then(|s| s.trim().parse().ok());
-        }
-        Version::V2 => {
-            let max = read(dir, "cpu.max")?;
-            let mut f = max.split_whitespace();
-            k.quota_us = f.next().and_then(|q| q.parse().ok());
-            k.period_us = f.next().and_then(|p| p.parse().ok()).unwrap_or(100_000);
-            k.burst_us = read(dir, "cpu.max.burst")
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            k.throttled_ns = get("throttled_usec") * 1000;
-            k.burst_ns = get("burst_usec") * 1000;
-            k.usage_ns = stat.get("usage_usec").map(|u| u * 1000);
-        }
-    }
-    Some(k)
 }
 
 /// The kernel's counters over one window.
@@ -486,40 +386,6 @@ mod tests {
     use cgtrace_common::event::KIND_THROTTLE;
 
     use super::*;
-
-    #[test]
-    fn reads_v1_and_v2_counter_files() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let d = tmp.path();
-        std::fs::write(d.join("cpu.stat"), "nr_periods 10\nnr_throttled 4\nthrottled_time 123456789\nnr_bursts 1\nburst_time 5000\n").expect("w");
-        std::fs::write(d.join("cpu.cfs_quota_us"), "20000\n").expect("w");
-        std::fs::write(d.join("cpu.cfs_period_us"), "100000\n").expect("w");
-        std::fs::write(d.join("cpuacct.usage"), "987654321\n").expect("w");
-        let k = read_kernel_cpu(d, Version::V1, Some(d)).expect("v1");
-        assert_eq!(k.quota_us, Some(20000));
-        assert_eq!(
-            (k.nr_periods, k.nr_throttled, k.throttled_ns),
-            (10, 4, 123_456_789)
-        );
-        assert_eq!(k.usage_ns, Some(987_654_321));
-        std::fs::write(d.join("cpu.cfs_quota_us"), "-1\n").expect("w");
-        assert_eq!(
-            read_kernel_cpu(d, Version::V1, None).expect("v1").quota_us,
-            None
-        );
-
-        std::fs::write(d.join("cpu.stat"), "usage_usec 5000\nuser_usec 1\nsystem_usec 1\nnr_periods 7\nnr_throttled 2\nthrottled_usec 300\nnr_bursts 0\nburst_usec 0\n").expect("w");
-        std::fs::write(d.join("cpu.max"), "50000 100000\n").expect("w");
-        let k = read_kernel_cpu(d, Version::V2, None).expect("v2");
-        assert_eq!((k.quota_us, k.period_us), (Some(50000), 100_000));
-        assert_eq!((k.throttled_ns, k.usage_ns), (300_000, Some(5_000_000)));
-        std::fs::write(d.join("cpu.max"), "max 100000\n").expect("w");
-        assert_eq!(
-            read_kernel_cpu(d, Version::V2, None).expect("v2").quota_us,
-            None
-        );
-        assert!(read_kernel_cpu(&d.join("gone"), Version::V2, None).is_none());
-    }
 
     #[test]
     fn window_combines_ours_and_the_kernels() {

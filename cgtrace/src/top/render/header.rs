@@ -26,7 +26,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
             } else if p.at_end {
                 "end".to_string()
             } else {
-                format!("▶ {}×", crate::record::player::fmt_speed(p.speed))
+                format!("▶ {}×", crate::top::player::fmt_speed(p.speed))
             },
             p.pos,
             p.total

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::reader::{Marks, Recording};
+use crate::record::reader::{Marks, Recording};
 use crate::{
     model::Window,
     top::{
@@ -349,6 +349,160 @@ mod tests {
             parse_seek("soon", first, last, now)
                 .unwrap_err()
                 .contains("HH:MM")
+        );
+    }
+}
+
+#[cfg(test)]
+mod view {
+    use std::{
+        sync::{Arc, mpsc},
+        time::Duration,
+    };
+
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use crate::{
+        record::{
+            format,
+            reader::Recording,
+            tests::{HELLO, runq_record, throttle_record, window_json},
+            writer::{OnFull, Writer},
+        },
+        top::{
+            Action, App, Command, Effect, Theme,
+            app::Edit,
+            event::Event,
+            source::{Control, SourceHandle},
+        },
+    };
+
+    /// Applies what the player sends until it is quiet, as `run_loop` does.
+    fn settle(app: &mut App, rx: &mpsc::Receiver<Event>) {
+        while let Ok(ev) = rx.recv_timeout(Duration::from_millis(150)) {
+            match ev {
+                Event::Window(w) => app.apply(Action::Window(w)),
+                Event::Player(p) => app.apply(Action::Player(p)),
+                _ => None,
+            };
+        }
+    }
+
+    fn press(app: &mut App, src: &SourceHandle, rx: &mpsc::Receiver<Event>, a: Action) {
+        if let Some(Effect::Player(c)) = app.apply(a) {
+            src.send(Control::Player(c));
+        }
+        settle(app, rx);
+    }
+
+    fn seq(app: &App) -> u64 {
+        app.window.as_ref().map_or(0, |w| w.seq)
+    }
+
+    #[test]
+    fn the_view_pauses_steps_seeks_and_plays_a_recording() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r");
+        let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
+        w.set_sync(false);
+        for s in 1..=10u64 {
+            if s == 3 || s == 9 {
+                w.event(&runq_record(s * 1_000_000_000 - 5, 7, 30_000_000));
+            }
+            if s == 7 {
+                w.event(&throttle_record(s * 1_000_000_000 - 5, 7));
+            }
+            w.window(
+                s * 1_000_000_000,
+                1000 + s * 1000,
+                window_json(s).as_bytes(),
+            );
+            w.flush(false).unwrap();
+        }
+        drop(w);
+        let rec = Arc::new(Recording::open(&p).unwrap());
+        let (tx, rx) = mpsc::channel();
+        let mut app = App::new(rec.hello(), Theme::plain());
+        app.start_replay();
+        let src = super::spawn(rec, 1.0, true, tx).unwrap();
+        settle(&mut app, &rx);
+        let st = app.replay.clone().unwrap();
+        assert_eq!((st.pos, st.total, st.paused, seq(&app)), (1, 10, true, 1));
+
+        let cmd = |c| Action::Command(c);
+        press(&mut app, &src, &rx, cmd(Command::StepForward));
+        assert_eq!(seq(&app), 2);
+        press(&mut app, &src, &rx, cmd(Command::StepBack));
+        assert_eq!(seq(&app), 1);
+        press(&mut app, &src, &rx, cmd(Command::StepBack));
+        assert_eq!(seq(&app), 1);
+        assert_eq!(app.message.as_deref(), Some("at the first window"));
+        press(&mut app, &src, &rx, cmd(Command::NextThrottle));
+        assert_eq!(seq(&app), 7, "the window after the throttle episode");
+        press(&mut app, &src, &rx, cmd(Command::NextEvent));
+        assert_eq!(seq(&app), 9, "the next window after single events");
+        press(&mut app, &src, &rx, cmd(Command::NextThrottle));
+        assert_eq!(seq(&app), 9);
+        assert_eq!(
+            app.message.as_deref(),
+            Some("no later window with a throttle episode")
+        );
+        press(&mut app, &src, &rx, cmd(Command::NextRead));
+        assert!(app.message.as_deref().unwrap().contains("slow read"));
+        // Jump to a time: from the start, then relative.
+        for (text, want) in [("start", 1), ("+4s", 5), ("00:00:08", 7), ("end", 10)] {
+            press(&mut app, &src, &rx, cmd(Command::Seek));
+            for c in text.chars() {
+                app.apply(Action::Edit(Edit::Char(c)));
+            }
+            press(&mut app, &src, &rx, Action::Edit(Edit::Apply));
+            assert_eq!(seq(&app), want, "seek {text}");
+        }
+        // Play from the start, as fast as it goes: every window arrives, then it stops at the end.
+        press(&mut app, &src, &rx, cmd(Command::Seek));
+        app.apply(Action::Edit(Edit::Char('0')));
+        press(&mut app, &src, &rx, Action::Edit(Edit::Apply));
+        for _ in 0..14 {
+            press(&mut app, &src, &rx, cmd(Command::PlayFaster));
+        }
+        assert_eq!(app.replay.as_ref().unwrap().speed, super::MAX_SPEED);
+        press(&mut app, &src, &rx, cmd(Command::Freeze));
+        std::thread::sleep(Duration::from_millis(300));
+        settle(&mut app, &rx);
+        let st = app.replay.clone().unwrap();
+        assert!(!st.paused && st.at_end && st.pos == 10, "{st:?}");
+        assert_eq!(seq(&app), 10);
+        // The header says where the replay stands, the help lists the replay keys.
+        let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
+        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(screen.contains("REPLAY end 10/10"), "{screen}");
+        press(&mut app, &src, &rx, cmd(Command::Help));
+        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(screen.contains("next throttle episode") && screen.contains("jump to a time"));
+    }
+
+    #[test]
+    fn replay_keys_say_so_in_the_live_view() {
+        let rec = Recording::from_bytes(format::header(HELLO.as_bytes())).unwrap();
+        let mut app = App::new(rec.hello(), Theme::plain());
+        assert_eq!(app.apply(Action::Command(Command::StepForward)), None);
+        assert_eq!(
+            app.message.as_deref(),
+            Some("replay only (cgtrace replay FILE)")
         );
     }
 }

@@ -1,0 +1,124 @@
+//! The live side of `runq`: reads `RUNQ_HIST` (cumulative per-(cgroup, wait kind) histograms)
+//! once per window, turns them into window deltas, and drives `EPOCH` (the per-window max).
+
+use std::collections::HashMap as StdHashMap;
+
+use anyhow::Context as _;
+use aya::maps::{Array, HashMap, MapData};
+use cgtrace_common::{
+    hist::NR_BUCKETS,
+    runq::{RunqHist, RunqKey, WaitKind},
+};
+
+use super::{INFO, KindHists};
+use crate::{
+    aggregate::WindowInput,
+    family::{Collector, FamilyInfo, Records, Start, take_map},
+    hist::Hist,
+};
+
+/// Cumulative reading of one key, kept to compute the next delta.
+struct Prev {
+    count: u64,
+    sum_ns: u64,
+    buckets: Box<[u64; NR_BUCKETS]>,
+}
+
+/// Reads `RUNQ_HIST` and drives `EPOCH`.
+pub struct RunqReader {
+    hist: HashMap<MapData, RunqKey, RunqHist>,
+    epoch_map: Array<MapData, u64>,
+    epoch: u64,
+    prev: StdHashMap<RunqKey, Prev>,
+}
+
+impl RunqReader {
+    pub fn new(
+        hist: HashMap<MapData, RunqKey, RunqHist>,
+        mut epoch_map: Array<MapData, u64>,
+    ) -> anyhow::Result<Self> {
+        let epoch = 1;
+        epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
+        Ok(Self {
+            hist,
+            epoch_map,
+            epoch,
+            prev: StdHashMap::new(),
+        })
+    }
+
+    /// Ends the current window: bumps the epoch, then returns each cgroup's deltas since the
+    /// previous call (only cgroups with new waits).
+    pub fn read_window(&mut self) -> anyhow::Result<StdHashMap<u64, KindHists>> {
+        let ended = self.epoch;
+        self.epoch += 1;
+        self.epoch_map
+            .set(0, &self.epoch, 0)
+            .context("bumping EPOCH")?;
+        let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
+        for entry in self.hist.iter() {
+            // An entry deleted while iterating ends the walk early for that key only.
+            let Ok((key, cur)) = entry else { continue };
+            let Ok(kind) = WaitKind::try_from(key.kind) else {
+                continue;
+            };
+            let count = cur.count();
+            let prev = self
+                .prev
+                .get(&key)
+                .map(|p| (p.count, p.sum_ns, &*p.buckets));
+            if prev.is_some_and(|(c, _, _)| c == count) {
+                continue;
+            }
+            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, prev);
+            delta.max_ns = cur
+                .window_max(ended)
+                .unwrap_or_else(|| delta.top_bucket_upper_ns());
+            self.prev.insert(
+                key,
+                Prev {
+                    count,
+                    sum_ns: cur.sum_ns,
+                    buckets: Box::new(cur.buckets),
+                },
+            );
+            out.entry(key.cgroup_id).or_default()[kind as usize] = delta;
+        }
+        Ok(out)
+    }
+
+    /// Drops a removed cgroup's kernel entries and remembered readings.
+    pub fn forget(&mut self, cgroup_id: u64) {
+        for kind in WaitKind::ALL {
+            let key = RunqKey {
+                cgroup_id,
+                kind: kind as u32,
+                _pad: 0,
+            };
+            let _ = self.hist.remove(&key);
+            self.prev.remove(&key);
+        }
+    }
+}
+
+/// Takes `RUNQ_HIST` and `EPOCH`.
+pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
+    let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
+    let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
+    Ok(Box::new(RunqReader::new(hist, epoch)?))
+}
+
+impl Collector for RunqReader {
+    fn info(&self) -> &'static FamilyInfo {
+        &INFO
+    }
+
+    fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
+        input.runq = RunqReader::read_window(self)?;
+        Ok(())
+    }
+
+    fn forget(&mut self, cgroup_id: u64) {
+        RunqReader::forget(self, cgroup_id);
+    }
+}
