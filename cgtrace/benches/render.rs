@@ -88,6 +88,7 @@ fn window(seq: u64) -> Window {
                 runq: runq_window(&k),
                 throttle: None,
                 reads: None,
+                flags: Vec::new(),
             }
         })
         .collect();

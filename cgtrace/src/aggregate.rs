@@ -121,10 +121,12 @@ impl Aggregator {
                 runq: runq_window(&kinds),
                 throttle: None,
                 reads: None,
+                flags: Vec::new(),
             };
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
             }
+            cg.flags = crate::family::flags(&cg, duration_ms);
             cgroups.push(cg);
             if gone && id != 0 {
                 removed.push(id);
@@ -189,6 +191,7 @@ impl Aggregator {
                 runq: runq_window(&e.total),
                 throttle: None,
                 reads: None,
+                flags: Vec::new(),
             })
             .collect();
         v.sort_by(|a, b| {

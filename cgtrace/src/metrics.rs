@@ -689,6 +689,7 @@ mod tests {
             },
             throttle: None,
             reads: None,
+            flags: Vec::new(),
         }
     }
 

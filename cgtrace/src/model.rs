@@ -133,6 +133,24 @@ pub struct CgroupWindow {
     /// Pseudo-file reads by this cgroup's tasks, per (comm, file), most time first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<Vec<crate::family::reads::FileReads>>,
+    /// Every family's diagnoses of this cgroup in this window (`throttle`'s are also in
+    /// `throttle.flags`, where schema 1 first had them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<Flag>,
+}
+
+/// A diagnosis with the change it suggests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Flag {
+    /// The family that made it.
+    #[serde(default)]
+    pub family: String,
+    /// What was found, as a stable name: `runq_long_waits`; `throttled_below_quota`,
+    /// `many_threads_burn`, `long_throttle_waits`; `reads_rstat_flush`, `reads_fuse`,
+    /// `reads_slow`.
+    pub code: String,
+    pub message: String,
+    pub suggestion: String,
 }
 
 /// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.

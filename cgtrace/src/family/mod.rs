@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     aggregate::WindowInput,
     decode::Record,
-    model::{CgroupWindow, Window},
+    model::{CgroupWindow, Flag, Window},
 };
 
 /// A family as every part of cgtrace names it.
@@ -30,6 +30,9 @@ pub struct FamilyInfo {
     pub event_line: &'static str,
     /// Its bit in a recording's window index (seek targets).
     pub mark: u32,
+    /// Its diagnoses of one cgroup's window (`duration_ms` long), appended to `out`: made in the
+    /// daemon, so the stream, recordings, report, metrics and the view all have them.
+    pub flags: fn(&CgroupWindow, u64, &mut Vec<Flag>),
     /// Its live collector, once its programs are attached.
     pub start: fn(&mut Start<'_>) -> anyhow::Result<Box<dyn Collector>>,
 }
@@ -62,6 +65,24 @@ impl std::fmt::Debug for FamilyInfo {
 impl PartialEq for FamilyInfo {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
+    }
+}
+
+/// Every family's diagnoses of one cgroup's window.
+pub fn flags(cg: &CgroupWindow, duration_ms: u64) -> Vec<Flag> {
+    let mut out = Vec::new();
+    for f in FAMILIES {
+        (f.flags)(cg, duration_ms, &mut out);
+    }
+    out
+}
+
+/// Fills in the diagnoses of every cgroup of a window that has none: a window recorded before
+/// the daemon made them all. The same as the daemon's, as each family's diagnosis is a function
+/// of the window alone (throttle's are copied from `throttle.flags`).
+pub fn diagnose(w: &mut Window) {
+    for cg in w.cgroups.iter_mut().filter(|c| c.flags.is_empty()) {
+        cg.flags = flags(cg, w.duration_ms);
     }
 }
 

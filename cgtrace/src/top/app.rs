@@ -282,7 +282,10 @@ impl App {
     /// Applies one action; returns what the caller must do.
     pub fn apply(&mut self, action: Action) -> Option<Effect> {
         match action {
-            Action::Window(w) => {
+            Action::Window(mut w) => {
+                // Windows recorded before the daemon made every family's diagnoses get them
+                // here, from the same functions (a no-op on newer windows).
+                crate::family::diagnose(&mut w);
                 if self.frozen {
                     self.pending = Some(w);
                     if let Status::Paused(n) = &mut self.status {

@@ -1,32 +1,6 @@
 //! Numbers as the view prints them: short, fixed-width friendly, with units.
 
-/// A duration given in microseconds, in at most six characters: `812ns`, `6.1µs`, `180µs`,
-/// `2.21ms`, `41.2ms`, `350ms`, `1.50s`, `12.5s`, `125s`.
-pub fn micros(us: f64) -> String {
-    if !us.is_finite() || us < 0.0 {
-        return "?".into();
-    }
-    let ns = us * 1e3;
-    if ns < 999.5 {
-        format!("{ns:.0}ns")
-    } else if us < 9.95 {
-        format!("{us:.1}µs")
-    } else if us < 999.5 {
-        format!("{us:.0}µs")
-    } else if us < 9_995.0 {
-        format!("{:.2}ms", us / 1e3)
-    } else if us < 99_950.0 {
-        format!("{:.1}ms", us / 1e3)
-    } else if us < 999_500.0 {
-        format!("{:.0}ms", us / 1e3)
-    } else if us < 9_995_000.0 {
-        format!("{:.2}s", us / 1e6)
-    } else if us < 99_950_000.0 {
-        format!("{:.1}s", us / 1e6)
-    } else {
-        format!("{:.0}s", us / 1e6)
-    }
-}
+pub use crate::hist::micros;
 
 /// A count or rate with a k/M/G suffix: `0`, `12`, `345`, `1.2k`, `12k`, `123k`, `1.2M`.
 pub fn si(v: f64) -> String {

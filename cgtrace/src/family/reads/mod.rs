@@ -1,7 +1,6 @@
-//! `reads` in the daemon: per-window deltas of the kernel's cumulative read stats
-//! (`READ_STATS`), file paths from the names the kernel recorded (`READ_FILES`) and the mount
-//! table, memcg targets with their flush cost and dying descendants, the host's dying memcg count,
-//! cgroup churn, and the `slow_read` event lines.
+//! `reads` in the daemon: pseudo-file reads per (reader cgroup, comm, file), memcg targets with
+//! their flush cost, dying memcgs and cgroup churn. [`collect`] reads the kernel's maps; here are
+//! the family's model types, records (slow reads, churn) and diagnoses.
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
@@ -11,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     decode::comm_str,
     family::{FamilyInfo, Room},
+    model::{CgroupWindow, Flag},
 };
 
 pub mod collect;
@@ -21,8 +21,73 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_SLOW_READ,
     event_line: "slow_read",
     start: collect::start,
+    flags,
     mark: 4,
 };
+
+/// A read this slow is worth a flag (the field reports are of seconds).
+const SLOW_READ_US: f64 = 100_000.0;
+/// Time in reads above this share of the window is worth a flag.
+const BUSY_SHARE: f64 = 0.10;
+
+/// The family's diagnosis: a cgroup spending a tenth of the window in pseudo-file reads, or with
+/// a read of 100 ms or more, and whether rstat flushing, a FUSE file or the files themselves are
+/// why.
+pub fn flags(cg: &CgroupWindow, duration_ms: u64, out: &mut Vec<Flag>) {
+    let Some(files) = cg.reads.as_deref() else {
+        return;
+    };
+    let total: f64 = files.iter().map(|f| f.total_us).sum();
+    let flush: f64 = files.iter().map(|f| f.flush_us + f.lock_wait_us).sum();
+    let slowest = files
+        .iter()
+        .max_by(|a, b| a.latency.max_us.total_cmp(&b.latency.max_us));
+    let busy = total >= BUSY_SHARE * (duration_ms.max(1) as f64 / 1e3) * 1e6;
+    let Some(worst) = slowest else { return };
+    if !busy && worst.latency.max_us < SLOW_READ_US {
+        return;
+    }
+    let (code, advice) = if flush > 0.5 * total {
+        (
+            "reads_rstat_flush",
+            "most of it is memcg stat flushing: count dying memcgs (the stream's dying_memcgs and \
+             memcgs) and find who creates and removes cgroups (churn); fewer memory.stat readers, \
+             or a longer scrape interval, helps meanwhile"
+                .to_string(),
+        )
+    } else if worst.fs == "fuse" {
+        (
+            "reads_fuse",
+            "a FUSE file (lxcfs?) is slow: its daemon's own reads show which cgroup files it \
+             waits on"
+                .to_string(),
+        )
+    } else {
+        (
+            "reads_slow",
+            "check which pseudo-files are read in a loop (cpufreq sysfs files block per CPU; \
+             tools like lscpu/htop read them)"
+                .to_string(),
+        )
+    };
+    out.push(Flag {
+        family: INFO.name.into(),
+        code: code.into(),
+        message: format!(
+            "{} in pseudo-file reads ({:.0} % flush); slowest {} of {} by {}",
+            crate::hist::micros(total),
+            if total > 0.0 {
+                flush / total * 100.0
+            } else {
+                0.0
+            },
+            crate::hist::micros(worst.latency.max_us),
+            worst.file,
+            worst.comm
+        ),
+        suggestion: advice,
+    });
+}
 
 /// `reads` records between two windows: slow reads kept for event lines, and cgroup churn.
 #[derive(Debug, Default)]

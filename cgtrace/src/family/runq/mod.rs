@@ -11,6 +11,7 @@ use crate::{
     decode::comm_str,
     family::{Describe, EventLine, FamilyInfo, Room},
     hist::Hist,
+    model::{CgroupWindow, Flag},
 };
 
 pub const INFO: FamilyInfo = FamilyInfo {
@@ -19,11 +20,60 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_RUNQ_WAIT,
     event_line: "runq_wait",
     start: collect::start,
+    flags,
     mark: 1,
 };
 
 /// Window deltas of one cgroup, by wait kind.
 pub type KindHists = [Hist; cgtrace_common::runq::NR_WAIT_KINDS];
+
+/// A cgroup is flagged `runq_long_waits` when its window p99 is at least this long…
+pub const FLAG_P99_US: f64 = 10_000.0;
+/// …over at least this many waits (a handful of long waits is noise, not a diagnosis).
+pub const FLAG_MIN_WAITS: u64 = 20;
+
+/// The family's diagnosis: long run-queue waits, and what they were mostly (throttling,
+/// preemption, wakeups onto busy CPUs).
+pub fn flags(cg: &CgroupWindow, _duration_ms: u64, out: &mut Vec<Flag>) {
+    let all = &cg.runq.all;
+    if all.count < FLAG_MIN_WAITS || all.p99_us < FLAG_P99_US {
+        return;
+    }
+    let share = |k: &str| cg.runq.kinds.get(k).map_or(0.0, |h| h.sum_us) / all.sum_us.max(1e-9);
+    let v1 = cg.hierarchy == "cpu";
+    let weight = if v1 { "cpu.shares" } else { "cpu.weight" };
+    let quota = if v1 { "cpu.cfs_quota_us" } else { "cpu.max" };
+    let (cause, advice) = if share("throttled") >= 0.5 {
+        (
+            "mostly CFS throttling",
+            format!("raise or remove its CPU quota ({quota})"),
+        )
+    } else if share("preempt") >= 0.5 {
+        (
+            "mostly after preemption: its tasks are CPU-bound and time-sliced",
+            format!(
+                "give it more CPU ({weight}, or a cpuset away from busy neighbours) or run fewer runnable threads"
+            ),
+        )
+    } else {
+        (
+            "mostly after wakeups: its tasks woke to find the CPUs busy",
+            format!(
+                "raise its {weight} relative to its neighbours, or move the busiest neighbours (sort by WAIT/s) to other CPUs"
+            ),
+        )
+    };
+    out.push(Flag {
+        family: INFO.name.into(),
+        code: "runq_long_waits".into(),
+        message: format!(
+            "waits for a CPU: p99 {} over {} waits, {cause}",
+            crate::hist::micros(all.p99_us),
+            all.count
+        ),
+        suggestion: advice,
+    });
+}
 
 /// `runq` records between two windows: waits of at least `--event-min-ms`, kept for event lines.
 #[derive(Debug, Default)]

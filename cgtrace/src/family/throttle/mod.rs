@@ -16,6 +16,7 @@ use crate::{
     family::throttle::burners::ThrottledPeriod,
     family::{Describe, EventLine, FamilyInfo, Room},
     hist::{Hist, HistSummary},
+    model::Flag,
 };
 
 pub const INFO: FamilyInfo = FamilyInfo {
@@ -24,6 +25,14 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_THROTTLE,
     event_line: "throttle",
     start: collect::start,
+    // Made with the window (they need the flag rules); copied, named as this family's even
+    // where a recording from before the family field left it empty.
+    flags: |cg, _, out| {
+        out.extend(cg.throttle.iter().flat_map(|t| &t.flags).map(|f| Flag {
+            family: INFO.name.into(),
+            ..f.clone()
+        }));
+    },
     mark: 2,
 };
 
@@ -204,15 +213,6 @@ pub struct ThrottleWindow {
     pub flags: Vec<Flag>,
 }
 
-/// A diagnosis with the change it suggests.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Flag {
-    /// `throttled_below_quota`, `many_threads_burn`, `long_throttle_waits`.
-    pub code: String,
-    pub message: String,
-    pub suggestion: String,
-}
-
 /// Flag thresholds.
 #[derive(Clone, Copy, Debug)]
 pub struct FlagRules {
@@ -244,6 +244,7 @@ pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
         let held_off_us = w.throttled_us / w.nr_throttled as f64;
         let burst_us = ((held_off_us / 1000.0).ceil() * 1000.0).min(quota_us as f64) as u64;
         out.push(Flag {
+            family: INFO.name.into(),
             code: "throttled_below_quota".into(),
             message: format!(
                 "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
@@ -263,6 +264,7 @@ pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
     {
         let names: Vec<&str> = p.top.iter().map(|t| t.comm.as_str()).collect();
         out.push(Flag {
+            family: INFO.name.into(),
             code: "many_threads_burn".into(),
             message: format!(
                 "quota of {:.1} ms burned in {:.1} ms by {} threads ({})",
@@ -281,6 +283,7 @@ pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
     }
     if w.episodes > 0 && w.episode.p99_us >= 500.0 * period_ms {
         out.push(Flag {
+            family: INFO.name.into(),
             code: "long_throttle_waits".into(),
             message: format!(
                 "throttled tasks stall up to {:.0} ms (p99) of each {period_ms:.0} ms period",

@@ -67,6 +67,7 @@ fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWi
         runq: runq_window(&k),
         throttle: None,
         reads: None,
+        flags: Vec::new(),
     }
 }
 

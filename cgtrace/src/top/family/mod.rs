@@ -71,5 +71,34 @@ pub trait Family: Sync {
     fn flags(&self, cg: &CgroupWindow, ctx: &Ctx, out: &mut Vec<Flag>);
 }
 
+/// The short code the table shows for a diagnosis (`Flag::code` in the stream).
+pub fn short_code(code: &str) -> &'static str {
+    match code {
+        "runq_long_waits" => "RQ",
+        "throttled_below_quota" => "TBQ",
+        "many_threads_burn" => "TMT",
+        "long_throttle_waits" => "TLW",
+        "reads_rstat_flush" => "RFL",
+        "reads_fuse" => "RFS",
+        "reads_slow" => "RSL",
+        _ => "?",
+    }
+}
+
+/// The daemon's diagnoses of `family` for one cgroup, as the view shows them.
+pub fn daemon_flags(cg: &CgroupWindow, family: &'static str, out: &mut Vec<Flag>) {
+    out.extend(
+        cg.flags
+            .iter()
+            .filter(|f| f.family == family)
+            .map(|f| Flag {
+                code: short_code(&f.code).into(),
+                family,
+                finding: f.message.clone(),
+                advice: f.suggestion.clone(),
+            }),
+    );
+}
+
 /// Every family the view knows, in column order.
 pub static FAMILIES: &[&dyn Family] = &[&runq::Runq, &throttle::Throttle, &reads::Reads];

@@ -20,10 +20,6 @@ pub struct Reads;
 
 /// Files listed in the detail pane.
 const FILES_SHOWN: usize = 8;
-/// A read this slow is worth a flag (the field reports are of seconds).
-const SLOW_READ_US: f64 = 100_000.0;
-/// Time in reads above this share of the window is worth a flag.
-const BUSY_SHARE: f64 = 0.10;
 
 fn data(cg: &CgroupWindow) -> Option<&[FileReads]> {
     cg.reads.as_deref()
@@ -158,57 +154,7 @@ impl Family for Reads {
         }
     }
 
-    fn flags(&self, cg: &CgroupWindow, ctx: &Ctx, out: &mut Vec<Flag>) {
-        let Some(files) = data(cg) else { return };
-        let total: f64 = files.iter().map(|f| f.total_us).sum();
-        let flush: f64 = files.iter().map(|f| f.flush_us + f.lock_wait_us).sum();
-        let slowest = files
-            .iter()
-            .max_by(|a, b| a.latency.max_us.total_cmp(&b.latency.max_us));
-        let busy = total >= BUSY_SHARE * ctx.seconds() * 1e6;
-        let Some(worst) = slowest else { return };
-        if !busy && worst.latency.max_us < SLOW_READ_US {
-            return;
-        }
-        let (code, advice) = if flush > 0.5 * total {
-            (
-                "RFL",
-                "most of it is memcg stat flushing: count dying memcgs (the stream's dying_memcgs and \
-                 memcgs) and find who creates and removes cgroups (churn); fewer memory.stat readers, \
-                 or a longer scrape interval, helps meanwhile"
-                    .to_string(),
-            )
-        } else if worst.fs == "fuse" {
-            (
-                "RFS",
-                "a FUSE file (lxcfs?) is slow: its daemon's own reads show which cgroup files it \
-                 waits on"
-                    .to_string(),
-            )
-        } else {
-            (
-                "RSL",
-                "check which pseudo-files are read in a loop (cpufreq sysfs files block per CPU; \
-                 tools like lscpu/htop read them)"
-                    .to_string(),
-            )
-        };
-        out.push(Flag {
-            code: code.into(),
-            family: "reads",
-            finding: format!(
-                "{} in pseudo-file reads ({:.0} % flush); slowest {} of {} by {}",
-                format::micros(total),
-                if total > 0.0 {
-                    flush / total * 100.0
-                } else {
-                    0.0
-                },
-                format::micros(worst.latency.max_us),
-                worst.file,
-                worst.comm
-            ),
-            advice,
-        });
+    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
+        super::daemon_flags(cg, "reads", out);
     }
 }

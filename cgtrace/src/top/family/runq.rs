@@ -14,11 +14,6 @@ use crate::top::{
 
 pub struct Runq;
 
-/// A cgroup is flagged `RQ` when its window p99 is at least this long…
-pub const FLAG_P99_US: f64 = 10_000.0;
-/// …over at least this many waits (a handful of long waits is noise, not a diagnosis).
-pub const FLAG_MIN_WAITS: u64 = 20;
-
 /// Wait kinds in display order, as named in the stream.
 pub const KINDS: [&str; 3] = ["wakeup", "preempt", "throttled"];
 
@@ -187,43 +182,6 @@ impl Family for Runq {
     }
 
     fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
-        let all = &cg.runq.all;
-        if all.count < FLAG_MIN_WAITS || all.p99_us < FLAG_P99_US {
-            return;
-        }
-        let share = |k: &str| cg.runq.kinds.get(k).map_or(0.0, |h| h.sum_us) / all.sum_us.max(1e-9);
-        let v1 = cg.hierarchy == "cpu";
-        let weight = if v1 { "cpu.shares" } else { "cpu.weight" };
-        let quota = if v1 { "cpu.cfs_quota_us" } else { "cpu.max" };
-        let (cause, advice) = if share("throttled") >= 0.5 {
-            (
-                "mostly CFS throttling",
-                format!("raise or remove its CPU quota ({quota})"),
-            )
-        } else if share("preempt") >= 0.5 {
-            (
-                "mostly after preemption: its tasks are CPU-bound and time-sliced",
-                format!(
-                    "give it more CPU ({weight}, or a cpuset away from busy neighbours) or run fewer runnable threads"
-                ),
-            )
-        } else {
-            (
-                "mostly after wakeups: its tasks woke to find the CPUs busy",
-                format!(
-                    "raise its {weight} relative to its neighbours, or move the busiest neighbours (sort by WAIT/s) to other CPUs"
-                ),
-            )
-        };
-        out.push(Flag {
-            code: "RQ".into(),
-            family: "runq",
-            finding: format!(
-                "waits for a CPU: p99 {} over {} waits, {cause}",
-                format::micros(all.p99_us),
-                all.count
-            ),
-            advice,
-        });
+        super::daemon_flags(cg, "runq", out);
     }
 }

@@ -96,16 +96,6 @@ static COLUMNS: [Column; 4] = [
     },
 ];
 
-/// The table's short code for a throttle diagnosis.
-fn code(name: &str) -> &'static str {
-    match name {
-        "throttled_below_quota" => "TBQ",
-        "many_threads_burn" => "TMT",
-        "long_throttle_waits" => "TLW",
-        _ => "THR",
-    }
-}
-
 impl Family for Throttle {
     fn name(&self) -> &'static str {
         "throttle"
@@ -244,13 +234,7 @@ impl Family for Throttle {
     }
 
     fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
-        let Some(t) = data(cg) else { return };
-        out.extend(t.flags.iter().map(|f| Flag {
-            code: code(&f.code).into(),
-            family: "throttle",
-            finding: f.message.clone(),
-            advice: f.suggestion.clone(),
-        }));
+        super::daemon_flags(cg, "throttle", out);
     }
 }
 
