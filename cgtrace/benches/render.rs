@@ -43,7 +43,7 @@ fn hello() -> Hello {
         families: BTreeMap::from([(
             "runq".to_string(),
             FamilyMode {
-                mode: "tp_btf".into(),
+                mode: cgtrace::model::AttachMode::TpBtf,
                 detail: String::new(),
             },
         )]),

@@ -13,7 +13,7 @@ use cgtrace_common::layout::{Config, Layout};
 use crate::{
     btf::{Btf, BtfError},
     layout::{self, MissingField},
-    model::{Capabilities, FamilyMode},
+    model::{AttachMode, Capabilities, FamilyMode},
 };
 
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).
@@ -163,7 +163,7 @@ impl Tracer {
         let throttle = match (throttle_ok, opts.throttle_mode) {
             (Ok(()), mode) => attach_throttle(&mut ebpf, &aya_btf, &layout, &capabilities, mode)?,
             (Err(missing), ThrottleMode::Auto) => FamilyMode {
-                mode: "unavailable".into(),
+                mode: AttachMode::Unavailable,
                 detail: missing.to_string(),
             },
             (Err(missing), m) => {
@@ -177,14 +177,14 @@ impl Tracer {
         families.insert("throttle".to_string(), throttle);
         let reads = match (reads_support, opts.reads_mode) {
             (_, ReadsMode::Off) => FamilyMode {
-                mode: "off".into(),
+                mode: AttachMode::Off,
                 detail: "turned off by --reads-mode off".into(),
             },
             (Ok(support), mode) => {
                 attach_reads(&mut ebpf, &aya_btf, &btf, &support, &capabilities, mode)?
             }
             (Err(missing), ReadsMode::Auto) => FamilyMode {
-                mode: "unavailable".into(),
+                mode: AttachMode::Unavailable,
                 detail: missing.to_string(),
             },
             (Err(missing), m) => {
@@ -262,7 +262,7 @@ fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyM
         }
     };
     Ok(FamilyMode {
-        mode: "tp_btf".into(),
+        mode: AttachMode::TpBtf,
         detail: format!(
             "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}",
             if layout.switch_has_prev_state == 1 {
@@ -313,7 +313,7 @@ fn attach_throttle(
     wanted: ThrottleMode,
 ) -> Result<FamilyMode, LoadError> {
     let unavailable = |detail: String| FamilyMode {
-        mode: "unavailable".into(),
+        mode: AttachMode::Unavailable,
         detail,
     };
     // Periods are counted by the same programs in every mode (the exit one also ends the
@@ -370,7 +370,7 @@ fn attach_throttle(
                     format!(" (not available: {})", failed.join("; "))
                 };
                 return Ok(FamilyMode {
-                    mode: mode.as_str().into(),
+                    mode: AttachMode::from_name(mode.as_str()),
                     detail: format!("{detail}{tried}"),
                 });
             }
@@ -570,7 +570,7 @@ fn attach_reads(
 ) -> Result<FamilyMode, LoadError> {
     if wanted == ReadsMode::Off {
         return Ok(FamilyMode {
-            mode: "off".into(),
+            mode: AttachMode::Off,
             detail: "turned off by --reads-mode off".into(),
         });
     }
@@ -605,7 +605,7 @@ fn attach_reads(
         }
         return match wanted {
             ReadsMode::Auto => Ok(FamilyMode {
-                mode: "unavailable".into(),
+                mode: AttachMode::Unavailable,
                 detail: failed.join("; "),
             }),
             m => Err(LoadError::Mode {
@@ -703,7 +703,7 @@ fn attach_reads(
     detail.push_str(&extras.join("; "));
     detail.push_str(&tried);
     Ok(FamilyMode {
-        mode: mode.as_str().into(),
+        mode: AttachMode::from_name(mode.as_str()),
         detail,
     })
 }

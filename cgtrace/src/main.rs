@@ -20,7 +20,7 @@ use cgtrace::{
 #[command(
     name = "cgtrace",
     version,
-    about = "Per-cgroup scheduler latency, traced with eBPF"
+    about = "Per-cgroup run-queue latency (runq), CFS throttling (throttle) and slow pseudo-file reads (reads), traced with eBPF"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -328,6 +328,26 @@ fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One line from clap's usage error: what was wrong, with the arguments it names (clap puts them
+/// on the lines after the first), without the usage and tip that follow.
+fn usage_error(msg: &str) -> String {
+    let mut parts = Vec::new();
+    for line in msg.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("Usage:") || line.starts_with("For more information")
+        {
+            break;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let one = parts.join(" ");
+    if one.is_empty() {
+        "invalid arguments".into()
+    } else {
+        one
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -337,11 +357,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // One line: what was wrong and where to look.
-            let msg = e.to_string();
-            let first = msg.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("cgtrace: error: {first} (see `cgtrace --help`)");
+            eprintln!(
+                "cgtrace: error: {} (see `cgtrace --help`)",
+                usage_error(&e.to_string())
+            );
             return ExitCode::from(2);
         }
     };
@@ -400,6 +419,44 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("cgtrace: error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    fn error_of(args: &[&str]) -> String {
+        match Cli::try_parse_from(args) {
+            Ok(_) => panic!("{args:?} parsed"),
+            Err(e) => usage_error(&e.to_string()),
+        }
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_that_names_the_arguments() {
+        let e = error_of(&["cgtrace", "record"]);
+        assert!(e.contains("required arguments were not provided"), "{e}");
+        assert!(e.contains("--output <FILE>"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = error_of(&["cgtrace", "stream", "--interval", "5"]);
+        assert!(e.contains("--interval") && e.contains('5'), "{e}");
+        assert!(!e.contains("Usage"), "{e}");
+        let e = error_of(&["cgtrace", "stream", "--events", "bogus"]);
+        assert!(
+            e.contains("\"bogus\"") && e.contains("runq, throttle, reads"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_help_names_every_family() {
+        let help = Cli::command().render_help().to_string();
+        for f in cgtrace::family::FAMILIES {
+            assert!(help.contains(f.name), "{} not in --help:\n{help}", f.name);
         }
     }
 }

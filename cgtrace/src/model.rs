@@ -48,9 +48,72 @@ pub struct CgroupLayoutInfo {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FamilyMode {
-    /// `tp_btf`, `fentry`, `kprobe`, `tracepoint`, or `unavailable`.
-    pub mode: String,
+    pub mode: AttachMode,
     pub detail: String,
+}
+
+/// How a family's programs are attached (`hello.families.<name>.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachMode {
+    /// BTF tracepoints (`runq`).
+    TpBtf,
+    Fentry,
+    Kprobe,
+    /// `throttle`: fentry on `tg_throttle_down`/`tg_unthrottle_up` (the hierarchy walk).
+    Tgwalk,
+    Tracepoint,
+    /// `reads`: raw syscall tracepoints.
+    Syscall,
+    /// Turned off on the command line.
+    Off,
+    /// The kernel lacks what it needs; `detail` says what.
+    Unavailable,
+    /// A mode named by a newer cgtrace (a recording read by an older one).
+    #[serde(other)]
+    Unknown,
+}
+
+impl AttachMode {
+    /// Its programs are attached and its data flow.
+    pub fn is_attached(self) -> bool {
+        !matches!(self, Self::Off | Self::Unavailable)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TpBtf => "tp_btf",
+            Self::Fentry => "fentry",
+            Self::Kprobe => "kprobe",
+            Self::Tgwalk => "tgwalk",
+            Self::Tracepoint => "tracepoint",
+            Self::Syscall => "syscall",
+            Self::Off => "off",
+            Self::Unavailable => "unavailable",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The mode a forced `--throttle-mode`/`--reads-mode` value names.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "tp_btf" => Self::TpBtf,
+            "fentry" => Self::Fentry,
+            "kprobe" => Self::Kprobe,
+            "tgwalk" => Self::Tgwalk,
+            "tracepoint" => Self::Tracepoint,
+            "syscall" => Self::Syscall,
+            "off" => Self::Off,
+            "unavailable" => Self::Unavailable,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -166,7 +166,7 @@ impl Session {
             let attached = tracer
                 .families
                 .get(f.name)
-                .is_some_and(|m| m.mode != "unavailable" && m.mode != "off");
+                .is_some_and(|m| m.mode.is_attached());
             if !attached {
                 continue;
             }

@@ -491,7 +491,7 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
             .into_iter()
             .map(|f| {
                 let mode = crate::model::FamilyMode {
-                    mode: "unknown".into(),
+                    mode: crate::model::AttachMode::Unknown,
                     detail: "the recording's header is damaged".into(),
                 };
                 (f.to_string(), mode)

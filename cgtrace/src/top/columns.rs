@@ -76,7 +76,7 @@ pub struct Column {
     pub width: u16,
     /// Which columns survive a narrow terminal: higher is kept longer.
     pub priority: u8,
-    /// Families that must be attached (`hello.families[..].mode != "unavailable"`) for the column
+    /// Families that must be attached (`hello.families[..].mode`, not off or unavailable) for the column
     /// to be shown at all.
     pub needs: &'static [&'static str],
     pub source: Source,
@@ -118,7 +118,7 @@ pub fn family_active(hello: &Hello, family: &str) -> bool {
     hello
         .families
         .get(family)
-        .is_some_and(|m| m.mode != "unavailable")
+        .is_some_and(|m| m.mode.is_attached())
 }
 
 /// The columns this session can show, in order: `NAME`, each active family's columns whose

@@ -36,7 +36,7 @@ fn hello(families: &[&str]) -> Hello {
                 (
                     f.to_string(),
                     FamilyMode {
-                        mode: "tp_btf".into(),
+                        mode: crate::model::AttachMode::TpBtf,
                         detail: String::new(),
                     },
                 )
@@ -608,8 +608,22 @@ fn a_family_plugs_in_with_its_columns_only_when_attached() {
 fn an_unavailable_family_shows_no_columns() {
     let mut h = hello(&["runq", "fake"]);
     if let Some(m) = h.families.get_mut("fake") {
-        m.mode = "unavailable".into();
+        m.mode = crate::model::AttachMode::Unavailable;
     }
     let app = App::with_families(h, Theme::plain(), WITH_FAKE);
     assert!(!ids(&app).contains(&"fake.a"));
+}
+
+#[test]
+fn a_family_turned_off_shows_no_columns() {
+    // `--reads-mode off`: the family is named in hello, with mode `off`.
+    let mut h = hello(&["runq", "fake"]);
+    if let Some(m) = h.families.get_mut("fake") {
+        m.mode = crate::model::AttachMode::Off;
+    }
+    let app = App::with_families(h.clone(), Theme::plain(), WITH_FAKE);
+    assert!(!ids(&app).contains(&"fake.a"));
+    h.families.get_mut("fake").expect("fake").mode = crate::model::AttachMode::Fentry;
+    let app = App::with_families(h, Theme::plain(), WITH_FAKE);
+    assert!(ids(&app).contains(&"fake.a"));
 }

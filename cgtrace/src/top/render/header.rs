@@ -45,14 +45,14 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
         Span::styled(h.host.clone(), t.title),
     ];
     for (name, mode) in &h.families {
-        let style = if mode.mode == "unavailable" {
+        let style = if !mode.mode.is_attached() {
             t.warn
         } else {
             t.title
         };
         l1.push(sep());
         l1.push(Span::raw(format!("{name} ")));
-        l1.push(Span::styled(mode.mode.clone(), style));
+        l1.push(Span::styled(mode.mode.as_str(), style));
     }
     l1.push(sep());
     l1.push(Span::raw(format!(
