@@ -89,6 +89,7 @@ fn window(seq: u64) -> Window {
                 throttle: None,
                 reads: None,
                 flags: Vec::new(),
+                other: Default::default(),
             }
         })
         .collect();

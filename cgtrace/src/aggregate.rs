@@ -122,6 +122,7 @@ impl Aggregator {
                 throttle: None,
                 reads: None,
                 flags: Vec::new(),
+                other: Default::default(),
             };
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
@@ -192,6 +193,7 @@ impl Aggregator {
                 throttle: None,
                 reads: None,
                 flags: Vec::new(),
+                other: Default::default(),
             })
             .collect();
         v.sort_by(|a, b| {

@@ -690,6 +690,7 @@ mod tests {
             throttle: None,
             reads: None,
             flags: Vec::new(),
+            other: Default::default(),
         }
     }
 

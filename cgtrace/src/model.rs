@@ -200,6 +200,10 @@ pub struct CgroupWindow {
     /// `throttle.flags`, where schema 1 first had them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
+    /// Parts of families this build does not know (a recording made by a newer cgtrace), as they
+    /// were: `report` ranks their histograms by shape.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// A diagnosis with the change it suggests.

@@ -21,6 +21,7 @@ use crate::{
     family::throttle::burners::ThrottledPeriod,
     family::{self, EventLine},
     hist::{Hist, HistSummary},
+    model::{CgroupWindow, Window},
     record::reader::{Item, ReadStats, Recording},
     replay::Playback,
     top::format::clock_utc,
@@ -94,87 +95,60 @@ pub struct MemcgSeen {
 
 /// Adds one window's `reads` family (per-cgroup `reads` lines, `memcgs`, `dying_memcgs`, `churn`).
 fn window_reads(
-    w: &Value,
-    end_unix_ms: u64,
+    w: &Window,
     files: &mut HashMap<(u64, String, String), FileReadsSeen>,
     memcgs: &mut BTreeMap<(String, String), MemcgSeen>,
     dying_max: &mut Option<u64>,
     churn: &mut (u64, u64),
 ) {
-    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    for c in w["cgroups"].as_array().into_iter().flatten() {
-        let id = c["id"].as_u64().unwrap_or(0);
-        for r in c["reads"].as_array().into_iter().flatten() {
-            let comm = r["comm"].as_str().unwrap_or("").to_string();
-            let file = r["file"].as_str().unwrap_or("").to_string();
+    for c in &w.cgroups {
+        for r in c.reads.iter().flatten() {
             let e = files
-                .entry((id, comm.clone(), file.clone()))
+                .entry((c.id, r.comm.clone(), r.file.clone()))
                 .or_insert_with(|| FileReadsSeen {
-                    cgroup_id: id,
-                    path: c["path"].as_str().map(str::to_string),
-                    name: c["name"].as_str().map(str::to_string),
-                    comm,
-                    file,
+                    cgroup_id: c.id,
+                    path: c.path.clone(),
+                    name: c.name.clone(),
+                    comm: r.comm.clone(),
+                    file: r.file.clone(),
                     ..FileReadsSeen::default()
                 });
-            e.count = e.count.saturating_add(r["count"].as_u64().unwrap_or(0));
-            e.total_us += f(r, "total_us");
-            e.flush_us += f(r, "flush_us") + f(r, "lock_wait_us");
-            let max = r
-                .pointer("/latency/max_us")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            if max > e.max_us {
-                e.max_us = max;
-                e.max_at_unix_ms = end_unix_ms;
+            e.count = e.count.saturating_add(r.count);
+            e.total_us += r.total_us;
+            e.flush_us += r.flush_us + r.lock_wait_us;
+            if r.latency.max_us > e.max_us {
+                e.max_us = r.latency.max_us;
+                e.max_at_unix_ms = w.end_unix_ms;
             }
-            if let Some(d) = r["dying_memcgs"].as_u64() {
-                e.dying_memcgs = Some(e.dying_memcgs.unwrap_or(0).max(d));
+            if let Some(d) = r.dying_memcgs {
+                e.dying_memcgs = Some(e.dying_memcgs.unwrap_or(0).max(u64::from(d)));
             }
         }
     }
-    for m in w["memcgs"].as_array().into_iter().flatten() {
-        let key = (
-            m["hierarchy"].as_str().unwrap_or("").to_string(),
-            m["path"].as_str().unwrap_or("").to_string(),
-        );
-        let e = memcgs.entry(key.clone()).or_insert_with(|| MemcgSeen {
-            hierarchy: key.0.clone(),
-            path: key.1.clone(),
+    for m in &w.memcgs {
+        let key = (m.hierarchy.clone(), m.path.clone());
+        let e = memcgs.entry(key).or_insert_with(|| MemcgSeen {
+            hierarchy: m.hierarchy.clone(),
+            path: m.path.clone(),
             ..MemcgSeen::default()
         });
-        e.stat_reads = e
-            .stat_reads
-            .saturating_add(m["stat_reads"].as_u64().unwrap_or(0));
-        e.read_us += f(m, "read_us");
-        e.flush_us += f(m, "flush_us") + f(m, "lock_wait_us");
-        e.dying_memcgs_max = e
-            .dying_memcgs_max
-            .max(m["dying_memcgs"].as_u64().unwrap_or(0));
-        for r in m["readers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        e.stat_reads = e.stat_reads.saturating_add(m.stat_reads);
+        e.read_us += m.read_us;
+        e.flush_us += m.flush_us + m.lock_wait_us;
+        e.dying_memcgs_max = e.dying_memcgs_max.max(u64::from(m.dying_memcgs));
+        for r in &m.readers {
             if !e.readers.iter().any(|x| x == r) && e.readers.len() < 5 {
-                e.readers.push(r.to_string());
+                e.readers.push(r.clone());
             }
         }
     }
-    if let Some(t) = w.pointer("/dying_memcgs/total").and_then(Value::as_u64) {
-        *dying_max = Some(dying_max.unwrap_or(0).max(t));
+    if let Some(d) = &w.dying_memcgs {
+        *dying_max = Some(dying_max.unwrap_or(0).max(d.total));
     }
-    churn.0 = churn.0.saturating_add(
-        w.pointer("/churn/created")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    );
-    churn.1 = churn.1.saturating_add(
-        w.pointer("/churn/removed")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    );
+    if let Some(c) = &w.churn {
+        churn.0 = churn.0.saturating_add(c.created);
+        churn.1 = churn.1.saturating_add(c.removed);
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -357,29 +331,15 @@ pub fn build(rec: &Recording) -> Report {
                 }
             }
             unplaced = (episodes.len(), waits.len());
-            let Ok(w) = serde_json::from_slice::<Value>(json) else {
+            let Ok(w) = serde_json::from_slice::<Window>(json) else {
                 return;
             };
             nwin += 1;
             first = first.min(end_unix_ms);
             last = last.max(end_unix_ms);
-            dropped = dropped.saturating_add(
-                w.pointer("/events/dropped")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-            );
-            window_reads(
-                &w,
-                end_unix_ms,
-                &mut read_files,
-                &mut memcgs,
-                &mut dying_max,
-                &mut churn,
-            );
-            let Some(cgroups) = w.get("cgroups").and_then(Value::as_array) else {
-                return;
-            };
-            for c in cgroups {
+            dropped = dropped.saturating_add(w.events.dropped);
+            window_reads(&w, &mut read_files, &mut memcgs, &mut dying_max, &mut churn);
+            for c in &w.cgroups {
                 window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
             }
         }
@@ -480,76 +440,65 @@ fn keep_top<T>(v: &mut Vec<T>, key: impl Fn(&T) -> f64) {
 }
 
 fn window_cgroup(
-    c: &Value,
+    c: &CgroupWindow,
     end_ms: u64,
     fam: &mut BTreeMap<String, HashMap<u64, Acc>>,
     thr: &mut HashMap<u64, ThrottledCgroup>,
 ) {
-    let Some(id) = c.get("id").and_then(Value::as_u64) else {
-        return;
-    };
-    let path = c.get("path").and_then(Value::as_str).map(str::to_string);
-    let name = c.get("name").and_then(Value::as_str).map(str::to_string);
-    let Some(obj) = c.as_object() else { return };
-    for (key, v) in obj {
+    let (id, path, name) = (c.id, &c.path, &c.name);
+    add_hist(
+        fam,
+        family::runq::INFO.name,
+        id,
+        path,
+        name,
+        &c.runq.all,
+        end_ms,
+    );
+    // Families this build does not know, by shape: a histogram, or histograms one level down
+    // (e.g. per operation).
+    for (key, v) in &c.other {
         if let Some(h) = as_hist(v) {
-            add_hist(fam, key, id, &path, &name, &h, end_ms);
-        } else if key != "throttle"
-            && let Some(o) = v.as_object()
-        {
-            // A family nesting its histograms one level down (e.g. per operation).
+            add_hist(fam, key, id, path, name, &h, end_ms);
+        } else if let Some(o) = v.as_object() {
             for (sub, sv) in o {
                 if let Some(h) = as_hist(sv) {
-                    add_hist(fam, &format!("{key}.{sub}"), id, &path, &name, &h, end_ms);
+                    add_hist(fam, &format!("{key}.{sub}"), id, path, name, &h, end_ms);
                 }
             }
         }
     }
-    let Some(t) = c.get("throttle").filter(|t| t.is_object()) else {
+    let Some(t) = &c.throttle else {
         return;
     };
-    if let Some(h) = t.get("episode").and_then(as_hist) {
-        add_hist(fam, "throttle.episode", id, &path, &name, &h, end_ms);
-    }
+    add_hist(fam, "throttle.episode", id, path, name, &t.episode, end_ms);
     let e = thr.entry(id).or_insert_with(|| ThrottledCgroup {
         id,
         ..ThrottledCgroup::default()
     });
-    e.path.clone_from(&path);
-    e.name.clone_from(&name);
-    let u = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    e.quota_cores = t
-        .get("quota_cores")
-        .and_then(Value::as_f64)
-        .or(e.quota_cores);
-    e.nr_periods = e.nr_periods.saturating_add(u("nr_periods"));
-    e.nr_throttled = e.nr_throttled.saturating_add(u("nr_throttled"));
-    e.throttled_us += f("throttled_us");
-    e.episodes = e.episodes.saturating_add(u("episodes"));
-    e.worst_window_share = e.worst_window_share.max(f("throttled_share"));
-    if let Some(k) = t.get("kernel").filter(|k| k.is_object()) {
-        e.kernel_nr_throttled = e
-            .kernel_nr_throttled
-            .saturating_add(k.get("nr_throttled").and_then(Value::as_u64).unwrap_or(0));
-        e.kernel_throttled_us += k.get("throttled_us").and_then(Value::as_f64).unwrap_or(0.0);
-        e.ours_nr_throttled_matched = e
-            .ours_nr_throttled_matched
-            .saturating_add(u("nr_throttled"));
-        e.ours_throttled_us_matched += f("throttled_us");
+    e.path.clone_from(path);
+    e.name.clone_from(name);
+    e.quota_cores = t.quota_cores.or(e.quota_cores);
+    e.nr_periods = e.nr_periods.saturating_add(t.nr_periods);
+    e.nr_throttled = e.nr_throttled.saturating_add(t.nr_throttled);
+    e.throttled_us += t.throttled_us;
+    e.episodes = e.episodes.saturating_add(t.episodes);
+    e.worst_window_share = e.worst_window_share.max(t.throttled_share);
+    if let Some(k) = &t.kernel {
+        e.kernel_nr_throttled = e.kernel_nr_throttled.saturating_add(k.nr_throttled);
+        e.kernel_throttled_us += k.throttled_us;
+        e.ours_nr_throttled_matched = e.ours_nr_throttled_matched.saturating_add(t.nr_throttled);
+        e.ours_throttled_us_matched += t.throttled_us;
     }
-    if let Some(flags) = t.get("flags").and_then(Value::as_array) {
-        for fl in flags {
-            let s = |k: &str| fl.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            let seen = e.flags.entry(s("code")).or_insert(FlagSeen {
-                windows: 0,
-                message: String::new(),
-                suggestion: String::new(),
-            });
-            seen.windows += 1;
-            seen.message = s("message");
-            seen.suggestion = s("suggestion");
-        }
+    for fl in &t.flags {
+        let seen = e.flags.entry(fl.code.clone()).or_insert(FlagSeen {
+            windows: 0,
+            message: String::new(),
+            suggestion: String::new(),
+        });
+        seen.windows += 1;
+        seen.message.clone_from(&fl.message);
+        seen.suggestion.clone_from(&fl.suggestion);
     }
 }
 

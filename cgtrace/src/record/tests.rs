@@ -442,15 +442,15 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
     w.set_sync(false);
     for s in 1..=3u64 {
-        // A window whose cgroups carry a `reads` family (histogram-shaped) this build has no
-        // type for, and single events of kind 0x301.
+        // A window whose cgroups carry a `blkio` family (histogram-shaped) this build has no
+        // type for, and single events of kind 0x901 (no family this build knows).
         let json = format!(
-            r#"{{"type":"window","seq":{s},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":1,"dropped":2,"counters":{{}}}},"cgroups_tracked":2,"cgroups_evicted":0,"cgroups":[{{"id":8,"hierarchy":"cpu","path":"/slow","name":null,"name_kind":null,"runq":{{"count":0,"sum_us":0,"mean_us":0,"p50_us":0,"p90_us":0,"p99_us":0,"max_us":0,"buckets":[],"kinds":{{}}}},"reads":{{"count":200,"sum_us":900000.0,"mean_us":4500.0,"p50_us":4000.0,"p90_us":8000.0,"p99_us":9000.0,"max_us":{}.0,"buckets":[[4194304,150],[8388608,50]],"slowest":[{{"file":"/proc/x"}}]}}}}]}}"#,
+            r#"{{"type":"window","seq":{s},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":1,"dropped":2,"counters":{{}}}},"cgroups_tracked":2,"cgroups_evicted":0,"cgroups":[{{"id":8,"hierarchy":"cpu","path":"/slow","name":null,"name_kind":null,"runq":{{"count":0,"sum_us":0,"mean_us":0,"p50_us":0,"p90_us":0,"p99_us":0,"max_us":0,"buckets":[],"kinds":{{}}}},"blkio":{{"count":200,"sum_us":900000.0,"mean_us":4500.0,"p50_us":4000.0,"p90_us":8000.0,"p99_us":9000.0,"max_us":{}.0,"buckets":[[4194304,150],[8388608,50]],"slowest":[{{"file":"/proc/x"}}]}}}}]}}"#,
             1000 + s * 1000,
             9000 + s
         );
         let mut ev = runq_record(s, 8, 1);
-        ev[..4].copy_from_slice(&0x301u32.to_ne_bytes());
+        ev[..4].copy_from_slice(&0x901u32.to_ne_bytes());
         w.event(&ev);
         w.window(s, 1000 + s * 1000, json.as_bytes());
         w.flush(false).unwrap();
@@ -463,26 +463,28 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     drop(w);
     let rec = Recording::open(&p).unwrap();
     let r = crate::report::build(&rec);
-    let reads = &r.families["reads"];
+    let reads = &r.families["blkio"];
     assert_eq!(reads.worst_p99[0].path.as_deref(), Some("/slow"));
     assert_eq!(reads.worst_p99[0].count, 600);
     assert_eq!(reads.worst_max[0].max_us, 9003.0);
     assert_eq!(reads.worst_max[0].max_at_unix_ms, 4000);
-    assert_eq!(r.events_by_family["reads"], 3);
+    assert_eq!(r.events_by_family["unknown"], 3);
     assert_eq!(r.undecoded_events, 3);
     assert_eq!((r.events_dropped, r.recorder_lost), (6, 5));
     let text = crate::report::render_text(&r);
-    assert!(text.contains("## reads: worst of 1 cgroups"), "{text}");
+    assert!(text.contains("## blkio: worst of 1 cgroups"), "{text}");
     assert!(text.contains("could not keep 5 single events"), "{text}");
     assert!(
         text.contains("3 events of kinds this cgtrace cannot decode"),
         "{text}"
     );
-    // And `replay --stream --events reads` says it cannot print them, without failing.
+    // And `replay --stream --events` replays the windows as they were (the unknown family's part
+    // included) without failing; events of no family are no event line.
     let mut out = Vec::new();
-    let sel = crate::events::EventSelection::parse(&["reads"]).unwrap();
-    let got = crate::replay::stream(&rec, &mut out, &sel, true).unwrap();
-    assert_eq!((got.windows, got.events, got.unrendered), (3, 3, 3));
+    let got =
+        crate::replay::stream(&rec, &mut out, &crate::events::EventSelection::all(), true).unwrap();
+    assert_eq!((got.windows, got.events, got.event_lines), (3, 3, 0));
+    assert!(String::from_utf8_lossy(&out).contains(r#""blkio":{"count":200"#));
 }
 
 #[test]

@@ -68,6 +68,7 @@ fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWi
         throttle: None,
         reads: None,
         flags: Vec::new(),
+        other: Default::default(),
     }
 }
 
