@@ -48,6 +48,9 @@ pub struct Report {
     pub read: ReadStats,
     /// Per family: the cgroups with the worst tail latency.
     pub families: BTreeMap<String, FamilyReport>,
+    /// Diagnoses of the families other than `throttle` (whose flags are in `throttled`), by
+    /// cgroup: most windows flagged first.
+    pub diagnoses: Vec<Diagnosed>,
     pub throttled: Vec<ThrottledCgroup>,
     pub longest_episodes: Vec<Episode>,
     pub slowest_waits: Vec<Wait>,
@@ -192,6 +195,20 @@ pub struct ThrottledCgroup {
     pub flags: BTreeMap<String, FlagSeen>,
 }
 
+/// A diagnosis of one cgroup over the recording.
+#[derive(Clone, Debug, Serialize)]
+pub struct Diagnosed {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub family: String,
+    pub code: String,
+    pub windows: u64,
+    /// The last window's finding and the change it suggests.
+    pub message: String,
+    pub suggestion: String,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct FlagSeen {
     pub windows: u64,
@@ -245,6 +262,7 @@ pub fn build(rec: &Recording) -> Report {
     let hello = rec.hello();
     let mut fam: BTreeMap<String, HashMap<u64, Acc>> = BTreeMap::new();
     let mut thr: HashMap<u64, ThrottledCgroup> = HashMap::new();
+    let mut diagnosed: HashMap<(u64, String), Diagnosed> = HashMap::new();
     let mut play = Playback::new(&EventSelection::all());
     let mut lines = Vec::new();
     let mut episodes: Vec<Episode> = Vec::new();
@@ -331,9 +349,11 @@ pub fn build(rec: &Recording) -> Report {
                 }
             }
             unplaced = (episodes.len(), waits.len());
-            let Ok(w) = serde_json::from_slice::<Window>(json) else {
+            let Ok(mut w) = serde_json::from_slice::<Window>(json) else {
                 return;
             };
+            // Recorded before the daemon made every family's diagnoses: the same functions.
+            family::diagnose(&mut w);
             nwin += 1;
             first = first.min(end_unix_ms);
             last = last.max(end_unix_ms);
@@ -341,6 +361,7 @@ pub fn build(rec: &Recording) -> Report {
             window_reads(&w, &mut read_files, &mut memcgs, &mut dying_max, &mut churn);
             for c in &w.cgroups {
                 window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
+                window_flags(c, &mut diagnosed);
             }
         }
         Item::Loss(j) => {
@@ -397,6 +418,14 @@ pub fn build(rec: &Recording) -> Report {
             .total_cmp(&a.throttled_us)
             .then(a.id.cmp(&b.id))
     });
+    let mut diagnoses: Vec<Diagnosed> = diagnosed.into_values().collect();
+    diagnoses.sort_by(|a, b| {
+        b.windows
+            .cmp(&a.windows)
+            .then(a.id.cmp(&b.id))
+            .then(a.code.cmp(&b.code))
+    });
+    diagnoses.truncate(TOP * 2);
     episodes.sort_by(|a, b| b.duration_us.total_cmp(&a.duration_us));
     let mut slowest_reads: Vec<FileReadsSeen> = read_files.into_values().collect();
     slowest_reads.sort_by(|a, b| b.max_us.total_cmp(&a.max_us).then(a.file.cmp(&b.file)));
@@ -418,6 +447,7 @@ pub fn build(rec: &Recording) -> Report {
         recorder_lost,
         read: rec.stats.clone(),
         families,
+        diagnoses,
         throttled,
         longest_episodes: episodes,
         slowest_waits: waits,
@@ -499,6 +529,33 @@ fn window_cgroup(
         seen.windows += 1;
         seen.message.clone_from(&fl.message);
         seen.suggestion.clone_from(&fl.suggestion);
+    }
+}
+
+/// Counts the window's diagnoses of the families other than `throttle`.
+fn window_flags(c: &CgroupWindow, out: &mut HashMap<(u64, String), Diagnosed>) {
+    for f in c
+        .flags
+        .iter()
+        .filter(|f| f.family != family::throttle::INFO.name)
+    {
+        let d = out
+            .entry((c.id, f.code.clone()))
+            .or_insert_with(|| Diagnosed {
+                id: c.id,
+                path: None,
+                name: None,
+                family: f.family.clone(),
+                code: f.code.clone(),
+                windows: 0,
+                message: String::new(),
+                suggestion: String::new(),
+            });
+        d.windows += 1;
+        d.path.clone_from(&c.path);
+        d.name.clone_from(&c.name);
+        d.message.clone_from(&f.message);
+        d.suggestion.clone_from(&f.suggestion);
     }
 }
 
@@ -605,6 +662,21 @@ pub fn render_text(r: &Report) -> String {
                 us(c.p99_us),
                 c.count,
                 who(&c.path, &c.name, c.id)
+            );
+        }
+    }
+    if !r.diagnoses.is_empty() {
+        let _ = writeln!(o, "\n## diagnoses (run-queue waits, pseudo-file reads)");
+        for d in &r.diagnoses {
+            let _ = writeln!(
+                o,
+                "  {}: {} {} ({} windows): {}\n    → {}",
+                who(&d.path, &d.name, d.id),
+                d.family,
+                d.code,
+                d.windows,
+                d.message,
+                d.suggestion
             );
         }
     }

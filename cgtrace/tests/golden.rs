@@ -31,18 +31,21 @@ fn check(golden: &Path, got: &[u8]) {
         )
     });
     if want != got {
-        let (w, g) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(got));
-        let line = w
-            .lines()
-            .zip(g.lines())
+        // The first differing byte, with some context (report --json is one long line).
+        let at = want
+            .iter()
+            .zip(got)
             .position(|(a, b)| a != b)
-            .unwrap_or_else(|| w.lines().count().min(g.lines().count()));
+            .unwrap_or(want.len().min(got.len()));
+        let around = |b: &[u8]| {
+            let (lo, hi) = (at.saturating_sub(120), (at + 120).min(b.len()));
+            String::from_utf8_lossy(&b[lo.min(hi)..hi]).into_owned()
+        };
         panic!(
-            "{} differs at line {}:\nwant: {}\ngot:  {}",
+            "{} differs at byte {at}:\nwant: …{}…\ngot:  …{}…",
             golden.display(),
-            line + 1,
-            w.lines().nth(line).unwrap_or("<end>"),
-            g.lines().nth(line).unwrap_or("<end>")
+            around(&want),
+            around(got)
         );
     }
 }
