@@ -91,12 +91,20 @@ struct Series {
     kernel_nr_periods: u64,
     kernel_nr_throttled: u64,
     kernel_throttled_us: f64,
+    /// Windows in which each diagnosis (family, code) was made.
+    flagged: BTreeMap<(String, String), u64>,
     /// Wall clock (Unix ms) of the last window with activity.
     last_ms: u64,
 }
 
 impl Series {
     fn add(&mut self, c: &CgroupWindow) {
+        for f in &c.flags {
+            *self
+                .flagged
+                .entry((f.family.clone(), f.code.clone()))
+                .or_insert(0) += 1;
+        }
         for (kind, h) in &c.runq.kinds {
             self.runq.entry(kind.clone()).or_default().add(h);
         }
@@ -330,6 +338,24 @@ impl Metrics {
             family(&mut o, name, "counter", unit, help);
             for s in series.iter().filter(|s| s.has_throttle) {
                 let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(get(s)));
+            }
+        }
+        family(
+            &mut o,
+            "cgtrace_flagged_windows",
+            "counter",
+            "",
+            "Windows in which cgtrace made a diagnosis of the cgroup, by family and code (the stream's flags)",
+        );
+        for s in &series {
+            for ((fam, code), n) in &s.flagged {
+                let mut l = s.labels.clone();
+                l.push(("family", fam.clone()));
+                let _ = writeln!(
+                    o,
+                    "cgtrace_flagged_windows_total{} {n}",
+                    labels(&l, Some(("code", code)))
+                );
             }
         }
         family(
@@ -734,6 +760,26 @@ mod tests {
         assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
         assert!(t.contains("cgtrace_events_seen_total 20\n"));
         assert!(t.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn diagnoses_are_counted_per_window() {
+        let mut m = Metrics::new(MetricsOptions::default());
+        for seq in 1..=2 {
+            let mut c = cgroup(7, "/slow", &[5000]);
+            c.flags.push(crate::model::Flag {
+                family: "runq".into(),
+                code: "runq_long_waits".into(),
+                message: String::new(),
+                suggestion: String::new(),
+            });
+            m.update(&window(seq, seq * 1000, vec![c]));
+        }
+        let t = m.render();
+        assert!(
+            t.contains(r#"cgtrace_flagged_windows_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits"} 2"#),
+            "{t}"
+        );
     }
 
     #[test]
