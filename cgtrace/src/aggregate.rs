@@ -111,19 +111,14 @@ impl Aggregator {
                 t.merge(d);
             }
             entry.last_active_seq = seq;
-            let mut cg = CgroupWindow {
+            let mut cg = CgroupWindow::new(
                 id,
-                hierarchy: hierarchy.clone(),
-                path: entry.path.clone(),
-                name: entry.name.as_ref().map(|n| n.display.clone()),
-                name_kind: entry.name.as_ref().map(|n| n.kind.as_str().to_string()),
-                removed: gone && id != 0,
-                runq: runq_window(&kinds),
-                throttle: None,
-                reads: None,
-                flags: Vec::new(),
-                other: Default::default(),
-            };
+                hierarchy.clone(),
+                entry.path.clone(),
+                entry.name.as_ref(),
+                runq_window(&kinds),
+            );
+            cg.removed = gone && id != 0;
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
             }
@@ -182,18 +177,14 @@ impl Aggregator {
         let mut v: Vec<_> = self
             .table
             .iter()
-            .map(|(&id, e)| CgroupWindow {
-                id,
-                hierarchy: self.hierarchy.clone(),
-                path: e.path.clone(),
-                name: e.name.as_ref().map(|n| n.display.clone()),
-                name_kind: e.name.as_ref().map(|n| n.kind.as_str().to_string()),
-                removed: false,
-                runq: runq_window(&e.total),
-                throttle: None,
-                reads: None,
-                flags: Vec::new(),
-                other: Default::default(),
+            .map(|(&id, e)| {
+                CgroupWindow::new(
+                    id,
+                    self.hierarchy.clone(),
+                    e.path.clone(),
+                    e.name.as_ref(),
+                    runq_window(&e.total),
+                )
             })
             .collect();
         v.sort_by(|a, b| {

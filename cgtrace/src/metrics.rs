@@ -149,24 +149,16 @@ pub struct Metrics {
     expired_total: u64,
 }
 
-/// Splits a cgroup's name into Kubernetes labels: `ns/pod` (pod) and `ns/pod/container`
-/// (container); a bare container or Docker name is `container`.
-fn name_labels(name: Option<&str>, kind: Option<&str>) -> Vec<(&'static str, String)> {
-    let (Some(name), Some(kind)) = (name, kind) else {
-        return Vec::new();
-    };
-    let parts: Vec<&str> = name.split('/').collect();
-    match (kind, parts.as_slice()) {
-        ("pod", [ns, pod]) => vec![("namespace", ns.to_string()), ("pod", pod.to_string())],
-        ("pod", _) => vec![("pod", name.to_string())],
-        ("container", [ns, pod, c]) => vec![
-            ("namespace", ns.to_string()),
-            ("pod", pod.to_string()),
-            ("container", c.to_string()),
-        ],
-        ("container" | "docker", _) => vec![("container", name.to_string())],
-        _ => Vec::new(),
-    }
+/// A cgroup's Kubernetes/container labels, from the structured parts of its name.
+fn name_labels(c: &CgroupWindow) -> Vec<(&'static str, String)> {
+    [
+        ("namespace", &c.namespace),
+        ("pod", &c.pod),
+        ("container", &c.container),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+    .collect()
 }
 
 impl Metrics {
@@ -212,7 +204,7 @@ impl Metrics {
                 Slot::Other
             } else if self.series.len() < self.opts.max_series {
                 let mut labels = vec![("cgroup", key.clone())];
-                labels.extend(name_labels(c.name.as_deref(), c.name_kind.as_deref()));
+                labels.extend(name_labels(c));
                 self.series.insert(
                     key.clone(),
                     Series {
@@ -708,6 +700,9 @@ mod tests {
             path: Some(path.into()),
             name: Some("default/web-0/nginx".into()),
             name_kind: Some("container".into()),
+            namespace: Some("default".into()),
+            pod: Some("web-0".into()),
+            container: Some("nginx".into()),
             removed: false,
             runq: RunqWindow {
                 all: h.summary(),

@@ -186,6 +186,14 @@ pub struct CgroupWindow {
     pub name: Option<String>,
     /// What kind of thing `name` is: `pod`, `container`, `docker`, `systemd`, `session`.
     pub name_kind: Option<String>,
+    /// Kubernetes namespace and pod, and the container's name, where metadata gave them (for a
+    /// container or pod without metadata, its short name); `null` fields are left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     /// The cgroup was removed during this window; this is its last appearance.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
@@ -218,6 +226,37 @@ pub struct Flag {
     pub code: String,
     pub message: String,
     pub suggestion: String,
+}
+
+impl CgroupWindow {
+    /// A cgroup's window with its naming and run-queue part; the other families add theirs.
+    pub fn new(
+        id: u64,
+        hierarchy: String,
+        path: Option<String>,
+        name: Option<&crate::cgroup::name::Name>,
+        runq: RunqWindow,
+    ) -> Self {
+        let parts = name
+            .map(crate::cgroup::name::Name::labels)
+            .unwrap_or_default();
+        Self {
+            id,
+            hierarchy,
+            path,
+            name: name.map(|n| n.display.clone()),
+            name_kind: name.map(|n| n.kind.as_str().to_string()),
+            namespace: parts.namespace,
+            pod: parts.pod,
+            container: parts.container,
+            removed: false,
+            runq,
+            throttle: None,
+            reads: None,
+            flags: Vec::new(),
+            other: BTreeMap::new(),
+        }
+    }
 }
 
 /// Run-queue latency of one cgroup in one window: all waits, and split by wait kind.

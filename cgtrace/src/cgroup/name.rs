@@ -54,6 +54,34 @@ pub struct Name {
     pub container_id: Option<String>,
     /// Kubernetes QoS class: `guaranteed`, `burstable` or `besteffort`.
     pub qos: Option<String>,
+    /// What the name is made of, as metadata gave it (Kubernetes namespace and pod, the
+    /// container's name): labels for metrics, never split out of `display`.
+    #[serde(skip)]
+    pub parts: Parts,
+}
+
+impl Name {
+    /// Metric labels: the structured parts, or for a container or pod without metadata its
+    /// short name as `container` or `pod`.
+    pub fn labels(&self) -> Parts {
+        let mut p = self.parts.clone();
+        match self.kind {
+            NameKind::Container | NameKind::Docker if p.container.is_none() => {
+                p.container = Some(self.display.clone());
+            }
+            NameKind::Pod if p.pod.is_none() => p.pod = Some(self.display.clone()),
+            _ => {}
+        }
+        p
+    }
+}
+
+/// The structured parts of a name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Parts {
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
 }
 
 /// Derives a name from a cgroup path relative to its hierarchy's mount (e.g.
@@ -174,6 +202,7 @@ fn kubernetes(comps: &[&str]) -> Option<Parsed> {
                 pod_uid: Some(uid),
                 container_id,
                 qos: Some(qos.to_string()),
+                parts: Parts::default(),
             },
             conmon,
         });
@@ -203,6 +232,7 @@ fn container(comps: &[&str]) -> Option<Parsed> {
                     pod_uid: None,
                     container_id: Some(cid),
                     qos: None,
+                    parts: Parts::default(),
                 },
                 conmon,
             });
@@ -223,6 +253,7 @@ fn container(comps: &[&str]) -> Option<Parsed> {
                     pod_uid: None,
                     container_id: None,
                     qos: None,
+                    parts: Parts::default(),
                 },
                 conmon: false,
             });
@@ -265,6 +296,7 @@ fn systemd(comps: &[&str]) -> Option<Parsed> {
             pod_uid: None,
             container_id: None,
             qos: None,
+            parts: Parts::default(),
         },
         conmon: false,
     })
@@ -352,6 +384,7 @@ impl Names {
                     .as_deref()
                     .and_then(|c| self.docker_name(c))
                 {
+                    name.parts.container = Some(n.clone());
                     name.display = n;
                 }
             }
@@ -374,7 +407,17 @@ impl Names {
         let suffix = if conmon { "-conmon" } else { "" };
         if let Some(c) = cid.as_ref().and_then(|c| self.containers.get(c)) {
             name.display = format!("{}/{}/{}{suffix}", c.namespace, c.pod, c.container);
+            name.parts = Parts {
+                namespace: Some(c.namespace.clone()),
+                pod: Some(c.pod.clone()),
+                container: Some(format!("{}{suffix}", c.container)),
+            };
         } else if let Some(p) = self.pods.get(&uid) {
+            name.parts = Parts {
+                namespace: Some(p.namespace.clone()),
+                pod: Some(p.pod.clone()),
+                container: cid.is_some().then(|| name.display.clone()),
+            };
             name.display = match &cid {
                 Some(_) => format!("{}/{}/{}", p.namespace, p.pod, name.display),
                 None => format!("{}/{}", p.namespace, p.pod),
@@ -598,6 +641,7 @@ mod tests {
             pod_uid: Some(uid.to_string()),
             container_id: None,
             qos: Some(qos.to_string()),
+            parts: Parts::default(),
         }
     }
 
@@ -608,6 +652,7 @@ mod tests {
             pod_uid: Some(uid.to_string()),
             container_id: Some(cid.to_string()),
             qos: Some(qos.to_string()),
+            parts: Parts::default(),
         }
     }
 
@@ -618,6 +663,7 @@ mod tests {
             pod_uid: None,
             container_id: None,
             qos: None,
+            parts: Parts::default(),
         }
     }
 
@@ -628,6 +674,7 @@ mod tests {
             pod_uid: None,
             container_id: Some(cid.to_string()),
             qos: None,
+            parts: Parts::default(),
         }
     }
 
@@ -927,6 +974,23 @@ mod tests {
             .unwrap();
         assert_eq!(c.display, "kube-system/coredns-5d78c9869d-abcde/coredns");
         assert_eq!(c.container_id.as_deref(), Some(CID));
+        // The labels are the metadata's own parts, not a split of the display string.
+        assert_eq!(
+            c.labels(),
+            Parts {
+                namespace: Some("kube-system".into()),
+                pod: Some("coredns-5d78c9869d-abcde".into()),
+                container: Some("coredns".into()),
+            }
+        );
+        assert_eq!(
+            p.labels(),
+            Parts {
+                namespace: Some("kube-system".into()),
+                pod: Some("coredns-5d78c9869d-abcde".into()),
+                container: None,
+            }
+        );
         // A container without a log link (e.g. the sandbox) gets the pod plus short id.
         let s = names
             .name(&format!("{base}/cri-containerd-{CID2}.scope"))
@@ -942,11 +1006,11 @@ mod tests {
             m.display,
             "kube-system/coredns-5d78c9869d-abcde/coredns-conmon"
         );
+        assert_eq!(s.labels().container.as_deref(), Some(&CID2[..12]));
         // Non-k8s names pass through.
-        assert_eq!(
-            names.name("/system.slice/nginx.service").unwrap().display,
-            "nginx.service"
-        );
+        let unit = names.name("/system.slice/nginx.service").unwrap();
+        assert_eq!(unit.display, "nginx.service");
+        assert_eq!(unit.labels(), Parts::default());
         assert_eq!(names.name("/"), None);
     }
 
