@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use aya::{
     Btf as AyaBtf, Ebpf, EbpfLoader,
-    maps::{Array, MapData},
     programs::{BtfTracePoint, FEntry, FExit, KProbe, ProgramError, RawTracePoint},
 };
 use cgtrace_common::layout::{Config, Layout};
@@ -157,11 +156,17 @@ impl Tracer {
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);
         let mut families = BTreeMap::new();
         families.insert(
-            "runq".to_string(),
-            attach_runq(&mut ebpf, &aya_btf, &layout)?,
+            crate::family::runq::INFO.name.to_string(),
+            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout)?,
         );
         let throttle = match (throttle_ok, opts.throttle_mode) {
-            (Ok(()), mode) => attach_throttle(&mut ebpf, &aya_btf, &layout, &capabilities, mode)?,
+            (Ok(()), mode) => crate::family::throttle::attach::attach(
+                &mut ebpf,
+                &aya_btf,
+                &layout,
+                &capabilities,
+                mode,
+            )?,
             (Err(missing), ThrottleMode::Auto) => FamilyMode {
                 mode: AttachMode::Unavailable,
                 detail: missing.to_string(),
@@ -174,15 +179,20 @@ impl Tracer {
                 });
             }
         };
-        families.insert("throttle".to_string(), throttle);
+        families.insert(crate::family::throttle::INFO.name.to_string(), throttle);
         let reads = match (reads_support, opts.reads_mode) {
             (_, ReadsMode::Off) => FamilyMode {
                 mode: AttachMode::Off,
                 detail: "turned off by --reads-mode off".into(),
             },
-            (Ok(support), mode) => {
-                attach_reads(&mut ebpf, &aya_btf, &btf, &support, &capabilities, mode)?
-            }
+            (Ok(support), mode) => crate::family::reads::attach::attach(
+                &mut ebpf,
+                &aya_btf,
+                &btf,
+                &support,
+                &capabilities,
+                mode,
+            )?,
             (Err(missing), ReadsMode::Auto) => FamilyMode {
                 mode: AttachMode::Unavailable,
                 detail: missing.to_string(),
@@ -195,7 +205,7 @@ impl Tracer {
                 });
             }
         };
-        families.insert("reads".to_string(), reads);
+        families.insert(crate::family::reads::INFO.name.to_string(), reads);
         let churn_traced = ebpf
             .program("reads_cgroup_mkdir")
             .is_some_and(|p| p.fd().is_ok());
@@ -207,71 +217,6 @@ impl Tracer {
             churn_traced,
         })
     }
-}
-
-/// Attaches the run-queue programs: tp_btf on sched_wakeup, sched_wakeup_new, sched_switch.
-/// The variants that read kernel fields directly are tried first; if this kernel's verifier
-/// refuses them, the `bpf_probe_read_kernel` variants.
-fn attach_runq(ebpf: &mut Ebpf, btf: &AyaBtf, layout: &Layout) -> Result<FamilyMode, LoadError> {
-    let switch = if layout.switch_has_prev_state == 1 {
-        "sched_switch"
-    } else {
-        "sched_switch_noprevstate"
-    };
-    let direct = [
-        ("sched_wakeup", "sched_wakeup"),
-        ("sched_wakeup_new", "sched_wakeup_new"),
-        (switch, "sched_switch"),
-    ];
-    let probe = [
-        ("sched_wakeup_probe", "sched_wakeup"),
-        ("sched_wakeup_new_probe", "sched_wakeup_new"),
-        (
-            if layout.switch_has_prev_state == 1 {
-                "sched_switch_probe"
-            } else {
-                "sched_switch_noprevstate_probe"
-            },
-            "sched_switch",
-        ),
-    ];
-    // CGTRACE_FIELD_ACCESS=probe forces the fallback (tests, and a way out should a kernel's
-    // verifier accept the direct variants but misbehave).
-    let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
-    let first = if forced_probe {
-        Err(LoadError::Program {
-            program: "(direct variants)",
-            source: ProgramError::NotLoaded,
-        })
-    } else {
-        load_tp_btf(ebpf, btf, &direct)
-    };
-    let access = match first {
-        Ok(()) => {
-            attach_tp_btf(ebpf, &direct)?;
-            "direct BTF field access".to_string()
-        }
-        Err(direct_err) => {
-            load_tp_btf(ebpf, btf, &probe)?;
-            attach_tp_btf(ebpf, &probe)?;
-            if forced_probe {
-                "bpf_probe_read_kernel (forced by CGTRACE_FIELD_ACCESS=probe)".to_string()
-            } else {
-                format!("bpf_probe_read_kernel (direct access refused: {direct_err})")
-            }
-        }
-    };
-    Ok(FamilyMode {
-        mode: AttachMode::TpBtf,
-        detail: format!(
-            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}",
-            if layout.switch_has_prev_state == 1 {
-                "prev_state argument"
-            } else {
-                "prev state read from the task"
-            }
-        ),
-    })
 }
 
 /// How throttle episodes are detected (`--throttle-mode`).
@@ -302,141 +247,17 @@ impl ThrottleMode {
     }
 }
 
-/// Attaches the throttle family in the wanted mode, or the best available for `Auto`. A forced
-/// mode that cannot attach is an error; in `Auto` the family is reported unavailable with the
-/// reasons instead, and tracing goes on without it.
-fn attach_throttle(
-    ebpf: &mut Ebpf,
-    btf: &AyaBtf,
-    layout: &Layout,
-    caps: &Capabilities,
-    wanted: ThrottleMode,
-) -> Result<FamilyMode, LoadError> {
-    let unavailable = |detail: String| FamilyMode {
-        mode: AttachMode::Unavailable,
-        detail,
-    };
-    // Periods are counted by the same programs in every mode (the exit one also ends the
-    // tracepoint mode's timer-unthrottled episodes).
-    let periods = load_with_fallback(
-        ebpf,
-        btf,
-        &[
-            ("throttle_period", "hrtimer_expire_entry"),
-            ("throttle_timer_exit", "hrtimer_expire_exit"),
-        ],
-        &[
-            ("throttle_period_probe", "hrtimer_expire_entry"),
-            ("throttle_timer_exit_probe", "hrtimer_expire_exit"),
-        ],
-    )
-    .and_then(|set| attach_tp_btf(ebpf, &set));
-    if let Err(e) = periods {
-        let why = format!("the period program failed: {}", chain(&e));
-        return match wanted {
-            ThrottleMode::Auto => Ok(unavailable(why)),
-            m => Err(LoadError::Mode {
-                family: "throttle",
-                mode: m.as_str(),
-                reason: why,
-            }),
-        };
-    }
-    let order: Vec<ThrottleMode> = match wanted {
-        ThrottleMode::Auto => [
-            (caps.fentry, ThrottleMode::Fentry),
-            (caps.kprobe, ThrottleMode::Kprobe),
-            (caps.fentry || caps.kprobe, ThrottleMode::Tgwalk),
-            (true, ThrottleMode::Tracepoint),
-        ]
-        .into_iter()
-        .filter_map(|(ok, m)| ok.then_some(m))
-        .collect(),
-        m => vec![m],
-    };
-    let mut failed = Vec::new();
-    for mode in order {
-        let attempt = match mode {
-            ThrottleMode::Fentry => attach_throttle_fentry(ebpf, btf),
-            ThrottleMode::Kprobe => attach_throttle_kprobe(ebpf, btf),
-            ThrottleMode::Tgwalk => attach_throttle_tgwalk(ebpf, btf),
-            _ => attach_throttle_tracepoint(ebpf, layout),
-        };
-        match attempt.and_then(|detail| set_throttle_mode(ebpf, mode).map(|()| detail)) {
-            Ok(detail) => {
-                let tried = if failed.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (not available: {})", failed.join("; "))
-                };
-                return Ok(FamilyMode {
-                    mode: AttachMode::from_name(mode.as_str()),
-                    detail: format!("{detail}{tried}"),
-                });
-            }
-            Err(e) => failed.push(format!("{}: {}", mode.as_str(), chain(&e))),
-        }
-    }
-    match wanted {
-        ThrottleMode::Auto => Ok(unavailable(failed.join("; "))),
-        m => Err(LoadError::Mode {
-            family: "throttle",
-            mode: m.as_str(),
-            reason: failed.join("; "),
-        }),
-    }
-}
-
-fn set_throttle_mode(ebpf: &mut Ebpf, mode: ThrottleMode) -> Result<(), LoadError> {
-    let value = match mode {
-        ThrottleMode::Fentry | ThrottleMode::Kprobe | ThrottleMode::Tgwalk => {
-            cgtrace_common::throttle::MODE_HOOKS
-        }
-        _ => cgtrace_common::throttle::MODE_TRACEPOINT,
-    };
-    let map = ebpf
-        .map_mut("THROTTLE_MODE")
-        .ok_or(LoadError::MissingMap("THROTTLE_MODE"))?;
-    let mut arr: Array<&mut MapData, u32> = Array::try_from(map).map_err(|e| LoadError::Map {
-        map: "THROTTLE_MODE",
-        source: e,
-    })?;
-    arr.set(0, &value, 0).map_err(|e| LoadError::Map {
-        map: "THROTTLE_MODE",
-        source: e,
-    })
-}
-
-/// Tracepoint-only: episodes from the runq `sched_switch` program, closed at the period/slack
-/// timer's exit and at the remote-unthrottle CSD's exit.
-fn attach_throttle_tracepoint(ebpf: &mut Ebpf, layout: &Layout) -> Result<String, LoadError> {
-    let mut closes = vec!["hrtimer_expire_exit"];
-    if layout.csd_unthrottle_fn != 0 {
-        attach_raw_tp(ebpf, "throttle_csd_exit", "csd_function_exit")?;
-        closes.push("csd_function_exit (raw_tp)");
-    }
-    Ok(format!(
-        "episodes open at sched_switch ({}), close at {}; periods at hrtimer_expire_entry/exit of sched_cfs_period_timer",
-        if layout.task_throttled != cgtrace_common::layout::ABSENT {
-            "task-based throttling: tasks entering the limbo list"
-        } else {
-            "the running task of a throttled hierarchy, via throttle_count"
-        },
-        closes.join(" and ")
-    ))
-}
-
 /// A tracing program on a kernel function: fentry, fexit, or a kprobe/kretprobe (aya's `KProbe`
 /// covers both; the kind comes from the program's section).
 #[derive(Clone, Copy)]
-enum Hook {
+pub(crate) enum Hook {
     Fentry,
     Fexit,
     Kprobe,
 }
 
 /// Loads and attaches each `(program, kernel function, hook)`.
-fn attach_hooks(
+pub(crate) fn attach_hooks(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     set: &[(&'static str, &str, Hook)],
@@ -467,70 +288,6 @@ fn attach_hooks(
     Ok(())
 }
 
-fn attach_throttle_fentry(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
-    attach_hooks(
-        ebpf,
-        btf,
-        &[
-            ("throttle_cfs_rq_fexit", "throttle_cfs_rq", Hook::Fexit),
-            (
-                "unthrottle_cfs_rq_fentry",
-                "unthrottle_cfs_rq",
-                Hook::Fentry,
-            ),
-            ("unthrottle_cfs_rq_fexit", "unthrottle_cfs_rq", Hook::Fexit),
-        ],
-    )?;
-    Ok("fexit throttle_cfs_rq (cfs_rq->throttled re-checked), fentry/fexit unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry/exit".into())
-}
-
-fn attach_throttle_kprobe(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
-    attach_hooks(
-        ebpf,
-        btf,
-        &[
-            ("throttle_cfs_rq_kprobe", "throttle_cfs_rq", Hook::Kprobe),
-            ("throttle_cfs_rq_kretprobe", "throttle_cfs_rq", Hook::Kprobe),
-            (
-                "unthrottle_cfs_rq_kprobe",
-                "unthrottle_cfs_rq",
-                Hook::Kprobe,
-            ),
-            (
-                "unthrottle_cfs_rq_kretprobe",
-                "unthrottle_cfs_rq",
-                Hook::Kprobe,
-            ),
-        ],
-    )?;
-    Ok("kprobe/kretprobe throttle_cfs_rq and unthrottle_cfs_rq (with the kernel's throttled_time delta per episode); periods at hrtimer_expire_entry/exit".into())
-}
-
-/// tg-walk: the first group of `tg_throttle_down`'s pre-order walk whose parent is not throttled
-/// on that CPU opens the episode; `tg_unthrottle_up` closes it. fentry, else kprobes.
-fn attach_throttle_tgwalk(ebpf: &mut Ebpf, btf: &AyaBtf) -> Result<String, LoadError> {
-    let fentry = attach_hooks(
-        ebpf,
-        btf,
-        &[
-            ("tg_throttle_down_fentry", "tg_throttle_down", Hook::Fentry),
-            ("tg_unthrottle_up_fentry", "tg_unthrottle_up", Hook::Fentry),
-        ],
-    );
-    if fentry.is_ok() {
-        return Ok("fentry tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry/exit".into());
-    }
-    attach_hooks(
-        ebpf,
-        btf,
-        &[
-            ("tg_throttle_down_kprobe", "tg_throttle_down", Hook::Kprobe),
-            ("tg_unthrottle_up_kprobe", "tg_unthrottle_up", Hook::Kprobe),
-        ],
-    )?;
-    Ok("kprobe tg_throttle_down / tg_unthrottle_up (throttle_cfs_rq not hooked); periods at hrtimer_expire_entry/exit".into())
-}
-
 /// How pseudo-file reads are timed (`--reads-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadsMode {
@@ -558,234 +315,9 @@ impl ReadsMode {
     }
 }
 
-/// Attaches the reads family: read timing in the wanted (or best) mode, then whatever flush and
-/// churn programs this kernel has. Only the read timing is required.
-fn attach_reads(
-    ebpf: &mut Ebpf,
-    btf: &AyaBtf,
-    kbtf: &Btf,
-    support: &layout::ReadsSupport,
-    caps: &Capabilities,
-    wanted: ReadsMode,
-) -> Result<FamilyMode, LoadError> {
-    if wanted == ReadsMode::Off {
-        return Ok(FamilyMode {
-            mode: AttachMode::Off,
-            detail: "turned off by --reads-mode off".into(),
-        });
-    }
-    let order: Vec<ReadsMode> = match wanted {
-        ReadsMode::Auto => [
-            (caps.fentry, ReadsMode::Fentry),
-            (support.syscalls.is_some(), ReadsMode::Syscall),
-        ]
-        .into_iter()
-        .filter_map(|(ok, m)| ok.then_some(m))
-        .collect(),
-        m => vec![m],
-    };
-    let mut failed = Vec::new();
-    let mut chosen = None;
-    for mode in order {
-        let attempt = match mode {
-            ReadsMode::Fentry => attach_reads_fentry(ebpf, btf, kbtf),
-            _ => attach_reads_syscall(ebpf, btf, support),
-        };
-        match attempt {
-            Ok(detail) => {
-                chosen = Some((mode, detail));
-                break;
-            }
-            Err(e) => failed.push(format!("{}: {}", mode.as_str(), chain(&e))),
-        }
-    }
-    let Some((mode, mut detail)) = chosen else {
-        if failed.is_empty() {
-            failed.push("no read syscall numbers for this architecture and no fentry".into());
-        }
-        return match wanted {
-            ReadsMode::Auto => Ok(FamilyMode {
-                mode: AttachMode::Unavailable,
-                detail: failed.join("; "),
-            }),
-            m => Err(LoadError::Mode {
-                family: "reads",
-                mode: m.as_str(),
-                reason: failed.join("; "),
-            }),
-        };
-    };
-    // Flush work: the rstat lock tracepoints (6.10+), else the flush functions (fentry).
-    let mut extras = Vec::new();
-    if support.rstat_tracepoints {
-        let set = [
-            ("reads_rstat_contended", "cgroup_rstat_lock_contended"),
-            ("reads_rstat_locked", "cgroup_rstat_locked"),
-            ("reads_rstat_unlock", "cgroup_rstat_unlock"),
-        ];
-        match load_tp_btf(ebpf, btf, &set).and_then(|()| attach_tp_btf(ebpf, &set)) {
-            Ok(()) => extras.push(
-                "rstat flush time and lock waits from cgroup_rstat_* tracepoints".to_string(),
-            ),
-            Err(e) => extras.push(format!("no flush split ({})", chain(&e))),
-        }
-    } else if caps.fentry {
-        let hooks: &[(&'static str, &'static str, &str)] = if kbtf.has_func("css_rstat_flush") {
-            &[("reads_flush_enter", "reads_flush_exit", "css_rstat_flush")]
-        } else {
-            &[
-                (
-                    "reads_flush_old_enter",
-                    "reads_flush_old_exit",
-                    "cgroup_rstat_flush",
-                ),
-                (
-                    "reads_flush_irqsafe_enter",
-                    "reads_flush_irqsafe_exit",
-                    "cgroup_rstat_flush_irqsafe",
-                ),
-            ]
-        };
-        let mut got = Vec::new();
-        for &(enter, exit, function) in hooks {
-            if !kbtf.has_func(function) {
-                continue;
-            }
-            if attach_hooks(
-                ebpf,
-                btf,
-                &[
-                    (enter, function, Hook::Fentry),
-                    (exit, function, Hook::Fexit),
-                ],
-            )
-            .is_ok()
-            {
-                got.push(function);
-            }
-        }
-        extras.push(if got.is_empty() {
-            "no flush split (no rstat tracepoints, flush functions not hookable)".to_string()
-        } else {
-            format!(
-                "flush time from fentry/fexit {} (lock waits included)",
-                got.join(", ")
-            )
-        });
-    } else {
-        extras.push("no flush split (no rstat tracepoints and no fentry)".to_string());
-    }
-    if support.memcg_flush_tracepoint {
-        let set = [("reads_memcg_flush", "memcg_flush_stats")];
-        if load_tp_btf(ebpf, btf, &set)
-            .and_then(|()| attach_tp_btf(ebpf, &set))
-            .is_ok()
-        {
-            extras.push("flush need from memcg_flush_stats".into());
-        }
-    }
-    if support.churn_tracepoints {
-        let set = [
-            ("reads_cgroup_mkdir", "cgroup_mkdir"),
-            ("reads_cgroup_rmdir", "cgroup_rmdir"),
-        ];
-        match load_tp_btf(ebpf, btf, &set).and_then(|()| attach_tp_btf(ebpf, &set)) {
-            Ok(()) => extras.push("cgroup churn from cgroup_mkdir/rmdir".into()),
-            Err(e) => extras.push(format!("no cgroup churn ({})", chain(&e))),
-        }
-    }
-    let tried = if failed.is_empty() {
-        String::new()
-    } else {
-        format!(" (not available: {})", failed.join("; "))
-    };
-    detail.push_str("; ");
-    detail.push_str(&extras.join("; "));
-    detail.push_str(&tried);
-    Ok(FamilyMode {
-        mode: AttachMode::from_name(mode.as_str()),
-        detail,
-    })
-}
-
-fn attach_reads_syscall(
-    ebpf: &mut Ebpf,
-    btf: &AyaBtf,
-    support: &layout::ReadsSupport,
-) -> Result<String, LoadError> {
-    if support.syscalls.is_none() {
-        return Err(LoadError::Program {
-            program: "reads_sys_enter",
-            source: ProgramError::NotLoaded,
-        });
-    }
-    let set = [
-        ("reads_sys_enter", "sys_enter"),
-        ("reads_sys_exit", "sys_exit"),
-    ];
-    load_tp_btf(ebpf, btf, &set)?;
-    attach_tp_btf(ebpf, &set)?;
-    Ok("tp_btf sys_enter/sys_exit: read, pread64, readv, preadv, preadv2, sendfile of cgroupfs, sysfs, procfs and FUSE files".into())
-}
-
-/// fentry/fexit on each pseudo-filesystem read function this kernel has (FUSE only when built
-/// in: a module's functions are not in vmlinux BTF). kernfs is required.
-fn attach_reads_fentry(ebpf: &mut Ebpf, btf: &AyaBtf, kbtf: &Btf) -> Result<String, LoadError> {
-    let hooks: [(&'static str, &'static str, &str); 5] = [
-        (
-            "reads_kernfs_enter",
-            "reads_kernfs_exit",
-            "kernfs_fop_read_iter",
-        ),
-        ("reads_seq_enter", "reads_seq_exit", "seq_read_iter"),
-        (
-            "reads_proc_iter_enter",
-            "reads_proc_iter_exit",
-            "proc_reg_read_iter",
-        ),
-        ("reads_proc_enter", "reads_proc_exit", "proc_reg_read"),
-        ("reads_fuse_enter", "reads_fuse_exit", "fuse_file_read_iter"),
-    ];
-    let mut got = Vec::new();
-    let mut missing = Vec::new();
-    for (i, &(enter, exit, function)) in hooks.iter().enumerate() {
-        if !kbtf.has_func(function) {
-            missing.push(function);
-            continue;
-        }
-        let r = attach_hooks(
-            ebpf,
-            btf,
-            &[
-                (exit, function, Hook::Fexit),
-                (enter, function, Hook::Fentry),
-            ],
-        );
-        match r {
-            Ok(()) => got.push(function),
-            Err(e) if i == 0 => return Err(e),
-            Err(_) => missing.push(function),
-        }
-    }
-    if got.is_empty() {
-        return Err(LoadError::Program {
-            program: "reads_kernfs_enter",
-            source: ProgramError::NotLoaded,
-        });
-    }
-    let mut detail = format!("fentry/fexit {}", got.join(", "));
-    if !missing.is_empty() {
-        detail.push_str(&format!(
-            " (not hooked: {}; FUSE reads need fuse built in, not a module)",
-            missing.join(", ")
-        ));
-    }
-    Ok(detail)
-}
-
 /// Loads the direct-access set, else the probe-read set (or only that one when
 /// `CGTRACE_FIELD_ACCESS=probe`), and returns the one that loaded.
-fn load_with_fallback(
+pub(crate) fn load_with_fallback(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     direct: &[(&'static str, &'static str)],
@@ -799,7 +331,7 @@ fn load_with_fallback(
     Ok(probe.to_vec())
 }
 
-fn attach_raw_tp(
+pub(crate) fn attach_raw_tp(
     ebpf: &mut Ebpf,
     program: &'static str,
     tracepoint: &str,
@@ -816,7 +348,7 @@ fn attach_raw_tp(
 }
 
 /// Loads every (program, tracepoint) or none: on failure the ones loaded are unloaded again.
-fn load_tp_btf(
+pub(crate) fn load_tp_btf(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     set: &[(&'static str, &str)],
@@ -836,7 +368,10 @@ fn load_tp_btf(
     Ok(())
 }
 
-fn attach_tp_btf(ebpf: &mut Ebpf, set: &[(&'static str, &str)]) -> Result<(), LoadError> {
+pub(crate) fn attach_tp_btf(
+    ebpf: &mut Ebpf,
+    set: &[(&'static str, &str)],
+) -> Result<(), LoadError> {
     for &(program, _) in set {
         tp_btf(ebpf, program)?
             .attach()
@@ -845,7 +380,7 @@ fn attach_tp_btf(ebpf: &mut Ebpf, set: &[(&'static str, &str)]) -> Result<(), Lo
     Ok(())
 }
 
-fn tp_btf<'a>(
+pub(crate) fn tp_btf<'a>(
     ebpf: &'a mut Ebpf,
     program: &'static str,
 ) -> Result<&'a mut BtfTracePoint, LoadError> {

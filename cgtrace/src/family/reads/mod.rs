@@ -13,6 +13,7 @@ use crate::{
     model::{CgroupWindow, Flag},
 };
 
+pub mod attach;
 pub mod collect;
 
 pub const INFO: FamilyInfo = FamilyInfo {

@@ -2,6 +2,7 @@
 //! kernel's histograms once per window; here are the family's records (single waits), lines and
 //! model types.
 
+pub mod attach;
 pub mod collect;
 
 use cgtrace_common::runq::{RunqEvent, WaitKind};

@@ -2,6 +2,7 @@
 //! and the kernel's own counters (`cpu.stat`, quota, period, burst, usage) read from cgroupfs for
 //! the same window, so every window carries both.
 
+pub mod attach;
 pub mod burners;
 pub mod collect;
 
