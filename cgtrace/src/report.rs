@@ -304,10 +304,10 @@ pub fn build(rec: &Recording) -> Report {
                 match line {
                     EventLine::RunqWait(w) => {
                         waits.push(Wait {
-                            cgroup_id: w.cgroup_id,
-                            path: w.path,
-                            name: w.name,
-                            at_unix_ms: wall(clock, w.ts_ns),
+                            cgroup_id: w.head.cgroup_id,
+                            path: w.head.path,
+                            name: w.head.name,
+                            at_unix_ms: wall(clock, w.head.ts_ns),
                             pid: w.pid,
                             comm: w.comm,
                             wait_kind: w.wait_kind,
@@ -317,11 +317,11 @@ pub fn build(rec: &Recording) -> Report {
                     }
                     EventLine::Throttle(t) => {
                         episodes.push(Episode {
-                            cgroup_id: t.cgroup_id,
-                            path: t.path,
-                            name: t.name,
-                            at_unix_ms: wall(clock, t.ts_ns),
-                            cpu: t.cpu,
+                            cgroup_id: t.head.cgroup_id,
+                            path: t.head.path,
+                            name: t.head.name,
+                            at_unix_ms: wall(clock, t.head.ts_ns),
+                            cpu: t.head.cpu,
                             duration_us: t.duration_us,
                             runnable: t.runnable,
                             period: t.period,

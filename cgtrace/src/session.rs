@@ -260,8 +260,9 @@ impl Session {
             c.lines(&mut self.records, &mut out);
         }
         for line in &mut out[named..] {
-            let (path, name) = self.aggregator.describe(line.cgroup_id());
-            line.set_names(path, name.map(|n| n.display));
+            let head = line.head();
+            let (path, name) = self.aggregator.describe(head.cgroup_id);
+            (head.path, head.name) = (path, name.map(|n| n.display));
         }
         // Lines no collector took (its family is not attached) are not kept.
         drop(self.records.reads.take_slow_reads());

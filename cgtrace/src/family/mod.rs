@@ -8,7 +8,7 @@ pub mod reads;
 pub mod runq;
 pub mod throttle;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     aggregate::WindowInput,
@@ -145,23 +145,51 @@ pub enum EventLine {
 }
 
 impl EventLine {
-    /// The cgroup the line is about.
-    pub fn cgroup_id(&self) -> u64 {
+    /// What every line starts with.
+    pub fn head(&mut self) -> &mut LineHead {
         match self {
-            Self::RunqWait(l) => l.cgroup_id,
-            Self::Throttle(l) => l.cgroup_id,
-            Self::SlowRead(l) => l.cgroup_id,
+            Self::RunqWait(l) => &mut l.head,
+            Self::Throttle(l) => &mut l.head,
+            Self::SlowRead(l) => &mut l.head,
+        }
+    }
+}
+
+/// The fields every event line starts with: its type, when and where, and its cgroup.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LineHead {
+    /// The family's `event_line`: `runq_wait`, `throttle`, `slow_read`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// CLOCK_MONOTONIC (ns) when the event ended.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+}
+
+impl LineHead {
+    /// The head of a line of `family` from a record's header, its cgroup not yet named.
+    pub fn new(
+        family: &FamilyInfo,
+        header: &cgtrace_common::event::EventHeader,
+        cgroup_id: u64,
+    ) -> Self {
+        Self {
+            kind: family.event_line.into(),
+            ts_ns: header.ts_ns,
+            cpu: header.cpu,
+            cgroup_id,
+            path: None,
+            name: None,
         }
     }
 
     /// Names the line's cgroup.
-    pub fn set_names(&mut self, path: Option<String>, name: Option<String>) {
-        let (p, n) = match self {
-            Self::RunqWait(l) => (&mut l.path, &mut l.name),
-            Self::Throttle(l) => (&mut l.path, &mut l.name),
-            Self::SlowRead(l) => (&mut l.path, &mut l.name),
-        };
-        (*p, *n) = (path, name);
+    pub fn named(mut self, (path, name): (Option<String>, Option<String>)) -> Self {
+        (self.path, self.name) = (path, name);
+        self
     }
 }
 

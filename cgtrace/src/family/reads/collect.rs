@@ -18,7 +18,7 @@ use super::*;
 use crate::{
     aggregate::WindowInput,
     decode::comm_str,
-    family::{Collector, EventLine, FamilyInfo, Records, Start, take_map},
+    family::{Collector, EventLine, FamilyInfo, LineHead, Records, Start, take_map},
     hist::Hist,
     model::{CgroupWindow, Window},
 };
@@ -414,15 +414,10 @@ impl ReadsReader {
     pub fn slow_read(&mut self, ev: &SlowReadEvent) -> SlowRead {
         let info = self.info_of(&ev.key);
         SlowRead {
-            kind: INFO.event_line.into(),
-            ts_ns: ev.header.ts_ns,
-            cpu: ev.header.cpu,
+            head: LineHead::new(&INFO, &ev.header, ev.key.cgroup_id),
             pid: ev.pid,
             tgid: ev.tgid,
             comm: comm_str(&ev.key.comm),
-            cgroup_id: ev.key.cgroup_id,
-            path: None,
-            name: None,
             file: info.path.clone(),
             fs: info.fs.to_string(),
             target: info.cgroup.map(|(h, p)| Target {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::comm_str,
-    family::{FamilyInfo, Room},
+    family::{FamilyInfo, LineHead, Room},
     model::{CgroupWindow, Flag},
 };
 
@@ -202,18 +202,12 @@ pub struct ChurnActor {
 /// A read at or above `--slow-read-ms` (`--events`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SlowRead {
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the read returned.
-    pub ts_ns: u64,
-    pub cpu: u32,
+    /// Its cgroup is the reader's.
+    #[serde(flatten)]
+    pub head: LineHead,
     pub pid: u32,
     pub tgid: u32,
     pub comm: String,
-    /// The reader's cgroup.
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
     pub file: String,
     pub fs: String,
     pub target: Option<Target>,

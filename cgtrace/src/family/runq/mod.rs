@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::comm_str,
-    family::{Describe, EventLine, FamilyInfo, Room},
+    family::{Describe, EventLine, FamilyInfo, LineHead, Room},
     hist::Hist,
     model::{CgroupWindow, Flag},
 };
@@ -104,12 +104,7 @@ impl Records {
 /// The event line of one run-queue wait of the cgroup at `path`.
 pub fn wait_line(ev: &RunqEvent, path: Option<String>, name: Option<String>) -> RunqWait {
     RunqWait {
-        kind: INFO.event_line.into(),
-        ts_ns: ev.header.ts_ns,
-        cpu: ev.header.cpu,
-        cgroup_id: ev.cgroup_id,
-        path,
-        name,
+        head: LineHead::new(&INFO, &ev.header, ev.cgroup_id).named((path, name)),
         pid: ev.pid,
         tgid: ev.tgid,
         comm: comm_str(&ev.comm),
@@ -123,14 +118,8 @@ pub fn wait_line(ev: &RunqEvent, path: Option<String>, name: Option<String>) -> 
 /// A single run-queue wait at or above `--event-min-ms` (`--events`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunqWait {
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the wait ended.
-    pub ts_ns: u64,
-    pub cpu: u32,
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
+    #[serde(flatten)]
+    pub head: LineHead,
     pub pid: u32,
     pub tgid: u32,
     pub comm: String,

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     family::throttle::burners::ThrottledPeriod,
-    family::{Describe, EventLine, FamilyInfo, Room},
+    family::{Describe, EventLine, FamilyInfo, LineHead, Room},
     hist::{Hist, HistSummary},
     model::Flag,
 };
@@ -88,12 +88,7 @@ pub fn line(
     name: Option<String>,
 ) -> ThrottleLine {
     ThrottleLine {
-        kind: INFO.event_line.into(),
-        ts_ns: ev.header.ts_ns,
-        cpu: ev.header.cpu,
-        cgroup_id: ev.cgroup_id,
-        path,
-        name,
+        head: LineHead::new(&INFO, &ev.header, ev.cgroup_id).named((path, name)),
         start_ns: ev.start_ns,
         duration_us: ev.duration_ns as f64 / 1e3,
         tasks: ev.tasks,
@@ -121,14 +116,8 @@ pub struct PeriodDelta {
 /// A throttle episode (`--events`): one cgroup throttled on one CPU.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThrottleLine {
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the episode ended.
-    pub ts_ns: u64,
-    pub cpu: u32,
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
+    #[serde(flatten)]
+    pub head: LineHead,
     pub start_ns: u64,
     pub duration_us: f64,
     /// Tasks taken off the CPU by it.

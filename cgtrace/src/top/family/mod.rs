@@ -2,10 +2,11 @@
 //! sections and flags (diagnoses); the view shows a family only when the session's `hello` says it
 //! is attached, and shows `—` for a cgroup the family has no data for.
 //!
-//! Adding a family (`reads` next) is one new module here implementing [`Family`] and one line in
-//! [`FAMILIES`], as [`throttle`] did: its columns read `cg.<family>.as_ref()` and return
-//! [`Cell::Absent`] (`—`) when it is `None`; its `detail` appends its sections; its `flags` return
-//! its diagnoses. Nothing else in the view changes. Columns of one family that only make sense
+//! Adding a family is one new module here implementing [`Family`] and one line in [`FAMILIES`],
+//! as [`reads`] did: its columns read `cg.<family>.as_ref()` and return [`Cell::Absent`] (`—`)
+//! when it is `None`; its `detail` appends its sections; its diagnoses are the daemon's (each
+//! cgroup's `flags` of that family), with their short codes in [`short_code`]. Nothing else in
+//! the view changes. Columns of one family that only make sense
 //! with another attached list it in [`Column::needs`] (the run-queue `WTHR%`, the share of waiting
 //! that was throttling, needs `throttle`).
 
@@ -67,8 +68,11 @@ pub trait Family: Sync {
         width: u16,
         out: &mut Vec<Line<'static>>,
     );
-    /// Appends its diagnoses for one cgroup.
-    fn flags(&self, cg: &CgroupWindow, ctx: &Ctx, out: &mut Vec<Flag>);
+    /// Appends its diagnoses for one cgroup: the daemon's (`CgroupWindow::flags`) for this
+    /// family.
+    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
+        daemon_flags(cg, self.name(), out);
+    }
 }
 
 /// The short code the table shows for a diagnosis (`Flag::code` in the stream).

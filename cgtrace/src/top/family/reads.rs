@@ -14,7 +14,7 @@ use crate::{
     },
 };
 
-use super::{Ctx, Family, Flag};
+use super::{Ctx, Family};
 
 pub struct Reads;
 
@@ -152,9 +152,5 @@ impl Family for Reads {
                 theme.dim,
             ));
         }
-    }
-
-    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
-        super::daemon_flags(cg, "reads", out);
     }
 }

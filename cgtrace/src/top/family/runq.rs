@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 
 use crate::{hist::HistSummary, model::CgroupWindow};
 
-use super::{Ctx, Family, Flag};
+use super::{Ctx, Family};
 use crate::top::{
     columns::{Cell, Column, Source},
     format,
@@ -179,9 +179,5 @@ impl Family for Runq {
             .filter_map(|k| cg.runq.kinds.get(*k).map(|h| (*k, h)))
             .collect();
         bars::runqlat_lines(&kinds, theme, width, out);
-    }
-
-    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
-        super::daemon_flags(cg, "runq", out);
     }
 }

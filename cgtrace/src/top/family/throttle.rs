@@ -14,7 +14,7 @@ use crate::{
     },
 };
 
-use super::{Ctx, Family, Flag};
+use super::{Ctx, Family};
 
 pub struct Throttle;
 
@@ -231,10 +231,6 @@ impl Family for Throttle {
                 }
             }
         }
-    }
-
-    fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {
-        super::daemon_flags(cg, "throttle", out);
     }
 }
 
