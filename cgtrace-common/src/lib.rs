@@ -5,10 +5,15 @@
 //! `cgtrace-ebpf/src/probes/runq.rs` in the kernel and `cgtrace/src/runq.rs` in the daemon.
 #![no_std]
 
+// clap's derive (the `clap` feature, userspace only) names `std`.
+#[cfg(feature = "clap")]
+extern crate std;
+
 pub mod counters;
 pub mod event;
 pub mod hist;
 pub mod layout;
+pub mod modes;
 pub mod reads;
 pub mod runq;
 pub mod throttle;

@@ -2,20 +2,15 @@
 //! run-queue histograms, and owns the bounded cgroup table (paths, names, removal, eviction).
 //! Each family's collector adds its part of every cgroup ([`Collector::cgroup_part`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use cgtrace_common::runq::WaitKind;
 
 use crate::{
     cgroup::{Names, Resolver, name},
-    family::{
-        Collector,
-        reads::FileReads,
-        runq::KindHists,
-        throttle::{Episodes, PeriodDelta, burners::ThrottledPeriod},
-    },
+    family::{Collector, WindowInput, runq::KindHists},
     hist::Hist,
-    model::{CgroupWindow, EventCounts, RunqWindow, Window},
+    model::{CgroupWindow, RunqWindow, Window},
 };
 
 /// Cgroups checked for removal per window (round-robin over the table), so a table of 10 000
@@ -27,32 +22,6 @@ struct Entry {
     name: Option<name::Name>,
     total: KindHists,
     last_active_seq: u64,
-}
-
-/// Everything the kernel delivered for one window.
-#[derive(Default)]
-pub struct WindowInput {
-    pub runq: HashMap<u64, KindHists>,
-    pub periods: HashMap<u64, PeriodDelta>,
-    pub episodes: HashMap<u64, Episodes>,
-    /// Throttled periods and who burned them, by cgroup.
-    pub burned: HashMap<u64, Vec<ThrottledPeriod>>,
-    pub events: EventCounts,
-    /// Pseudo-file reads by reader cgroup.
-    pub reads: HashMap<u64, Vec<FileReads>>,
-}
-
-impl WindowInput {
-    /// Every cgroup some family has data for.
-    fn ids(&self) -> HashSet<u64> {
-        self.runq
-            .keys()
-            .chain(self.periods.keys())
-            .chain(self.episodes.keys())
-            .chain(self.reads.keys())
-            .copied()
-            .collect()
-    }
 }
 
 /// Per-cgroup state across windows.

@@ -6,8 +6,10 @@
 //! and [`metrics`] exports; [`replay`] and [`report`] read recordings.
 
 pub mod aggregate;
+pub mod attach;
 pub mod btf;
 pub mod cgroup;
+pub mod clock;
 pub mod counters;
 pub mod decode;
 pub mod doctor;

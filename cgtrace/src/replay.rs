@@ -43,7 +43,7 @@ impl Playback {
     pub fn new(lines: &EventSelection) -> Self {
         Self {
             names: HashMap::new(),
-            records: Records::with_lines(lines),
+            records: Records::with_lines(|f| lines.has(f)),
         }
     }
 

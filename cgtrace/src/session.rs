@@ -16,11 +16,11 @@ use tokio::{
 };
 
 use crate::{
-    aggregate::{Aggregator, WindowInput},
+    aggregate::Aggregator,
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
     events::EventSelection,
-    family::{Collector, EventLine, FAMILIES, Records, Start, take_map},
+    family::{Collector, EventLine, FAMILIES, Records, Start, WindowInput, take_map},
     loader::{TraceOptions, Tracer},
     model::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
 };
@@ -111,17 +111,6 @@ pub fn layout_name(layout: crate::cgroup::CgroupLayout) -> &'static str {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -174,7 +163,8 @@ impl Session {
                 ebpf: &mut tracer.ebpf,
                 cgroups: &cgroups,
                 runq_hierarchy: hier,
-                opts,
+                max_cgroups: opts.max_cgroups as usize,
+                flag_rules: opts.flag_rules,
                 churn_traced: tracer.churn_traced,
             };
             collectors.push((f.start)(&mut ctx)?);
@@ -238,10 +228,7 @@ impl Session {
 
     /// Chooses the families whose event lines are kept (`--events`).
     pub fn set_lines(&mut self, lines: &EventSelection) {
-        let r = Records::with_lines(lines);
-        self.records.runq.keep_lines = r.runq.keep_lines;
-        self.records.throttle.keep_lines = r.throttle.keep_lines;
-        self.records.reads.keep_lines = r.reads.keep_lines;
+        self.records.set_lines(|f| lines.has(f));
     }
 
     /// The event lines drained since the last call, named.

@@ -26,6 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use cgtrace_common::modes::ThrottleMode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
@@ -132,28 +133,6 @@ enum Scenario {
     Throttle,
     Reads,
     All,
-}
-
-/// cgtrace's `--throttle-mode` values.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
-enum ThrottleMode {
-    Auto,
-    Fentry,
-    Kprobe,
-    Tgwalk,
-    Tracepoint,
-}
-
-impl ThrottleMode {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Fentry => "fentry",
-            Self::Kprobe => "kprobe",
-            Self::Tgwalk => "tgwalk",
-            Self::Tracepoint => "tracepoint",
-        }
-    }
 }
 
 fn kernel_or_all() -> clap::builder::PossibleValuesParser {
@@ -1101,17 +1080,17 @@ fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
             continue;
         }
         for &mode in &args.throttle_modes {
-            println!("=== kernel {} throttle {} ===", spec.name, mode.name());
+            println!("=== kernel {} throttle {} ===", spec.name, mode.as_str());
             let mut opts = args.boot.clone();
             opts.append = format!(
                 "{} cgtrace.throttle_mode={} cgtrace.throttle_secs={}",
                 opts.append,
-                mode.name(),
+                mode.as_str(),
                 args.throttle_secs
             )
             .trim()
             .to_string();
-            let label = format!("{}-throttle-{}", spec.name, mode.name());
+            let label = format!("{}-throttle-{}", spec.name, mode.as_str());
             let scenario = THROTTLE_SCENARIO.as_bytes();
             let row = match boot(cache, spec, &label, &bins, scenario, &opts) {
                 Ok(outcome) => throttle_row(spec, mode, &outcome),
@@ -1318,7 +1297,11 @@ fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
     }
     for row in throttle_rows {
         let r = row.report.clone().unwrap_or_default();
-        let mode = format!("{} ({})", row.mode.name(), r.mode.as_deref().unwrap_or("-"));
+        let mode = format!(
+            "{} ({})",
+            row.mode.as_str(),
+            r.mode.as_deref().unwrap_or("-")
+        );
         let (nr, ms, ratio) = match r.kernel {
             Some(k) => (
                 format!("{}/{}", r.ours_nr_throttled, k.nr_throttled),
@@ -1355,7 +1338,7 @@ fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
     }
     for row in throttle_rows.iter().filter(|r| !r.failures.is_empty()) {
         for failure in &row.failures {
-            println!("  {} throttle/{}: {failure}", row.kernel, row.mode.name());
+            println!("  {} throttle/{}: {failure}", row.kernel, row.mode.as_str());
         }
     }
     println!();
@@ -1568,11 +1551,11 @@ fn check_throttle(
             check_hello(expected_kernel, hello, &mut report.failures);
             report.mode = hello_text(hello, "/families/throttle/mode");
             let got = report.mode.as_deref().unwrap_or("<missing>");
-            if requested != ThrottleMode::Auto && got != requested.name() {
+            if requested != ThrottleMode::Auto && got != requested.as_str() {
                 let detail = hello_text(hello, "/families/throttle/detail").unwrap_or_default();
                 report.failures.push(format!(
                     "hello families.throttle.mode is {got}, want {} ({detail})",
-                    requested.name()
+                    requested.as_str()
                 ));
             }
         }

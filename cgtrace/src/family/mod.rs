@@ -10,8 +10,9 @@ pub mod throttle;
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::{HashMap, HashSet};
+
 use crate::{
-    aggregate::WindowInput,
     decode::Record,
     model::{CgroupWindow, Flag, Window},
 };
@@ -44,7 +45,10 @@ pub struct Start<'a> {
     pub cgroups: &'a crate::cgroup::Cgroups,
     /// The hierarchy cgroup ids belong to (v1 `cpu`, or cgroup2).
     pub runq_hierarchy: &'a crate::cgroup::Hierarchy,
-    pub opts: &'a crate::session::SessionOptions,
+    /// `--max-cgroups`: what a family's tables may hold.
+    pub max_cgroups: usize,
+    /// `--below-quota-fraction` and the like.
+    pub flag_rules: throttle::FlagRules,
     /// Cgroup creations and removals are traced.
     pub churn_traced: bool,
 }
@@ -53,7 +57,7 @@ pub struct Start<'a> {
 pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya::maps::Map> {
     Ok(ebpf
         .take_map(name)
-        .ok_or(crate::loader::LoadError::MissingMap(name))?)
+        .ok_or(crate::attach::LoadError::MissingMap(name))?)
 }
 
 impl std::fmt::Debug for FamilyInfo {
@@ -135,6 +139,32 @@ pub trait Collector: Send {
     fn forget(&mut self, _cgroup_id: u64) {}
 }
 
+/// Everything the kernel delivered for one window.
+#[derive(Default)]
+pub struct WindowInput {
+    pub runq: HashMap<u64, runq::KindHists>,
+    pub periods: HashMap<u64, throttle::PeriodDelta>,
+    pub episodes: HashMap<u64, throttle::Episodes>,
+    /// Throttled periods and who burned them, by cgroup.
+    pub burned: HashMap<u64, Vec<throttle::burners::ThrottledPeriod>>,
+    pub events: crate::model::EventCounts,
+    /// Pseudo-file reads by reader cgroup.
+    pub reads: HashMap<u64, Vec<reads::FileReads>>,
+}
+
+impl WindowInput {
+    /// Every cgroup some family has data for.
+    pub(crate) fn ids(&self) -> HashSet<u64> {
+        self.runq
+            .keys()
+            .chain(self.periods.keys())
+            .chain(self.episodes.keys())
+            .chain(self.reads.keys())
+            .copied()
+            .collect()
+    }
+}
+
 /// A single-event line of any family, as the stream prints it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
@@ -214,13 +244,18 @@ pub struct Records {
 }
 
 impl Records {
-    /// Keeps the event lines of the families in `lines` (`--events`).
-    pub fn with_lines(lines: &crate::events::EventSelection) -> Self {
+    /// Keeps the event lines of the families `keep` names (`--events`).
+    pub fn with_lines(keep: impl Fn(&str) -> bool) -> Self {
         let mut r = Self::default();
-        r.runq.keep_lines = lines.has(runq::INFO.name);
-        r.throttle.keep_lines = lines.has(throttle::INFO.name);
-        r.reads.keep_lines = lines.has(reads::INFO.name);
+        r.set_lines(keep);
         r
+    }
+
+    /// Keeps the event lines of the families `keep` names from now on.
+    pub fn set_lines(&mut self, keep: impl Fn(&str) -> bool) {
+        self.runq.keep_lines = keep(runq::INFO.name);
+        self.throttle.keep_lines = keep(throttle::INFO.name);
+        self.reads.keep_lines = keep(reads::INFO.name);
     }
 
     /// Decodes one ring-buffer record and hands it to its family.

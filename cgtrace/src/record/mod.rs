@@ -16,13 +16,14 @@ use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    clock::monotonic_ns,
     decode::Record,
     driver::{self, Flow, Sink, WindowOut},
     events::EventSelection,
     family::EventLine,
     metrics::{Exporter, MetricsOptions},
     model::Window,
-    session::{Pump, RawRecords, Session, SessionOptions, monotonic_ns},
+    session::{Pump, RawRecords, Session, SessionOptions},
     stream::Ndjson,
 };
 use format::Tag;

@@ -5,7 +5,7 @@ use std::{collections::HashSet, time::Duration};
 use crate::{
     model::{EventCounts, Hello, Window},
     record::reader::Marks,
-    top::player::PlayerCmd,
+    top::event::PlayerCmd,
 };
 
 use super::{
@@ -95,7 +95,7 @@ pub enum Action {
     Command(Command),
     Edit(Edit),
     /// Replay: where the player stands.
-    Player(crate::top::player::PlayerState),
+    Player(crate::top::event::PlayerState),
 }
 
 /// What the caller must do after an action.
@@ -105,7 +105,7 @@ pub enum Effect {
     /// Ask the source for windows of this length from now on.
     SetInterval(Duration),
     /// Replay: tell the player.
-    Player(crate::top::player::PlayerCmd),
+    Player(crate::top::event::PlayerCmd),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -183,7 +183,7 @@ pub struct App {
     /// A one-line message for the footer (cleared by the next command).
     pub message: Option<String>,
     /// Replay: the player's state (`None` live).
-    pub replay: Option<crate::top::player::PlayerState>,
+    pub replay: Option<crate::top::event::PlayerState>,
     replaying: bool,
 }
 

@@ -26,7 +26,38 @@ pub enum Event {
     /// SIGTERM, SIGHUP or SIGINT: quit cleanly.
     Signal(&'static str),
     /// Replay: where the player stands.
-    Player(crate::top::player::PlayerState),
+    Player(PlayerState),
+}
+
+/// What the view asks of the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlayerCmd {
+    TogglePause,
+    /// Show the window this many windows away, and pause.
+    Step(i64),
+    Faster,
+    Slower,
+    /// The first window that ends at or after this wall-clock time (Unix ms).
+    SeekTo(u64),
+    /// The next window preceded by single events of these families ([`crate::record::reader::Marks`] bits).
+    Next(u32),
+}
+
+/// Where the player stands, sent to the view after every change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlayerState {
+    /// 1-based index of the window shown (0: none yet) and how many there are.
+    pub pos: usize,
+    pub total: usize,
+    pub paused: bool,
+    pub speed: f64,
+    /// At the last window.
+    pub at_end: bool,
+    /// Wall clock of the recording's first and last window.
+    pub first_ms: u64,
+    pub last_ms: u64,
+    /// Said once, e.g. "no later throttle episode".
+    pub note: Option<String>,
 }
 
 /// Reads the terminal on its own thread until stopped.

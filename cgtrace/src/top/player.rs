@@ -15,41 +15,10 @@ use crate::record::reader::{Marks, Recording};
 use crate::{
     model::Window,
     top::{
-        event::Event,
+        event::{Event, PlayerCmd, PlayerState},
         source::{Control, SourceHandle},
     },
 };
-
-/// What the view asks of the player.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlayerCmd {
-    TogglePause,
-    /// Show the window this many windows away, and pause.
-    Step(i64),
-    Faster,
-    Slower,
-    /// The first window that ends at or after this wall-clock time (Unix ms).
-    SeekTo(u64),
-    /// The next window preceded by single events of these families ([`Marks`] bits).
-    Next(u32),
-}
-
-/// Where the player stands, sent to the view after every change.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PlayerState {
-    /// 1-based index of the window shown (0: none yet) and how many there are.
-    pub pos: usize,
-    pub total: usize,
-    pub paused: bool,
-    pub speed: f64,
-    /// At the last window.
-    pub at_end: bool,
-    /// Wall clock of the recording's first and last window.
-    pub first_ms: u64,
-    pub last_ms: u64,
-    /// Said once, e.g. "no later throttle episode".
-    pub note: Option<String>,
-}
 
 pub const MIN_SPEED: f64 = 0.125;
 pub const MAX_SPEED: f64 = 1024.0;

@@ -29,7 +29,7 @@ pub enum Control {
     /// Windows of this length from now on (the current window ends at the next tick).
     SetInterval(Duration),
     /// Replay only: pause, step, seek, speed.
-    Player(crate::top::player::PlayerCmd),
+    Player(crate::top::event::PlayerCmd),
     Stop,
 }
 

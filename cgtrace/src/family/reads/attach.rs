@@ -4,10 +4,12 @@
 
 use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
 
+use cgtrace_common::modes::ReadsMode;
+
 use crate::{
+    attach::{Hook, LoadError, attach_hooks, attach_tp_btf, chain, load_tp_btf},
     btf::Btf,
     layout,
-    loader::{Hook, LoadError, ReadsMode, attach_hooks, attach_tp_btf, chain, load_tp_btf},
     model::{AttachMode, Capabilities, FamilyMode},
 };
 

@@ -16,8 +16,8 @@ use cgtrace_common::reads::{
 
 use super::*;
 use crate::{
-    aggregate::WindowInput,
     decode::comm_str,
+    family::WindowInput,
     family::{Collector, EventLine, FamilyInfo, LineHead, Records, Start, take_map},
     hist::Hist,
     model::{CgroupWindow, Window},

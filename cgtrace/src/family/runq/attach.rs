@@ -6,7 +6,7 @@ use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
 use cgtrace_common::layout::Layout;
 
 use crate::{
-    loader::{LoadError, attach_tp_btf, load_tp_btf},
+    attach::{LoadError, attach_tp_btf, load_tp_btf},
     model::{AttachMode, FamilyMode},
 };
 

@@ -12,7 +12,7 @@ use cgtrace_common::{
 
 use super::{INFO, KindHists};
 use crate::{
-    aggregate::WindowInput,
+    family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     hist::Hist,
 };

@@ -8,10 +8,11 @@ use aya::{
 };
 use cgtrace_common::layout::Layout;
 
+use cgtrace_common::modes::ThrottleMode;
+
 use crate::{
-    loader::{
-        Hook, LoadError, ThrottleMode, attach_hooks, attach_raw_tp, attach_tp_btf, chain,
-        load_with_fallback,
+    attach::{
+        Hook, LoadError, attach_hooks, attach_raw_tp, attach_tp_btf, chain, load_with_fallback,
     },
     model::{AttachMode, Capabilities, FamilyMode},
 };

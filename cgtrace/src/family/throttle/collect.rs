@@ -11,11 +11,11 @@ use cgtrace_common::throttle::ThrottleStats;
 
 use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
 use crate::{
-    aggregate::WindowInput,
     cgroup::Version,
+    clock::monotonic_ns,
+    family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     model::CgroupWindow,
-    session::monotonic_ns,
 };
 
 /// Where the kernel's CPU counter files of a cgroup are.
@@ -130,8 +130,8 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     Ok(Box::new(Throttle::new(
         ThrottleReader::new(stats),
         Some(files),
-        ctx.opts.flag_rules,
-        ctx.opts.max_cgroups as usize,
+        ctx.flag_rules,
+        ctx.max_cgroups,
     )))
 }
 
