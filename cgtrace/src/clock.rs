@@ -10,3 +10,9 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Wall-clock time of day in UTC, `HH:MM:SSZ`, from Unix milliseconds.
+pub fn clock_utc(unix_ms: u64) -> String {
+    let s = unix_ms / 1000;
+    format!("{:02}:{:02}:{:02}Z", (s / 3600) % 24, (s / 60) % 60, s % 60)
+}

@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
+    clock::clock_utc,
     events::EventSelection,
     family::throttle::burners::ThrottledPeriod,
     family::{self, EventLine},
@@ -24,7 +25,6 @@ use crate::{
     model::{CgroupWindow, Window},
     record::reader::{Item, ReadStats, Recording},
     replay::Playback,
-    top::format::clock_utc,
 };
 
 /// How many entries each ranking keeps.

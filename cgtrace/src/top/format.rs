@@ -70,11 +70,7 @@ pub fn interval(ms: u64) -> String {
     }
 }
 
-/// Wall-clock time of day in UTC, `HH:MM:SSZ`, from Unix milliseconds.
-pub fn clock_utc(unix_ms: u64) -> String {
-    let s = unix_ms / 1000;
-    format!("{:02}:{:02}:{:02}Z", (s / 3600) % 24, (s / 60) % 60, s % 60)
-}
+pub use crate::clock::clock_utc;
 
 /// Keeps the end of `s` (the most specific part of a path) within `width` characters, marking the
 /// cut with `…`.

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::hist::HistSummary;
 
+pub mod flag;
+
+pub use flag::Flag;
+
 /// Version of the stream/recording schema.
 pub const SCHEMA: u32 = 1;
 
@@ -153,13 +157,13 @@ pub struct Window {
     /// `reads`: memory cgroups whose stat files were read in the window, with the flush cost and
     /// their dying descendants, most read time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub memcgs: Vec<crate::family::reads::MemcgTarget>,
+    pub memcgs: Vec<crate::family::reads::model::MemcgTarget>,
     /// `reads`: dying memory cgroups on the host at the end of the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dying_memcgs: Option<crate::family::reads::DyingMemcgs>,
+    pub dying_memcgs: Option<crate::family::reads::model::DyingMemcgs>,
     /// `reads`: cgroups created and removed in the window, and by whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub churn: Option<crate::family::reads::Churn>,
+    pub churn: Option<crate::family::reads::model::Churn>,
 }
 
 /// Kernel events handled and lost in the window.
@@ -200,10 +204,10 @@ pub struct CgroupWindow {
     pub runq: RunqWindow,
     /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttle: Option<crate::family::throttle::ThrottleWindow>,
+    pub throttle: Option<crate::family::throttle::model::ThrottleWindow>,
     /// Pseudo-file reads by this cgroup's tasks, per (comm, file), most time first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reads: Option<Vec<crate::family::reads::FileReads>>,
+    pub reads: Option<Vec<crate::family::reads::model::FileReads>>,
     /// Every family's diagnoses of this cgroup in this window (`throttle`'s are also in
     /// `throttle.flags`, where schema 1 first had them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -212,20 +216,6 @@ pub struct CgroupWindow {
     /// were: `report` ranks their histograms by shape.
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     pub other: BTreeMap<String, serde_json::Value>,
-}
-
-/// A diagnosis with the change it suggests.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Flag {
-    /// The family that made it.
-    #[serde(default)]
-    pub family: String,
-    /// What was found, as a stable name: `runq_long_waits`; `throttled_below_quota`,
-    /// `many_threads_burn`, `long_throttle_waits`; `reads_rstat_flush`, `reads_fuse`,
-    /// `reads_slow`.
-    pub code: String,
-    pub message: String,
-    pub suggestion: String,
 }
 
 impl CgroupWindow {
