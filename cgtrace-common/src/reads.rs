@@ -237,10 +237,14 @@ pub fn name_hash(name: &[u8; NAME_LEN]) -> u64 {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (all): #[repr(C)] integers and byte arrays with explicit padding.
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ReadKey {}
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ReadStats {}
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::FileKey {}
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::FileNames {}
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ReadInflight {}
 }

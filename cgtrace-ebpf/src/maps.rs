@@ -1,5 +1,6 @@
 //! Maps shared by all probes. Sizes are defaults; the loader resizes them from the command line.
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -94,6 +95,28 @@ pub static READ_FILES: HashMap<FileKey, FileNames> = HashMap::with_max_entries(8
 pub static READ_ZERO: PerCpuArray<ReadStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static READ_NAMES_SCRATCH: PerCpuArray<FileNames> = PerCpuArray::with_max_entries(1, 0);
+
+/// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
+/// timer), so its own wakeups cannot feed back into the events it reads.
+#[inline(always)]
+pub fn wakeup_flags() -> u64 {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    let threshold =
+        unsafe { core::ptr::read_volatile(&raw const crate::CONFIG.ringbuf_wakeup_bytes) };
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
+}
+
+/// Sends a record to the daemon; a full ring buffer is counted (`ringbuf_full`), never silent.
+#[inline(always)]
+pub fn emit<T>(c: *mut Counters, ev: &T) {
+    if EVENTS.output(ev, wakeup_flags()).is_err() {
+        count(c, cgtrace_common::counters::RINGBUF_FULL);
+    }
+}
 
 /// This CPU's counters, looked up once per program run.
 #[inline(always)]

@@ -104,8 +104,9 @@ fn window_json(seq: u64) -> String {
 }
 
 fn thread_cpu() -> Duration {
-    // SAFETY: getrusage writes into `ru`.
+    // SAFETY: rusage is plain integers, valid all zero.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into `ru`.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)

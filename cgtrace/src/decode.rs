@@ -47,13 +47,19 @@ pub enum DecodeError {
 /// # Safety
 /// Implement only for `#[repr(C)]` types made of integers and integer arrays.
 unsafe trait Plain: Copy {}
-// SAFETY (all): #[repr(C)] integers and byte arrays (see cgtrace-common).
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for EventHeader {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for RunqEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for ThrottleEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for SliceEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for PeriodEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for SlowReadEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for CgroupChurnEvent {}
 
 /// Reads a `T` from the front of `bytes` (unaligned), if it is long enough.

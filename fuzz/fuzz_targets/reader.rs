@@ -5,9 +5,9 @@
 
 use cgtrace::{
     events::EventSelection,
+    model::Window,
     record::{format::repair_checksums, reader::Recording},
     replay, report,
-    model::Window,
 };
 use libfuzzer_sys::fuzz_target;
 

@@ -10,16 +10,58 @@ pub mod strace;
 pub mod stream;
 pub mod workload;
 
-/// Whether the privileged tests can run here; prints why not.
+/// Set to `1` by the test command (`scripts/setup.sh test`): every privileged test must run, so
+/// a lost privilege, BTF or tool fails the suite instead of passing it silently.
+pub const REQUIRE: &str = "CGTRACE_REQUIRE_PRIVILEGED";
+
+/// A test cannot run here: says why on stderr and the caller returns; with [`REQUIRE`] set it
+/// fails instead.
+pub fn skip(reason: &str) {
+    if required() {
+        panic!("cannot run: {reason} ({REQUIRE}=1: every privileged test must run)");
+    }
+    eprintln!("skipping: {reason}");
+}
+
+fn required() -> bool {
+    std::env::var_os(REQUIRE).is_some_and(|v| v == "1")
+}
+
+/// Whether the privileged tests can run here; says why not (see [`skip`]).
 pub fn can_trace() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: privileged tests need root");
+        skip("privileged tests need root");
         return false;
     }
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        eprintln!("skipping: no kernel BTF");
+        skip("no kernel BTF");
         return false;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn skip_fails_when_every_test_must_run() {
+        let before = std::env::var_os(super::REQUIRE);
+        // SAFETY: this binary's tests run on one thread (`--test-threads=1` in the test
+        // command), so nothing reads the environment meanwhile; likewise below.
+        unsafe { std::env::set_var(super::REQUIRE, "1") };
+        let r = std::panic::catch_unwind(|| super::skip("no such thing"));
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(super::REQUIRE) };
+        super::skip("no such thing"); // without it: only a note
+        if let Some(v) = before {
+            // SAFETY: as above.
+            unsafe { std::env::set_var(super::REQUIRE, v) };
+        }
+        let msg = r.expect_err("must fail");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("no such thing") && msg.contains("CGTRACE_REQUIRE_PRIVILEGED"),
+            "{msg}"
+        );
+    }
 }

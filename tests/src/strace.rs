@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn parses_real_strace_of_cat() -> Result<()> {
         if Command::new("strace").arg("-V").output().is_err() {
-            eprintln!("skipping: no strace");
+            crate::skip("no strace");
             return Ok(());
         }
         let file = [

@@ -23,7 +23,7 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
         return Ok(());
     }
     if cpus() < 2 {
-        eprintln!("skipping: needs 2 CPUs");
+        cgtrace_tests::skip("needs 2 CPUs");
         return Ok(());
     }
     let busy = TestCgroup::new("busy")?;

@@ -203,7 +203,7 @@ fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()>
         return Ok(());
     }
     if cpus() < 2 {
-        eprintln!("skipping: needs 2 CPUs for a burst to outrun a 1-CPU quota");
+        cgtrace_tests::skip("needs 2 CPUs for a burst to outrun a 1-CPU quota");
         return Ok(());
     }
     let bursty = TestCgroup::new("bursty")?;

@@ -194,11 +194,11 @@ fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Resul
         return Ok(());
     }
     let Some(version) = Tmux::version() else {
-        eprintln!("skipping: tmux is not installed (apt-get install tmux)");
+        cgtrace_tests::skip("tmux is not installed (apt-get install tmux)");
         return Ok(());
     };
     if cpus() < 2 {
-        eprintln!("skipping: needs 2 CPUs");
+        cgtrace_tests::skip("needs 2 CPUs");
         return Ok(());
     }
     eprintln!("{version}");
@@ -425,7 +425,7 @@ fn top_exits_when_its_terminal_goes_away() -> Result<()> {
         return Ok(());
     }
     if Tmux::version().is_none() {
-        eprintln!("skipping: tmux is not installed (apt-get install tmux)");
+        cgtrace_tests::skip("tmux is not installed (apt-get install tmux)");
         return Ok(());
     }
     let log = std::env::temp_dir().join(format!("cgtrace-top-hup-{}.log", std::process::id()));

@@ -200,10 +200,8 @@ impl Plan {
     fn check_tracers(&self) -> Result<()> {
         if self.has(Config::Cgtrace) || self.has(Config::Runqlat) {
             // SAFETY: geteuid has no preconditions.
-            ensure!(
-                unsafe { libc::geteuid() } == 0,
-                "bench runq needs root to attach BPF programs"
-            );
+            let uid = unsafe { libc::geteuid() };
+            ensure!(uid == 0, "bench runq needs root to attach BPF programs");
         }
         if self.has(Config::Cgtrace) {
             ensure!(

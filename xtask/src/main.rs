@@ -4,7 +4,6 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_reads;
 mod vm;
-mod vm_reads;
 
 #[derive(Parser)]
 #[command(about = "cgtrace developer tasks")]

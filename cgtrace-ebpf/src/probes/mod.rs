@@ -2,5 +2,6 @@
 pub mod capability;
 pub mod reads;
 pub mod runq;
+pub mod sched;
 pub mod throttle;
 pub mod throttle_hooks;

@@ -5,101 +5,31 @@
 //! 0 for most involuntary preemptions on preempt=none kernels). It ends when the task is switched
 //! in, and is charged to that task's cgroup — the task that waited, never `current`.
 //!
-//! Every program exists twice: reading kernel fields directly through BTF-typed pointers (the
-//! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback).
-use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    macros::btf_tracepoint,
-    programs::BtfTracePointContext,
-};
+//! The programs are in `sched.rs` (one `sched_switch`, one `sched_wakeup` entry for every
+//! family); these are the run-queue parts they call.
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_smp_processor_id};
 use cgtrace_common::{
     counters::{self, Counters},
     event::{EventHeader, KIND_RUNQ_WAIT},
     hist::{NR_BUCKETS, bucket_of},
     runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
-    throttle::MODE_TRACEPOINT,
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
-    kernel::{task_cgroup_id, task_comm, task_pid, task_state, task_tgid},
-    maps::{
-        EPOCH, EVENTS, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, THROTTLE_MODE, ZERO_HIST, count,
-        counters,
-    },
-    probes::throttle::{close_late, slice_out, task_throttled, throttled_cfs_rq_of},
+    kernel::{task_cgroup_id, task_comm, task_tgid},
+    maps::{EPOCH, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count, emit},
 };
 
-const TASK_RUNNING: u64 = 0;
+/// `prev_state` of a task switched out still runnable.
+pub const TASK_RUNNING: u64 = 0;
 /// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
 const TASK_DEAD: u64 = 0x80;
 
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
-    wakeup::<true>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup_probe(ctx: BtfTracePointContext) -> u32 {
-    wakeup::<false>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
-    wakeup::<true>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn sched_wakeup_new_probe(ctx: BtfTracePointContext) -> u32 {
-    wakeup::<false>(ctx.arg(0));
-    0
-}
-
-/// `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let prev_state: u32 = ctx.arg(3);
-    switch::<true>(ctx.arg(1), ctx.arg(2), Some(u64::from(prev_state)));
-    0
-}
-
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch_probe(ctx: BtfTracePointContext) -> u32 {
-    let prev_state: u32 = ctx.arg(3);
-    switch::<false>(ctx.arg(1), ctx.arg(2), Some(u64::from(prev_state)));
-    0
-}
-
-/// `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch_noprevstate(ctx: BtfTracePointContext) -> u32 {
-    switch::<true>(ctx.arg(1), ctx.arg(2), None);
-    0
-}
-
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch_noprevstate_probe(ctx: BtfTracePointContext) -> u32 {
-    switch::<false>(ctx.arg(1), ctx.arg(2), None);
-    0
-}
-
+/// A wait of `pid` starts now.
 #[inline(always)]
-fn wakeup<const DIRECT: bool>(p: *const u8) {
-    let c = counters();
-    count(c, counters::SCHED_WAKEUP);
-    if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
-        // SAFETY: helper without preconditions.
-        start_wait(c, pid, WaitKind::Wakeup, unsafe { bpf_ktime_get_ns() }, 0);
-    }
-}
-
-#[inline(always)]
-fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs_rq: u64) {
+pub fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs_rq: u64) {
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
@@ -111,46 +41,33 @@ fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs
     }
 }
 
+/// A task switched out: still runnable, its wait starts (`throttled_cfs_rq`: the throttled
+/// `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left open
+/// (woken while still running) goes.
 #[inline(always)]
-fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
-    let c = counters();
-    count(c, counters::SCHED_SWITCH);
-    // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
-    // any other work so a wait is not lengthened by what this program does first.
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    close_late::<DIRECT>(c);
-    // The idle task (pid 0) always switches out as runnable: never a wait.
-    if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
-        slice_out::<DIRECT>(c, prev, prev_pid);
-        let state = match prev_state {
-            Some(s) => Some(s),
-            None => task_state::<DIRECT>(prev),
-        };
-        match state {
-            Some(TASK_RUNNING) => match throttled_cfs_rq_of::<DIRECT>(prev) {
-                Some(cfs_rq) => {
-                    if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT {
-                        task_throttled::<DIRECT>(c, cfs_rq, now);
-                    }
-                    start_wait(c, prev_pid, WaitKind::Throttled, now, cfs_rq as u64);
-                }
-                None => start_wait(c, prev_pid, WaitKind::Preempt, now, 0),
-            },
-            // A task woken while still running can exit with a wait recorded that never ends.
-            Some(s) if s & TASK_DEAD != 0 => {
-                let _ = RUNQ_START.remove(&prev_pid);
-            }
-            _ => {}
+pub fn switched_out(
+    c: *mut Counters,
+    pid: u32,
+    state: Option<u64>,
+    now: u64,
+    throttled_cfs_rq: Option<u64>,
+) {
+    match state {
+        Some(TASK_RUNNING) => match throttled_cfs_rq {
+            Some(cfs_rq) => start_wait(c, pid, WaitKind::Throttled, now, cfs_rq),
+            None => start_wait(c, pid, WaitKind::Preempt, now, 0),
+        },
+        // A task woken while still running can exit with a wait recorded that never ends.
+        Some(s) if s & TASK_DEAD != 0 => {
+            let _ = RUNQ_START.remove(&pid);
         }
-    }
-    if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
-        end_wait::<DIRECT>(c, next, next_pid, now);
+        _ => {}
     }
 }
 
+/// `next` is switched in: its wait, if any, ends now and is charged to its cgroup.
 #[inline(always)]
-fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32, now: u64) {
+pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32, now: u64) {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
         return;
@@ -271,20 +188,5 @@ fn emit_event<const DIRECT: bool>(
         _pad: 0,
         comm: task_comm(next),
     };
-    if EVENTS.output(&ev, wakeup_flags()).is_err() {
-        count(c, counters::RINGBUF_FULL);
-    }
-}
-
-/// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
-/// timer), so its own wakeups cannot feed back into the events it reads.
-#[inline(always)]
-pub fn wakeup_flags() -> u64 {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let threshold = unsafe { core::ptr::read_volatile(&raw const CONFIG.ringbuf_wakeup_bytes) };
-    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {
-        u64::from(BPF_RB_FORCE_WAKEUP)
-    } else {
-        u64::from(BPF_RB_NO_WAKEUP)
-    }
+    emit(c, &ev);
 }

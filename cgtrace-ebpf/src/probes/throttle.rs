@@ -13,8 +13,8 @@ use cgtrace_common::{
     event::{EventHeader, KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
     layout::ABSENT,
     throttle::{
-        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, PeriodEvent, SliceEvent,
-        ThrottleEvent, ThrottleStats, WATCH_NS,
+        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, MODE_TRACEPOINT, PeriodEvent,
+        SliceEvent, ThrottleEvent, ThrottleStats, WATCH_NS,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -22,10 +22,9 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     kernel::{layout, read, task_comm, task_tgid},
     maps::{
-        EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_OPEN, THROTTLE_PERIOD_AT, THROTTLE_STATS,
-        THROTTLE_WATCH, count, counters,
+        THROTTLE_LAST_CLOSE, THROTTLE_MODE, THROTTLE_OPEN, THROTTLE_PERIOD_AT, THROTTLE_STATS,
+        THROTTLE_WATCH, count, counters, emit,
     },
-    probes::runq::wakeup_flags,
 };
 
 /// Hierarchy levels walked from a task up to its throttled `cfs_rq`.
@@ -59,7 +58,7 @@ pub fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
 /// hierarchy is throttled (6.18+: the task is in the limbo list, `p->throttled`; before: some
 /// ancestor has `throttle_count`).
 #[inline(always)]
-pub fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const u8> {
+fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const u8> {
     if layout!(cfs_rq_throttled) == ABSENT {
         return None;
     }
@@ -86,10 +85,26 @@ pub fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const
     None
 }
 
-/// Called from `sched_switch` for a task switched out still runnable whose hierarchy is
-/// throttled: opens the episode of `cfs_rq` on this CPU, or counts the task into it.
+/// From `sched_switch`, for a task switched out still runnable: the throttled `cfs_rq` above it,
+/// if its hierarchy is throttled; in tracepoint mode this also opens the episode of that `cfs_rq`
+/// on this CPU, or counts the task into it.
 #[inline(always)]
-pub fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: u64) {
+pub fn switched_out_runnable<const DIRECT: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    now: u64,
+) -> Option<u64> {
+    let cfs_rq = throttled_cfs_rq_of::<DIRECT>(task)?;
+    if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT {
+        task_throttled::<DIRECT>(c, cfs_rq, now);
+    }
+    Some(cfs_rq as u64)
+}
+
+/// Tracepoint mode: a task switched out into a throttled hierarchy opens the episode of `cfs_rq`
+/// on this CPU, or is counted into it.
+#[inline(always)]
+fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: u64) {
     let Some(open) = THROTTLE_OPEN.get_ptr_mut(0) else {
         return;
     };
@@ -185,9 +200,7 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
         tgid: task_tgid::<DIRECT>(task).unwrap_or(0),
         comm: task_comm(task),
     };
-    if EVENTS.output(&ev, wakeup_flags()).is_err() {
-        count(c, counters::RINGBUF_FULL);
-    }
+    emit(c, &ev);
 }
 
 /// Closes this CPU's episodes whose `cfs_rq` is no longer throttled.
@@ -230,9 +243,7 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
             if closed_by == CLOSE_LATE {
                 count(c, counters::THROTTLE_LATE_CLOSE);
             }
-            if EVENTS.output(&ev, wakeup_flags()).is_err() {
-                count(c, counters::RINGBUF_FULL);
-            }
+            emit(c, &ev);
         }
     }
 }
@@ -295,9 +306,7 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
             throttled: u32::from(throttled),
             _pad: 0,
         };
-        if EVENTS.output(&ev, wakeup_flags()).is_err() {
-            count(counters(), counters::RINGBUF_FULL);
-        }
+        emit(counters(), &ev);
     }
 }
 

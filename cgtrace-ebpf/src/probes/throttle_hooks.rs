@@ -21,13 +21,9 @@ use cgtrace_common::{
 use crate::{
     kernel::{layout, read},
     maps::{
-        EVENTS, THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, THROTTLE_WATCH, count,
-        counters,
+        THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, THROTTLE_WATCH, count, counters, emit,
     },
-    probes::{
-        runq::wakeup_flags,
-        throttle::{cfs_rq_throttled, tg_cgroup_id},
-    },
+    probes::throttle::{cfs_rq_throttled, tg_cgroup_id},
 };
 
 /// `THROTTLE_ARG` slots: a throttle can nest inside an unthrottle (enqueue → throttle check).
@@ -135,9 +131,7 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         },
     };
     let _ = THROTTLE_LAST_CLOSE.insert(&key, &end, 0);
-    if EVENTS.output(&ev, wakeup_flags()).is_err() {
-        count(counters(), counters::RINGBUF_FULL);
-    }
+    emit(counters(), &ev);
 }
 
 #[fexit(function = "throttle_cfs_rq")]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-pub const READS_SCENARIO: &str = include_str!("../../tests/vm/reads.sh");
+pub const READS_SCENARIO: &str = include_str!("../../../tests/vm/reads.sh");
 const PARENT: &str = "/cgtrace-vm-reads";
 const READER: &str = "/cgtrace-vm-reader";
 const KSTAT_AFTER: &str = "CGTRACE-KSTAT-AFTER";

@@ -1,0 +1,81 @@
+//! The scheduler tracepoints, once for every family: `sched_wakeup`, `sched_wakeup_new` and
+//! `sched_switch` take one timestamp and call the run-queue part (`runq`) and the throttle part
+//! (`throttle`: late closes, slices of watched groups, tasks switched out into a throttled
+//! hierarchy). Neither part imports the other.
+//!
+//! Every program exists twice: reading kernel fields directly through BTF-typed pointers (the
+//! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback); and
+//! `sched_switch` once more for kernels before 5.18, whose tracepoint has no `prev_state`.
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfTracePointContext};
+use cgtrace_common::{counters, runq::WaitKind};
+
+use crate::{
+    kernel::{task_pid, task_state},
+    maps::{count, counters},
+    probes::{runq, throttle},
+};
+
+/// A BTF tracepoint program in its two variants, direct field access and probe reads:
+/// `twice!(tracepoint, name, name_probe, function, ctx => arguments)`.
+macro_rules! twice {
+    ($tp:literal, $direct:ident, $probe:ident, $f:ident, $ctx:ident => $($arg:expr),*) => {
+        #[btf_tracepoint(function = $tp)]
+        pub fn $direct($ctx: BtfTracePointContext) -> u32 {
+            $f::<true>($($arg),*);
+            0
+        }
+
+        #[btf_tracepoint(function = $tp)]
+        pub fn $probe($ctx: BtfTracePointContext) -> u32 {
+            $f::<false>($($arg),*);
+            0
+        }
+    };
+}
+
+twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(0));
+twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));
+// `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
+twice!("sched_switch", sched_switch, sched_switch_probe, switch,
+    ctx => ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
+// `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
+twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch,
+    ctx => ctx.arg(1), ctx.arg(2), None);
+
+#[inline(always)]
+fn wakeup<const DIRECT: bool>(p: *const u8) {
+    let c = counters();
+    count(c, counters::SCHED_WAKEUP);
+    if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
+        // SAFETY: helper without preconditions.
+        runq::start_wait(c, pid, WaitKind::Wakeup, unsafe { bpf_ktime_get_ns() }, 0);
+    }
+}
+
+#[inline(always)]
+fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
+    let c = counters();
+    count(c, counters::SCHED_SWITCH);
+    // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
+    // any other work so a wait is not lengthened by what this program does first.
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    throttle::close_late::<DIRECT>(c);
+    // The idle task (pid 0) always switches out as runnable: never a wait.
+    if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
+        throttle::slice_out::<DIRECT>(c, prev, prev_pid);
+        let state = match prev_state {
+            Some(s) => Some(s),
+            None => task_state::<DIRECT>(prev),
+        };
+        let throttled = if state == Some(runq::TASK_RUNNING) {
+            throttle::switched_out_runnable::<DIRECT>(c, prev, now)
+        } else {
+            None
+        };
+        runq::switched_out(c, prev_pid, state, now, throttled);
+    }
+    if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
+        runq::end_wait::<DIRECT>(c, next, next_pid, now);
+    }
+}

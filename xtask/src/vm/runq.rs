@@ -1,0 +1,132 @@
+//! The `runq` scenario (`tests/vm/runq.sh`): run-queue latency lands on the right cgroup2 paths.
+
+use super::*;
+
+/// What the runq scenario's NDJSON showed, and what was wrong with it.
+#[derive(Clone, Default, Debug)]
+pub(super) struct StreamReport {
+    pub(super) windows: usize,
+    pub(super) seen: u64,
+    pub(super) dropped: u64,
+    pub(super) busy_count: u64,
+    pub(super) quiet_count: u64,
+    pub(super) runq_mode: Option<String>,
+    pub(super) failures: Vec<String>,
+}
+
+/// Checks the `cgtrace stream` output between the stream markers in a captured serial log.
+/// Lines that do not start with '{' (kernel noise) are ignored.
+pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamReport {
+    let mut report = StreamReport::default();
+    let Some(objects) = stream_objects(lines, &mut report.failures) else {
+        return report;
+    };
+    match objects.iter().find(|o| o["type"] == "hello") {
+        Some(hello) => {
+            check_hello(expected_kernel, hello, &mut report.failures);
+            report.runq_mode = hello_text(hello, "/families/runq/mode");
+        }
+        None => report.failures.push("no hello line".into()),
+    }
+    let mut dropped_reported = false;
+    for window in objects.iter().filter(|o| o["type"] == "window") {
+        report.windows += 1;
+        report.seen += window
+            .pointer("/events/seen")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if let Some(d) = window.pointer("/events/dropped").and_then(Value::as_u64) {
+            report.dropped += d;
+            dropped_reported = true;
+        }
+        report.busy_count += runq_count(window, "/cgtrace-vm-busy");
+        report.quiet_count += runq_count(window, "/cgtrace-vm-quiet");
+    }
+    let f = &mut report.failures;
+    if report.windows == 0 {
+        f.push("no window lines".into());
+    } else if !dropped_reported {
+        f.push("no window reports events.dropped".into());
+    }
+    if report.busy_count == 0 {
+        f.push("no runq count for cgroup2 /cgtrace-vm-busy".into());
+    }
+    if report.quiet_count == 0 {
+        f.push("no runq count for cgroup2 /cgtrace-vm-quiet".into());
+    }
+    report
+}
+
+/// The JSON objects between the stream markers; `None` (with a failure) if the markers are
+/// missing. Lines that start with '{' but do not parse are failures.
+pub(super) fn stream_objects(lines: &[String], failures: &mut Vec<String>) -> Option<Vec<Value>> {
+    let begin = lines.iter().position(|l| l.trim() == STREAM_BEGIN);
+    let Some(begin) = begin else {
+        failures.push(format!("no {STREAM_BEGIN} line"));
+        return None;
+    };
+    let rest = &lines[begin + 1..];
+    let Some(end) = rest.iter().position(|l| l.trim() == STREAM_END) else {
+        failures.push(format!("no {STREAM_END} line"));
+        return None;
+    };
+    let mut objects = Vec::new();
+    for line in rest[..end]
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with('{'))
+    {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => objects.push(v),
+            Err(e) => failures.push(format!("bad JSON line ({e}): {:.120}", line)),
+        }
+    }
+    Some(objects)
+}
+
+/// What every scenario wants of the `hello` line: pure cgroup2 and the booted kernel.
+pub(super) fn check_hello(expected_kernel: &str, hello: &Value, f: &mut Vec<String>) {
+    let text = |p: &str| {
+        hello
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("<missing>")
+    };
+    if text("/cgroup/layout") != "v2" {
+        f.push(format!(
+            "hello cgroup.layout is {}, want v2",
+            text("/cgroup/layout")
+        ));
+    }
+    if text("/cgroup/runq_hierarchy") != "cgroup2" {
+        f.push(format!(
+            "hello cgroup.runq_hierarchy is {}, want cgroup2",
+            text("/cgroup/runq_hierarchy")
+        ));
+    }
+    if !text("/kernel").starts_with(&format!("{expected_kernel}.")) {
+        f.push(format!(
+            "hello kernel is {}, want {expected_kernel}.*",
+            text("/kernel")
+        ));
+    }
+}
+
+pub(super) fn hello_text(hello: &Value, pointer: &str) -> Option<String> {
+    hello
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// `runq.count` of the cgroup2 element with `path` in one window (0 if absent).
+pub(super) fn runq_count(window: &Value, path: &str) -> u64 {
+    let Some(cgroups) = window["cgroups"].as_array() else {
+        return 0;
+    };
+    cgroups
+        .iter()
+        .filter(|c| c["path"] == path && c["hierarchy"] == "cgroup2")
+        .filter_map(|c| c.pointer("/runq/count").and_then(Value::as_u64))
+        .sum()
+}

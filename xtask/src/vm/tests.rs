@@ -1,0 +1,260 @@
+//! Unit tests of the matrix's parsing and checks, on captured serial logs.
+use super::*;
+
+fn lines(text: &str) -> Vec<String> {
+    text.lines().map(str::to_string).collect()
+}
+
+const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"}}}"#;
+const WINDOW_1: &str = r#"{"type":"window","seq":1,"events":{"seen":900,"dropped":2},"cgroups":[{"id":7,"hierarchy":"cgroup2","path":"/cgtrace-vm-busy","name":"cgtrace-vm-busy","runq":{"count":310,"p50_us":900.0,"p99_us":4000.0,"max_us":5000.0,"buckets":[[1024,3]],"kinds":{}}}]}"#;
+const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
+
+fn captured(hello: &str) -> Vec<String> {
+    lines(&format!(
+        "[    0.912345] random: crng init done\nCGTRACE-VM-BOOTED 6.1.0-56-cloud-amd64\n\
+         cgtrace: attached runq (tp_btf)\n{STREAM_BEGIN}\n{hello}\r\n\
+         [    7.000001] sched: RT throttling activated\n{WINDOW_1}\n{WINDOW_2}\n{STREAM_END}\n\
+         CGTRACE-VM-EXIT 0\n[    9.1] reboot: Power down"
+    ))
+}
+
+#[test]
+fn check_accepts_good_stream_with_kernel_noise() {
+    let report = check_stream("6.1", &captured(HELLO));
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!((report.windows, report.seen, report.dropped), (2, 1700, 3));
+    assert_eq!((report.busy_count, report.quiet_count), (310, 40));
+    assert_eq!(report.runq_mode.as_deref(), Some("tp_btf"));
+}
+
+#[test]
+fn check_rejects_v1_layout_wrong_kernel_and_missing_cgroup() {
+    let hello = HELLO.replace(r#""layout":"v2""#, r#""layout":"hybrid""#);
+    let mut log = captured(&hello);
+    log.retain(|l| !l.contains("cgtrace-vm-quiet"));
+    let report = check_stream("6.12", &log);
+    let all = report.failures.join("\n");
+    assert!(all.contains("layout is hybrid"), "{all}");
+    assert!(all.contains("want 6.12.*"), "{all}");
+    assert!(all.contains("/cgtrace-vm-quiet"), "{all}");
+    assert!(!all.contains("/cgtrace-vm-busy"), "{all}");
+}
+
+#[test]
+fn check_rejects_missing_markers_and_bad_json() {
+    let report = check_stream("6.1", &lines("boot\nCGTRACE-VM-EXIT 1"));
+    assert_eq!(report.failures, vec![format!("no {STREAM_BEGIN} line")]);
+    let log = lines(&format!("{STREAM_BEGIN}\n{{\"type\":\"hel\n{STREAM_END}"));
+    let all = check_stream("6.1", &log).failures.join("\n");
+    assert!(
+        all.contains("bad JSON line") && all.contains("no hello line"),
+        "{all}"
+    );
+}
+
+const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}}}"#;
+
+/// A window whose /cgtrace-vm-thr element has `nr_throttled` and `throttled_us`.
+fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
+    format!(
+        r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}}]}}"#,
+        e = 2 * nr_throttled
+    )
+}
+
+/// A throttle-scenario log: kernel delta 62 throttled periods, 10 674 582 µs.
+fn thr_captured(hello: &str, windows: &[String]) -> Vec<String> {
+    lines(&format!(
+        "CGTRACE-VM-BOOTED 6.12.117+deb12-cloud-amd64\n\
+         throttle: mode fentry, 6s of load, cpu.max 20000 100000\n\
+         [    9.100000] random: crng init done\nthrottle: cgtrace exit 0\n\
+         {KSTAT_BEFORE} nr_periods=2 nr_throttled=0 throttled_usec=0\n\
+         {KSTAT_AFTER} nr_periods=66 nr_throttled=62 throttled_usec=10674582\n\
+         {STREAM_BEGIN}\n{hello}\n{}\n{STREAM_END}\nCGTRACE-VM-EXIT 0",
+        windows.join("\n")
+    ))
+}
+
+fn good_thr_windows() -> Vec<String> {
+    // 62 throttled periods, 10 700 000 µs (ratio 1.0024).
+    vec![
+        thr_window(1, 0, 0.0).replace(r#","throttle":{"#, r#","nothrottle":{"#),
+        thr_window(2, 30, 5_200_000.0),
+        thr_window(3, 32, 5_500_000.0),
+    ]
+}
+
+#[test]
+fn throttle_check_accepts_matching_counts() {
+    let log = thr_captured(THR_HELLO, &good_thr_windows());
+    let r = check_throttle("6.12", ThrottleMode::Fentry, &log);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!((r.windows, r.throttle_windows), (3, 2));
+    assert_eq!((r.ours_nr_throttled, r.ours_episodes), (62, 124));
+    assert_eq!(r.ours_throttled_us, 10_700_000.0);
+    assert_eq!(
+        r.kernel,
+        Some(Kstat {
+            nr_periods: 64,
+            nr_throttled: 62,
+            throttled_usec: 10_674_582
+        })
+    );
+    assert_eq!(r.mode.as_deref(), Some("fentry"));
+    assert!((r.time_ratio().unwrap() - 1.00238).abs() < 1e-4);
+    // auto only records the mode.
+    let r = check_throttle("6.12", ThrottleMode::Auto, &log);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.mode.as_deref(), Some("fentry"));
+}
+
+#[test]
+fn throttle_check_rejects_wrong_mode_count_and_time() {
+    // One throttled period missing, 2.5 % too much time.
+    let windows = [
+        thr_window(1, 30, 5_400_000.0),
+        thr_window(2, 31, 5_542_000.0),
+    ];
+    let log = thr_captured(THR_HELLO, &windows);
+    let r = check_throttle("6.12", ThrottleMode::Kprobe, &log);
+    let all = r.failures.join("\n");
+    assert_eq!(r.failures.len(), 3, "{all}");
+    assert!(
+        all.contains("families.throttle.mode is fentry, want kprobe"),
+        "{all}"
+    );
+    assert!(all.contains("nr_throttled ours 61 != kernel 62"), "{all}");
+    assert!(
+        all.contains("throttled_us ours 10942000 vs kernel 10674582 (ratio 1.0251"),
+        "{all}"
+    );
+}
+
+#[test]
+fn throttle_check_rejects_unthrottled_workload_and_missing_data() {
+    let log = thr_captured(THR_HELLO, &good_thr_windows());
+    let unthrottled: Vec<String> = log
+        .iter()
+        .map(|l| {
+            l.replace(
+                "nr_throttled=62 throttled_usec=10674582",
+                "nr_throttled=0 throttled_usec=0",
+            )
+        })
+        .collect();
+    let all = check_throttle("6.12", ThrottleMode::Fentry, &unthrottled)
+        .failures
+        .join("\n");
+    assert!(all.contains("the workload was not throttled"), "{all}");
+
+    // No cpu.stat lines, no throttle objects, no mode in hello, and a wrong kernel.
+    let hello = THR_HELLO.replace(r#""mode":"fentry","#, "");
+    let windows = [thr_window(1, 5, 1.0).replace("/cgtrace-vm-thr", "/other")];
+    let log: Vec<String> = thr_captured(&hello, &windows)
+        .into_iter()
+        .filter(|l| !l.starts_with("CGTRACE-KSTAT"))
+        .collect();
+    let r = check_throttle("6.1", ThrottleMode::Fentry, &log);
+    let all = r.failures.join("\n");
+    for want in [
+        "no CGTRACE-KSTAT-BEFORE line",
+        "no CGTRACE-KSTAT-AFTER line",
+        "mode is <missing>, want fentry",
+        "want 6.1.*",
+        "no window has a throttle object for /cgtrace-vm-thr",
+    ] {
+        assert!(all.contains(want), "{want}: {all}");
+    }
+    assert!(r.kernel.is_none());
+
+    // A cpu.stat read that failed (empty values) and a crashed cgtrace.
+    let log = lines(&format!(
+        "{KSTAT_BEFORE} nr_periods= nr_throttled= throttled_usec=\n\
+         {KSTAT_AFTER} nr_periods=3 nr_throttled=1 throttled_usec=9\nCGTRACE-VM-EXIT 101"
+    ));
+    let all = check_throttle("6.1", ThrottleMode::Kprobe, &log)
+        .failures
+        .join("\n");
+    assert!(
+        all.contains("CGTRACE-KSTAT-BEFORE: no number for nr_periods"),
+        "{all}"
+    );
+    assert!(all.contains(&format!("no {STREAM_BEGIN} line")), "{all}");
+}
+
+#[test]
+fn strips_terminal_escapes() {
+    assert_eq!(strip_escapes("\x1bc\x1b[?7l\x1b[2JSeaBIOS\r"), "SeaBIOS");
+    assert_eq!(strip_escapes("plain [ 1.0] line"), "plain [ 1.0] line");
+}
+
+#[test]
+fn parses_ldd_output() {
+    let text = "\tlinux-vdso.so.1 (0x00007ffc)\n\
+                \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f)\n\
+                \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\
+                \t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
+    let libs = parse_ldd(text).unwrap();
+    assert_eq!(
+        libs,
+        [
+            "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2"
+        ]
+        .map(PathBuf::from)
+    );
+    assert!(
+        parse_ldd("\tnot a dynamic executable\n")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
+}
+
+#[test]
+fn finds_mirrors_in_both_source_formats() {
+    let deb822 = "Types: deb\n# comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n\
+                  Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+                  Types: deb\nURIs: http://mirror.example/debian-security/\nSuites: bookworm-security\n\
+                  Components: main\n\nEnabled: no\nTypes: deb\nURIs: http://off.example\nSuites: bookworm\n";
+    let mut sources =
+        apt::parse_one_line("deb [arch=amd64] http://other.example/x nodistro main\n");
+    sources.extend(apt::parse_deb822(deb822));
+    let m = apt::mirrors_for("bookworm", &sources).unwrap();
+    assert_eq!(m.archive, "http://mirror.example/debian");
+    assert_eq!(m.security, "http://mirror.example/debian-security");
+    let list = apt::sources_list("bullseye", &m);
+    let keyring = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
+    assert!(list.contains(&format!(
+        "{keyring} http://mirror.example/debian bullseye-updates"
+    )));
+    assert!(list.contains("http://mirror.example/debian-security bullseye-security main"));
+
+    let one_line = apt::parse_one_line(
+        "deb http://a.example/debian bookworm main # x\n#deb http://b bookworm main\n",
+    );
+    assert_eq!(one_line.len(), 1);
+    assert!(
+        apt::mirrors_for("bookworm", &one_line).is_err(),
+        "no security source"
+    );
+}
+
+#[test]
+fn cpio_newc_layout() {
+    let mut archive = cpio::Archive::default();
+    archive.data("bin/hello", "hi!\n", 0o755);
+    archive.symlink("bin/sh", "busybox");
+    let mut out = Vec::new();
+    archive.write_to(&mut out).unwrap();
+    assert_eq!(out.len() % 4, 0);
+    let text = String::from_utf8_lossy(&out);
+    // The parent directory is created and comes first.
+    assert!(text.find("bin\0").unwrap() < text.find("bin/hello\0").unwrap());
+    assert_eq!(text.matches("070701").count(), 4);
+    assert!(text.contains("hi!\n") && text.contains("busybox") && text.contains("TRAILER!!!"));
+    // mode of bin/hello: regular file 0755.
+    let h = text.find("bin/hello").unwrap() - 110;
+    assert_eq!(&text[h + 14..h + 22], "000081ED");
+}

@@ -1,0 +1,181 @@
+//! The `throttle` scenario (`tests/vm/throttle.sh`, one boot per throttle attach mode):
+//! cgtrace's `nr_throttled` and throttled time against the guest kernel's own `cpu.stat`.
+
+use super::*;
+
+/// The throttling counters of the kernel's `cpu.stat` the throttle scenario prints.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub(super) struct Kstat {
+    pub(super) nr_periods: u64,
+    pub(super) nr_throttled: u64,
+    pub(super) throttled_usec: u64,
+}
+
+impl Kstat {
+    /// `self - earlier`, `None` if a counter went backwards.
+    pub(super) fn delta(self, earlier: Kstat) -> Option<Kstat> {
+        Some(Kstat {
+            nr_periods: self.nr_periods.checked_sub(earlier.nr_periods)?,
+            nr_throttled: self.nr_throttled.checked_sub(earlier.nr_throttled)?,
+            throttled_usec: self.throttled_usec.checked_sub(earlier.throttled_usec)?,
+        })
+    }
+}
+
+/// What the throttle scenario showed: ours summed over the windows, the kernel's `cpu.stat`
+/// delta over the load, and what was wrong.
+#[derive(Clone, Default, Debug)]
+pub(super) struct ThrottleReport {
+    pub(super) windows: usize,
+    /// `families.throttle.mode` of the hello line.
+    pub(super) mode: Option<String>,
+    /// Windows with a `throttle` object for the scenario's cgroup.
+    pub(super) throttle_windows: usize,
+    pub(super) ours_nr_periods: u64,
+    pub(super) ours_nr_throttled: u64,
+    pub(super) ours_throttled_us: f64,
+    pub(super) ours_episodes: u64,
+    /// after - before of the guest kernel's `cpu.stat`.
+    pub(super) kernel: Option<Kstat>,
+    pub(super) failures: Vec<String>,
+}
+
+impl ThrottleReport {
+    /// Our throttled time over the kernel's.
+    pub(super) fn time_ratio(&self) -> Option<f64> {
+        let k = self.kernel?;
+        (k.throttled_usec > 0).then(|| self.ours_throttled_us / k.throttled_usec as f64)
+    }
+}
+
+/// Checks a captured throttle-scenario log: the hello line, the throttle attach mode, and
+/// cgtrace's `nr_throttled` (equal) and throttled time (within 2 %) for the scenario's cgroup,
+/// summed over all windows, against the kernel's `cpu.stat` delta, which must show throttling.
+pub(super) fn check_throttle(
+    expected_kernel: &str,
+    requested: ThrottleMode,
+    lines: &[String],
+) -> ThrottleReport {
+    let mut report = ThrottleReport::default();
+    let before = kstat_line(lines, KSTAT_BEFORE, &mut report.failures);
+    let after = kstat_line(lines, KSTAT_AFTER, &mut report.failures);
+    if let (Some(before), Some(after)) = (before, after) {
+        report.kernel = after.delta(before);
+        if report.kernel.is_none() {
+            report
+                .failures
+                .push(format!("cpu.stat went backwards: {before:?} -> {after:?}"));
+        }
+    }
+    let Some(objects) = stream_objects(lines, &mut report.failures) else {
+        return report;
+    };
+    match objects.iter().find(|o| o["type"] == "hello") {
+        Some(hello) => {
+            check_hello(expected_kernel, hello, &mut report.failures);
+            report.mode = hello_text(hello, "/families/throttle/mode");
+            let got = report.mode.as_deref().unwrap_or("<missing>");
+            if requested != ThrottleMode::Auto && got != requested.as_str() {
+                let detail = hello_text(hello, "/families/throttle/detail").unwrap_or_default();
+                report.failures.push(format!(
+                    "hello families.throttle.mode is {got}, want {} ({detail})",
+                    requested.as_str()
+                ));
+            }
+        }
+        None => report.failures.push("no hello line".into()),
+    }
+    for window in objects.iter().filter(|o| o["type"] == "window") {
+        report.windows += 1;
+        let Some(cgroups) = window["cgroups"].as_array() else {
+            continue;
+        };
+        for t in cgroups
+            .iter()
+            .filter(|c| c["path"] == THROTTLE_CGROUP)
+            .filter_map(|c| c.get("throttle").filter(|t| t.is_object()))
+        {
+            let n = |k: &str| t[k].as_u64().unwrap_or(0);
+            report.throttle_windows += 1;
+            report.ours_nr_periods += n("nr_periods");
+            report.ours_nr_throttled += n("nr_throttled");
+            report.ours_episodes += n("episodes");
+            report.ours_throttled_us += t["throttled_us"].as_f64().unwrap_or(0.0);
+        }
+    }
+    let f = &mut report.failures;
+    if report.windows == 0 {
+        f.push("no window lines".into());
+    } else if report.throttle_windows == 0 {
+        f.push(format!(
+            "no window has a throttle object for {THROTTLE_CGROUP}"
+        ));
+    }
+    if let Some(k) = report.kernel {
+        if k.nr_throttled == 0 {
+            f.push(format!(
+                "kernel cpu.stat shows no throttling (nr_throttled delta 0, nr_periods delta {}): \
+                 the workload was not throttled",
+                k.nr_periods
+            ));
+        } else {
+            if report.ours_nr_throttled != k.nr_throttled {
+                f.push(format!(
+                    "nr_throttled ours {} != kernel {} (nr_periods ours {}, kernel {})",
+                    report.ours_nr_throttled, k.nr_throttled, report.ours_nr_periods, k.nr_periods
+                ));
+            }
+            let kernel_us = k.throttled_usec as f64;
+            let diff = (report.ours_throttled_us - kernel_us).abs();
+            if diff > THROTTLED_TIME_TOLERANCE * kernel_us {
+                f.push(format!(
+                    "throttled_us ours {:.0} vs kernel {} (ratio {:.4}, allowed ±{} %)",
+                    report.ours_throttled_us,
+                    k.throttled_usec,
+                    report.ours_throttled_us / kernel_us,
+                    THROTTLED_TIME_TOLERANCE * 100.0
+                ));
+            }
+        }
+    }
+    report
+}
+
+/// The `key=value` counters after `marker` on its (first) line in the log.
+pub(super) fn kstat_line(
+    lines: &[String],
+    marker: &str,
+    failures: &mut Vec<String>,
+) -> Option<Kstat> {
+    let Some(rest) = lines
+        .iter()
+        .find_map(|l| l.split_once(marker).map(|(_, r)| r))
+    else {
+        failures.push(format!("no {marker} line"));
+        return None;
+    };
+    let fields: BTreeMap<&str, &str> = rest
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect();
+    let mut field = |key: &str| {
+        let value = fields.get(key).and_then(|v| v.parse::<u64>().ok());
+        if value.is_none() {
+            failures.push(format!(
+                "{marker}: no number for {key} in {:?}",
+                rest.trim()
+            ));
+        }
+        value
+    };
+    let (nr_periods, nr_throttled, throttled_usec) = (
+        field("nr_periods"),
+        field("nr_throttled"),
+        field("throttled_usec"),
+    );
+    Some(Kstat {
+        nr_periods: nr_periods?,
+        nr_throttled: nr_throttled?,
+        throttled_usec: throttled_usec?,
+    })
+}
