@@ -40,6 +40,16 @@ pub struct WindowOut<'a> {
     pub json: &'a str,
 }
 
+/// What one turn of the pump gives every sink.
+pub struct Turn<'a> {
+    /// Names cgroups, and holds what the ring buffer delivered.
+    pub session: &'a mut Session,
+    /// The event lines drained in the turn.
+    pub lines: &'a [EventLine],
+    /// The window the turn ended, if any (at the end: the partial last window).
+    pub window: Option<&'a WindowOut<'a>>,
+}
+
 /// An output of a live session. Sinks are handed each turn in the order given to [`run`], so an
 /// earlier sink (the recorder) has written what a later one (stdout) prints.
 pub trait Sink {
@@ -47,24 +57,12 @@ pub trait Sink {
     fn start(&mut self, _hello: &Hello) -> anyhow::Result<Flow> {
         Ok(Flow::Continue)
     }
-    /// One turn of the pump: the event lines drained in it, and the window it ended, if any.
-    /// `session` names cgroups and holds what the ring buffer delivered.
-    fn turn(
-        &mut self,
-        session: &mut Session,
-        lines: &[EventLine],
-        window: Option<&WindowOut<'_>>,
-    ) -> anyhow::Result<Flow>;
-    /// The run ended: the event lines drained last, the partial last window and the closing
-    /// summary line (JSON).
-    fn finish(
-        &mut self,
-        _session: &mut Session,
-        _lines: &[EventLine],
-        _last: &WindowOut<'_>,
-        _summary: &str,
-    ) -> anyhow::Result<()> {
-        Ok(())
+    /// One turn of the pump.
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow>;
+    /// The run ended: the last turn (with the partial last window) and the closing summary
+    /// line (JSON). By default, one more turn.
+    fn finish(&mut self, t: &mut Turn<'_>, _summary: &str) -> anyhow::Result<()> {
+        self.turn(t).map(|_| ())
     }
 }
 
@@ -146,8 +144,13 @@ pub async fn run(
             .as_ref()
             .zip(json.as_deref())
             .map(|(window, json)| WindowOut { window, json });
+        let mut turn = Turn {
+            session: &mut pump.session,
+            lines: &lines,
+            window: out.as_ref(),
+        };
         for s in sinks.iter_mut() {
-            if s.turn(&mut pump.session, &lines, out.as_ref())? == Flow::Stop {
+            if s.turn(&mut turn)? == Flow::Stop {
                 by_sink = true;
                 break 'run;
             }
@@ -167,8 +170,13 @@ pub async fn run(
         windows,
         cgroups: &totals,
     })?;
+    let mut turn = Turn {
+        session: &mut pump.session,
+        lines: &lines,
+        window: Some(&out),
+    };
     for s in sinks.iter_mut() {
-        s.finish(&mut pump.session, &lines, &out, &summary)?;
+        s.finish(&mut turn, &summary)?;
     }
     drop(pump); // detaches every program
     Ok(Ended { windows, by_sink })

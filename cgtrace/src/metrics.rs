@@ -679,11 +679,8 @@ mod tests {
                 counters: BTreeMap::new(),
             },
             cgroups_tracked: cgroups.len(),
-            cgroups_evicted: 0,
             cgroups,
-            memcgs: Vec::new(),
-            dying_memcgs: None,
-            churn: None,
+            ..Window::default()
         }
     }
 
@@ -703,15 +700,11 @@ mod tests {
             namespace: Some("default".into()),
             pod: Some("web-0".into()),
             container: Some("nginx".into()),
-            removed: false,
             runq: RunqWindow {
                 all: h.summary(),
                 kinds,
             },
-            throttle: None,
-            reads: None,
-            flags: Vec::new(),
-            other: Default::default(),
+            ..CgroupWindow::default()
         }
     }
 

@@ -11,12 +11,12 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    driver::{self, Flow, Sink, WindowOut},
+    driver::{self, Flow, Sink, Turn},
     events::EventSelection,
     family::EventLine,
     metrics::{Exporter, MetricsOptions},
     model::Hello,
-    session::{Pump, Session, SessionOptions},
+    session::{Pump, SessionOptions},
 };
 
 /// Writes one JSON line; `Ok(false)` when the reader went away (EPIPE).
@@ -84,30 +84,18 @@ impl<W: Write> Sink for Ndjson<W> {
         self.line(&serde_json::to_string(hello)?)
     }
 
-    fn turn(
-        &mut self,
-        _: &mut Session,
-        lines: &[EventLine],
-        window: Option<&WindowOut<'_>>,
-    ) -> anyhow::Result<Flow> {
-        if self.lines(lines)? == Flow::Stop {
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
+        if self.lines(t.lines)? == Flow::Stop {
             return Ok(Flow::Stop);
         }
-        match window {
+        match t.window {
             Some(w) => self.line(w.json),
             None => Ok(self.flow()),
         }
     }
 
-    fn finish(
-        &mut self,
-        _: &mut Session,
-        lines: &[EventLine],
-        last: &WindowOut<'_>,
-        summary: &str,
-    ) -> anyhow::Result<()> {
-        self.lines(lines)?;
-        self.line(last.json)?;
+    fn finish(&mut self, t: &mut Turn<'_>, summary: &str) -> anyhow::Result<()> {
+        self.turn(t)?;
         if self.summary {
             self.line(summary)?;
         }
@@ -118,27 +106,11 @@ impl<W: Write> Sink for Ndjson<W> {
 
 /// The Prometheus sink: every window updates the served metrics.
 impl Sink for Exporter {
-    fn turn(
-        &mut self,
-        _: &mut Session,
-        _: &[EventLine],
-        window: Option<&WindowOut<'_>>,
-    ) -> anyhow::Result<Flow> {
-        if let Some(w) = window {
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
+        if let Some(w) = t.window {
             self.update(w.window);
         }
         Ok(Flow::Continue)
-    }
-
-    fn finish(
-        &mut self,
-        _: &mut Session,
-        _: &[EventLine],
-        last: &WindowOut<'_>,
-        _: &str,
-    ) -> anyhow::Result<()> {
-        self.update(last.window);
-        Ok(())
     }
 }
 

@@ -462,71 +462,59 @@ impl Names {
     }
 }
 
+/// The entries of `dir` whose names `parse` accepts, keyed as it says; at most `max`.
+fn scan_names<T>(
+    dir: &Path,
+    max: usize,
+    parse: impl Fn(&str) -> Option<(String, T)>,
+) -> HashMap<String, T> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return HashMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(&parse))
+        .take(max)
+        .collect()
+}
+
 /// `<namespace>_<pod>_<uid>` directory names.
 fn scan_pods(dir: &Path, max: usize) -> HashMap<String, PodRef> {
-    let mut out = HashMap::new();
-    let Ok(entries) = fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        if out.len() >= max {
-            break;
-        }
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let parts: Vec<&str> = name.split('_').collect();
-        if let [ns, pod, uid] = parts[..]
-            && !ns.is_empty()
-            && !pod.is_empty()
-            && is_pod_uid(uid, b'-')
-        {
-            out.insert(
+    scan_names(dir, max, |name| {
+        match name.split('_').collect::<Vec<_>>()[..] {
+            [ns, pod, uid] if !ns.is_empty() && !pod.is_empty() && is_pod_uid(uid, b'-') => Some((
                 uid.to_string(),
                 PodRef {
                     namespace: ns.to_string(),
                     pod: pod.to_string(),
                 },
-            );
+            )),
+            _ => None,
         }
-    }
-    out
+    })
 }
 
 /// `<pod>_<namespace>_<container>-<64 hex id>.log` file (symlink) names.
 fn scan_containers(dir: &Path, max: usize) -> HashMap<String, ContainerRef> {
-    let mut out = HashMap::new();
-    let Ok(entries) = fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        if out.len() >= max {
-            break;
-        }
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some((front, cid)) = name.strip_suffix(".log").and_then(|s| s.rsplit_once('-')) else {
-            continue;
-        };
+    scan_names(dir, max, |name| {
+        let (front, cid) = name.strip_suffix(".log")?.rsplit_once('-')?;
         if !is_container_id(cid) {
-            continue;
+            return None;
         }
-        let parts: Vec<&str> = front.split('_').collect();
-        if let [pod, ns, container] = parts[..]
-            && !pod.is_empty()
-            && !ns.is_empty()
-            && !container.is_empty()
-        {
-            out.insert(
-                cid.to_string(),
-                ContainerRef {
-                    namespace: ns.to_string(),
-                    pod: pod.to_string(),
-                    container: container.to_string(),
-                },
-            );
+        match front.split('_').collect::<Vec<_>>()[..] {
+            [pod, ns, container] if !pod.is_empty() && !ns.is_empty() && !container.is_empty() => {
+                Some((
+                    cid.to_string(),
+                    ContainerRef {
+                        namespace: ns.to_string(),
+                        pod: pod.to_string(),
+                        container: container.to_string(),
+                    },
+                ))
+            }
+            _ => None,
         }
-    }
-    out
+    })
 }
 
 /// The string value of top-level `key` in a JSON object, without a JSON library: nested
@@ -630,6 +618,13 @@ mod tests {
     const UID_US: &str = "5f3c2a1e_9b8d_4c7f_a6e5_d4c3b2a19f80";
     const STATIC_UID: &str = "6a8f0c2b4d6e8f0a1c3e5b7d9f1a3c5e";
 
+    /// Each path derives the name given.
+    fn derives(cases: &[(&str, Name)]) {
+        for (path, want) in cases {
+            assert_eq!(&n(path), want, "{path}");
+        }
+    }
+
     fn n(path: &str) -> Name {
         derive(path).unwrap_or_else(|| panic!("no name for {path}"))
     }
@@ -680,45 +675,51 @@ mod tests {
 
     #[test]
     fn k8s_cgroupfs_guaranteed_pod_and_container() {
-        assert_eq!(n(&format!("/kubepods/pod{UID}")), pod(UID, "guaranteed"));
-        assert_eq!(
-            n(&format!("/kubepods/pod{UID}/{CID}")),
-            pod_container(UID, "guaranteed", CID)
-        );
+        derives(&[
+            (&format!("/kubepods/pod{UID}"), pod(UID, "guaranteed")),
+            (
+                &format!("/kubepods/pod{UID}/{CID}"),
+                pod_container(UID, "guaranteed", CID),
+            ),
+        ]);
     }
 
     #[test]
     fn k8s_cgroupfs_burstable_and_besteffort() {
-        assert_eq!(
-            n(&format!("/kubepods/burstable/pod{UID}/{CID}")),
-            pod_container(UID, "burstable", CID)
-        );
-        assert_eq!(
-            n(&format!("/kubepods/besteffort/pod{UID}")),
-            pod(UID, "besteffort")
-        );
+        derives(&[
+            (
+                &format!("/kubepods/burstable/pod{UID}/{CID}"),
+                pod_container(UID, "burstable", CID),
+            ),
+            (
+                &format!("/kubepods/besteffort/pod{UID}"),
+                pod(UID, "besteffort"),
+            ),
+        ]);
         // crio with the cgroupfs driver prefixes the id.
-        assert_eq!(
-            n(&format!("/kubepods/besteffort/pod{UID}/crio-{CID}")),
-            pod_container(UID, "besteffort", CID)
-        );
+        derives(&[(
+            &format!("/kubepods/besteffort/pod{UID}/crio-{CID}"),
+            pod_container(UID, "besteffort", CID),
+        )]);
     }
 
     #[test]
     fn k8s_cgroupfs_under_a_prefix_and_static_pod() {
         // kubelet --cgroup-root, or kind/k3s nodes running inside Docker.
-        assert_eq!(
-            n(&format!("/kubelet/kubepods/burstable/pod{UID}/{CID}")),
-            pod_container(UID, "burstable", CID)
-        );
-        assert_eq!(
-            n(&format!("/docker/{CID2}/kubepods/pod{UID}/{CID}")),
-            pod_container(UID, "guaranteed", CID)
-        );
-        assert_eq!(
-            n(&format!("/kubepods/burstable/pod{STATIC_UID}")),
-            pod(STATIC_UID, "burstable")
-        );
+        derives(&[
+            (
+                &format!("/kubelet/kubepods/burstable/pod{UID}/{CID}"),
+                pod_container(UID, "burstable", CID),
+            ),
+            (
+                &format!("/docker/{CID2}/kubepods/pod{UID}/{CID}"),
+                pod_container(UID, "guaranteed", CID),
+            ),
+            (
+                &format!("/kubepods/burstable/pod{STATIC_UID}"),
+                pod(STATIC_UID, "burstable"),
+            ),
+        ]);
     }
 
     #[test]
@@ -726,7 +727,7 @@ mod tests {
         let base = format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice"
         );
-        assert_eq!(n(&base), pod(UID, "burstable"));
+        derives(&[(&base, pod(UID, "burstable"))]);
         for runtime in ["cri-containerd", "crio", "docker"] {
             assert_eq!(
                 n(&format!("{base}/{runtime}-{CID}.scope")),
@@ -734,27 +735,27 @@ mod tests {
                 "{runtime}"
             );
         }
-        assert_eq!(
-            n(&format!(
-                "/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-{CID}.scope"
-            )),
-            pod_container(UID, "guaranteed", CID)
-        );
-        assert_eq!(
-            n(&format!(
-                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice"
-            )),
-            pod(UID, "besteffort")
-        );
+        derives(&[
+            (
+                &format!("/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-{CID}.scope"),
+                pod_container(UID, "guaranteed", CID),
+            ),
+            (
+                &format!(
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice"
+                ),
+                pod(UID, "besteffort"),
+            ),
+        ]);
         // kind node with the systemd driver, nested in a Docker container.
-        assert_eq!(
-            n(&format!(
+        derives(&[(
+            &format!(
                 "/system.slice/docker-{CID2}.scope/kubelet.slice/kubelet-kubepods.slice/\
                  kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_US}.slice/\
                  cri-containerd-{CID}.scope"
-            )),
-            pod_container(UID, "besteffort", CID)
-        );
+            ),
+            pod_container(UID, "besteffort", CID),
+        )]);
     }
 
     #[test]
@@ -773,99 +774,109 @@ mod tests {
         assert_eq!(derive("/kubepods/podnot-a-uid"), None);
         // A pod-looking directory outside kubepods is not a pod.
         assert_eq!(derive(&format!("/other/pod{UID}")), None);
-        assert_eq!(
-            n("/kubepods.slice/kubepods-burstable.slice"),
-            unit(NameKind::Systemd, "kubepods-burstable.slice")
-        );
+        derives(&[(
+            "/kubepods.slice/kubepods-burstable.slice",
+            unit(NameKind::Systemd, "kubepods-burstable.slice"),
+        )]);
     }
 
     #[test]
     fn docker_cgroupfs_and_systemd() {
-        assert_eq!(
-            n(&format!("/docker/{CID}")),
-            other_container(NameKind::Docker, CID)
-        );
-        assert_eq!(
-            n(&format!("/system.slice/docker-{CID}.scope")),
-            other_container(NameKind::Docker, CID)
-        );
+        derives(&[
+            (
+                &format!("/docker/{CID}"),
+                other_container(NameKind::Docker, CID),
+            ),
+            (
+                &format!("/system.slice/docker-{CID}.scope"),
+                other_container(NameKind::Docker, CID),
+            ),
+        ]);
         // Docker in Docker: the innermost container.
-        assert_eq!(
-            n(&format!("/docker/{CID2}/docker/{CID}")),
-            other_container(NameKind::Docker, CID)
-        );
+        derives(&[(
+            &format!("/docker/{CID2}/docker/{CID}"),
+            other_container(NameKind::Docker, CID),
+        )]);
     }
 
     #[test]
     fn systemd_units() {
-        assert_eq!(
-            n("/system.slice/nginx.service"),
-            unit(NameKind::Systemd, "nginx.service")
-        );
-        assert_eq!(n("/init.scope"), unit(NameKind::Systemd, "init.scope"));
-        assert_eq!(n("/system.slice"), unit(NameKind::Systemd, "system.slice"));
-        assert_eq!(
-            n("/system.slice/system-getty.slice/getty@tty1.service"),
-            unit(NameKind::Systemd, "getty@tty1.service")
-        );
+        derives(&[
+            (
+                "/system.slice/nginx.service",
+                unit(NameKind::Systemd, "nginx.service"),
+            ),
+            ("/init.scope", unit(NameKind::Systemd, "init.scope")),
+            ("/system.slice", unit(NameKind::Systemd, "system.slice")),
+            (
+                "/system.slice/system-getty.slice/getty@tty1.service",
+                unit(NameKind::Systemd, "getty@tty1.service"),
+            ),
+        ]);
         // A delegated subtree below a unit is named after the unit.
-        assert_eq!(
-            n("/system.slice/foo.service/worker"),
-            unit(NameKind::Systemd, "foo.service")
-        );
+        derives(&[(
+            "/system.slice/foo.service/worker",
+            unit(NameKind::Systemd, "foo.service"),
+        )]);
     }
 
     #[test]
     fn systemd_user_session_and_user_units() {
-        assert_eq!(
-            n("/user.slice/user-1000.slice/session-3.scope"),
-            unit(NameKind::Session, "session-3.scope")
-        );
-        assert_eq!(
-            n("/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service"),
-            unit(NameKind::Systemd, "user@1000/foo.service")
-        );
-        assert_eq!(
-            n("/user.slice/user-1000.slice/user@1000.service"),
-            unit(NameKind::Systemd, "user@1000.service")
-        );
-        assert_eq!(
-            n("/user.slice/user-1000.slice"),
-            unit(NameKind::Systemd, "user-1000.slice")
-        );
+        derives(&[
+            (
+                "/user.slice/user-1000.slice/session-3.scope",
+                unit(NameKind::Session, "session-3.scope"),
+            ),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service",
+                unit(NameKind::Systemd, "user@1000/foo.service"),
+            ),
+            (
+                "/user.slice/user-1000.slice/user@1000.service",
+                unit(NameKind::Systemd, "user@1000.service"),
+            ),
+            (
+                "/user.slice/user-1000.slice",
+                unit(NameKind::Systemd, "user-1000.slice"),
+            ),
+        ]);
     }
 
     #[test]
     fn podman_containerd_and_generic_ids() {
-        assert_eq!(
-            n(&format!("/machine.slice/libpod-{CID}.scope")),
-            other_container(NameKind::Container, CID)
-        );
-        assert_eq!(
-            n(&format!("/machine.slice/libpod-{CID}.scope/container")),
-            other_container(NameKind::Container, CID)
-        );
+        derives(&[
+            (
+                &format!("/machine.slice/libpod-{CID}.scope"),
+                other_container(NameKind::Container, CID),
+            ),
+            (
+                &format!("/machine.slice/libpod-{CID}.scope/container"),
+                other_container(NameKind::Container, CID),
+            ),
+        ]);
         let conmon = n(&format!("/machine.slice/libpod-conmon-{CID}.scope"));
         assert_eq!(conmon.display, format!("conmon-{}", &CID[..12]));
-        assert_eq!(
-            n(&format!("/system.slice/nerdctl-{CID}.scope")),
-            other_container(NameKind::Container, CID)
-        );
+        derives(&[(
+            &format!("/system.slice/nerdctl-{CID}.scope"),
+            other_container(NameKind::Container, CID),
+        )]);
         // containerd namespaces with the cgroupfs driver (`/default/<id>`), BuildKit, ...
-        assert_eq!(
-            n(&format!("/default/{CID}")),
-            other_container(NameKind::Container, CID)
-        );
+        derives(&[(
+            &format!("/default/{CID}"),
+            other_container(NameKind::Container, CID),
+        )]);
     }
 
     #[test]
     fn lxc() {
         let c = unit(NameKind::Container, "web1");
-        assert_eq!(n("/lxc/web1"), c);
-        assert_eq!(n("/lxc.payload.web1"), c);
-        assert_eq!(n("/lxc.payload/web1"), c);
-        // systemd inside the container is attributed to the container.
-        assert_eq!(n("/lxc.payload.web1/system.slice/nginx.service"), c);
+        derives(&[
+            ("/lxc/web1", c.clone()),
+            ("/lxc.payload.web1", c.clone()),
+            ("/lxc.payload/web1", c.clone()),
+            // systemd inside the container is attributed to the container.
+            ("/lxc.payload.web1/system.slice/nginx.service", c),
+        ]);
         assert_eq!(derive("/lxc"), None);
     }
 

@@ -139,7 +139,7 @@ pub struct HistSpec {
 }
 
 /// One interval of data.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Window {
     #[serde(rename = "type")]
     pub kind: String,
@@ -178,7 +178,7 @@ pub struct EventCounts {
 }
 
 /// One cgroup's data in a window.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CgroupWindow {
     /// `kernfs_node.id` (the directory's inode number) in `hierarchy`.
     pub id: u64,

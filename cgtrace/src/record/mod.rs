@@ -18,9 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     clock::monotonic_ns,
     decode::Record,
-    driver::{self, Flow, Sink, WindowOut},
+    driver::{self, Flow, Sink, Turn},
     events::EventSelection,
-    family::EventLine,
     metrics::{Exporter, MetricsOptions},
     model::Window,
     session::{Pump, RawRecords, Session, SessionOptions},
@@ -143,19 +142,14 @@ impl Recorder {
 }
 
 impl Sink for Recorder {
-    fn turn(
-        &mut self,
-        session: &mut Session,
-        _: &[EventLine],
-        window: Option<&WindowOut<'_>>,
-    ) -> anyhow::Result<Flow> {
-        self.events(session);
-        if let Some(w) = window {
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
+        self.events(t.session);
+        if let Some(w) = t.window {
             self.window(w.window, w.json);
         }
         // Every window ends a chunk; so does FLUSH_EVERY's worth of events, or a full buffer.
         let (pending, since) = self.writer.pending();
-        let due = window.is_some()
+        let due = t.window.is_some()
             || since.is_some_and(|t| t.elapsed() >= FLUSH_EVERY)
             || pending >= writer::CHUNK_BYTES;
         if due && flush(&mut self.writer, false)? == Flushed::Full {
@@ -165,16 +159,10 @@ impl Sink for Recorder {
         Ok(Flow::Continue)
     }
 
-    fn finish(
-        &mut self,
-        session: &mut Session,
-        _: &[EventLine],
-        last: &WindowOut<'_>,
-        summary: &str,
-    ) -> anyhow::Result<()> {
-        self.events(session);
-        if !self.full {
-            self.window(last.window, last.json);
+    fn finish(&mut self, t: &mut Turn<'_>, summary: &str) -> anyhow::Result<()> {
+        self.events(t.session);
+        if let Some(w) = t.window.filter(|_| !self.full) {
+            self.window(w.window, w.json);
         }
         // After --max-size the summary still goes in, in the room kept for it.
         self.writer.record(Tag::Summary, summary.as_bytes());

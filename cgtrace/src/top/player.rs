@@ -443,24 +443,15 @@ mod view {
         assert_eq!(seq(&app), 10);
         // The header says where the replay stands, the help lists the replay keys.
         let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
-        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
-        let screen: String = term
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|c| c.symbol())
-            .collect();
-        assert!(screen.contains("REPLAY end 10/10"), "{screen}");
+        let mut screen = |app: &App| -> String {
+            term.draw(|f| crate::top::render::draw(f, app)).unwrap();
+            let buf = term.backend().buffer();
+            buf.content().iter().map(|c| c.symbol()).collect()
+        };
+        let s = screen(&app);
+        assert!(s.contains("REPLAY end 10/10"), "{s}");
         press(&mut app, &src, &rx, cmd(Command::Help));
-        term.draw(|f| crate::top::render::draw(f, &app)).unwrap();
-        let screen: String = term
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|c| c.symbol())
-            .collect();
+        let screen = screen(&app);
         assert!(screen.contains("next throttle episode") && screen.contains("jump to a time"));
     }
 

@@ -17,10 +17,9 @@ use tokio::{
 
 use super::event::Event;
 use crate::{
-    driver::{self, Flow, Sink, WindowOut},
-    family::EventLine,
+    driver::{self, Flow, Sink, Turn},
     model::{Hello, Window},
-    session::{Pump, Session, SessionOptions},
+    session::{Pump, SessionOptions},
 };
 
 /// What the view asks of its source.
@@ -139,13 +138,8 @@ struct View {
 }
 
 impl Sink for View {
-    fn turn(
-        &mut self,
-        _: &mut Session,
-        _: &[EventLine],
-        window: Option<&WindowOut<'_>>,
-    ) -> anyhow::Result<Flow> {
-        let Some(w) = window else {
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
+        let Some(w) = t.window else {
             return Ok(Flow::Continue);
         };
         Ok(

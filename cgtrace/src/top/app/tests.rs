@@ -63,15 +63,8 @@ fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWi
         path: Some(path.into()),
         name: name.map(Into::into),
         name_kind: name.map(|_| "systemd".into()),
-        namespace: None,
-        pod: None,
-        container: None,
-        removed: false,
         runq: runq_window(&k),
-        throttle: None,
-        reads: None,
-        flags: Vec::new(),
-        other: Default::default(),
+        ..CgroupWindow::default()
     }
 }
 
@@ -81,13 +74,9 @@ fn window(seq: u64, cgroups: Vec<CgroupWindow>) -> Action {
         seq,
         end_unix_ms: 1_000 * seq,
         duration_ms: 1000,
-        events: Default::default(),
         cgroups_tracked: cgroups.len(),
-        cgroups_evicted: 0,
         cgroups,
-        memcgs: Vec::new(),
-        dying_memcgs: None,
-        churn: None,
+        ..Window::default()
     }))
 }
 
@@ -536,25 +525,19 @@ static FAKE_COLUMNS: [Column; 2] = [
     },
 ];
 
+static FAKE_VIEW: crate::top::family::View = crate::top::family::View {
+    name: "fake",
+    title: "Fake",
+    columns: &FAKE_COLUMNS,
+    default_sort: None,
+};
+
 impl Family for Fake {
-    fn name(&self) -> &'static str {
-        "fake"
+    fn view(&self) -> &'static crate::top::family::View {
+        &FAKE_VIEW
     }
-    fn title(&self) -> &'static str {
-        "Fake"
-    }
-    fn columns(&self) -> &'static [Column] {
-        &FAKE_COLUMNS
-    }
-    fn detail(
-        &self,
-        _: &CgroupWindow,
-        _: &Ctx,
-        _: &Theme,
-        _: u16,
-        out: &mut Vec<ratatui::text::Line<'static>>,
-    ) {
-        out.push("fake section".into());
+    fn detail(&self, _: &CgroupWindow, d: &mut crate::top::family::Detail<'_>) {
+        d.out.push("fake section".into());
     }
     fn flags(&self, _: &CgroupWindow, _: &Ctx, out: &mut Vec<Flag>) {
         out.push(Flag {

@@ -47,27 +47,45 @@ pub struct Flag {
     pub advice: String,
 }
 
+/// What the view shows of a family besides its per-cgroup data.
+#[derive(Debug)]
+pub struct View {
+    /// The family's key in `hello.families` and in the stream (`runq`).
+    pub name: &'static str,
+    /// Title of its section in the detail pane.
+    pub title: &'static str,
+    /// Its table columns, in display order.
+    pub columns: &'static [Column],
+    /// The default sort column, if this family provides the view's default.
+    pub default_sort: Option<&'static str>,
+}
+
+/// Where a family writes its detail-pane section.
+pub struct Detail<'a> {
+    pub ctx: &'a Ctx,
+    pub theme: &'a Theme,
+    /// The pane's inner width.
+    pub width: u16,
+    pub out: &'a mut Vec<Line<'static>>,
+}
+
 /// One event family in the view.
 pub trait Family: Sync {
-    /// The family's key in `hello.families` and in the stream (`runq`).
-    fn name(&self) -> &'static str;
-    /// Title of its section in the detail pane.
-    fn title(&self) -> &'static str;
-    /// Its table columns, in display order.
-    fn columns(&self) -> &'static [Column];
-    /// The default sort column, if this family provides the view's default.
-    fn default_sort(&self) -> Option<&'static str> {
-        None
+    fn view(&self) -> &'static View;
+    fn name(&self) -> &'static str {
+        self.view().name
     }
-    /// Appends its detail-pane section for one cgroup (`width` is the pane's inner width).
-    fn detail(
-        &self,
-        cg: &CgroupWindow,
-        ctx: &Ctx,
-        theme: &Theme,
-        width: u16,
-        out: &mut Vec<Line<'static>>,
-    );
+    fn title(&self) -> &'static str {
+        self.view().title
+    }
+    fn columns(&self) -> &'static [Column] {
+        self.view().columns
+    }
+    fn default_sort(&self) -> Option<&'static str> {
+        self.view().default_sort
+    }
+    /// Appends its detail-pane section for one cgroup.
+    fn detail(&self, cg: &CgroupWindow, d: &mut Detail<'_>);
     /// Appends its diagnoses for one cgroup: the daemon's (`CgroupWindow::flags`) for this
     /// family.
     fn flags(&self, cg: &CgroupWindow, _ctx: &Ctx, out: &mut Vec<Flag>) {

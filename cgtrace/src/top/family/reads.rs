@@ -10,11 +10,10 @@ use crate::{
     top::{
         columns::{Cell, Column, Source},
         format,
-        render::theme::Theme,
     },
 };
 
-use super::{Ctx, Family};
+use super::{Ctx, Detail, Family, View};
 
 pub struct Reads;
 
@@ -82,27 +81,21 @@ static COLUMNS: [Column; 3] = [
     },
 ];
 
+static VIEW: View = View {
+    name: "reads",
+    title: "Pseudo-file reads",
+    columns: &COLUMNS,
+    default_sort: None,
+};
+
 impl Family for Reads {
-    fn name(&self) -> &'static str {
-        "reads"
+    fn view(&self) -> &'static View {
+        &VIEW
     }
 
-    fn title(&self) -> &'static str {
-        "Pseudo-file reads"
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        &COLUMNS
-    }
-
-    fn detail(
-        &self,
-        cg: &CgroupWindow,
-        ctx: &Ctx,
-        theme: &Theme,
-        width: u16,
-        out: &mut Vec<Line<'static>>,
-    ) {
+    fn detail(&self, cg: &CgroupWindow, d: &mut Detail<'_>) {
+        let (ctx, theme, width) = (d.ctx, d.theme, d.width);
+        let out = &mut *d.out;
         let Some(files) = data(cg) else {
             out.push(Line::from(vec![
                 Span::styled(self.title(), theme.title),

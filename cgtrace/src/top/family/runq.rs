@@ -5,11 +5,11 @@ use ratatui::text::{Line, Span};
 
 use crate::{hist::HistSummary, model::CgroupWindow};
 
-use super::{Ctx, Family};
+use super::{Ctx, Detail, Family, View};
 use crate::top::{
     columns::{Cell, Column, Source},
     format,
-    render::{bars, theme::Theme},
+    render::bars,
 };
 
 pub struct Runq;
@@ -108,31 +108,21 @@ static COLUMNS: [Column; 6] = [
     },
 ];
 
+static VIEW: View = View {
+    name: "runq",
+    title: "Run-queue latency",
+    columns: &COLUMNS,
+    default_sort: Some("runq.wait"),
+};
+
 impl Family for Runq {
-    fn name(&self) -> &'static str {
-        "runq"
+    fn view(&self) -> &'static View {
+        &VIEW
     }
 
-    fn title(&self) -> &'static str {
-        "Run-queue latency"
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        &COLUMNS
-    }
-
-    fn default_sort(&self) -> Option<&'static str> {
-        Some("runq.wait")
-    }
-
-    fn detail(
-        &self,
-        cg: &CgroupWindow,
-        ctx: &Ctx,
-        theme: &Theme,
-        width: u16,
-        out: &mut Vec<Line<'static>>,
-    ) {
+    fn detail(&self, cg: &CgroupWindow, d: &mut Detail<'_>) {
+        let (ctx, theme, width) = (d.ctx, d.theme, d.width);
+        let out = &mut *d.out;
         let all = &cg.runq.all;
         out.push(Line::from(vec![
             Span::styled(self.title(), theme.title),

@@ -10,11 +10,11 @@ use crate::{
     top::{
         columns::{Cell, Column, Source},
         format,
-        render::{bars, theme::Theme},
+        render::bars,
     },
 };
 
-use super::{Ctx, Family};
+use super::{Ctx, Detail, Family, View};
 
 pub struct Throttle;
 
@@ -96,27 +96,21 @@ static COLUMNS: [Column; 4] = [
     },
 ];
 
+static VIEW: View = View {
+    name: "throttle",
+    title: "CPU throttling",
+    columns: &COLUMNS,
+    default_sort: None,
+};
+
 impl Family for Throttle {
-    fn name(&self) -> &'static str {
-        "throttle"
+    fn view(&self) -> &'static View {
+        &VIEW
     }
 
-    fn title(&self) -> &'static str {
-        "CPU throttling"
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        &COLUMNS
-    }
-
-    fn detail(
-        &self,
-        cg: &CgroupWindow,
-        _ctx: &Ctx,
-        theme: &Theme,
-        width: u16,
-        out: &mut Vec<Line<'static>>,
-    ) {
+    fn detail(&self, cg: &CgroupWindow, d: &mut Detail<'_>) {
+        let (theme, width) = (d.theme, d.width);
+        let out = &mut *d.out;
         let Some(t) = data(cg) else {
             out.push(Line::from(vec![
                 Span::styled(self.title(), theme.title),

@@ -8,7 +8,13 @@ use ratatui::{
     widgets::{Block, Borders, Paragraph, Wrap},
 };
 
-use crate::top::{app::App, columns, family::Ctx, format, rows::RowKey};
+use crate::top::{
+    app::App,
+    columns,
+    family::{Ctx, Detail},
+    format,
+    rows::RowKey,
+};
 
 pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let t = &app.theme;
@@ -100,7 +106,15 @@ pub fn lines(app: &App, width: u16) -> Vec<Line<'static>> {
             continue;
         }
         out.push(Line::raw(""));
-        fam.detail(cg, &ctx, t, width, &mut out);
+        fam.detail(
+            cg,
+            &mut Detail {
+                ctx: &ctx,
+                theme: t,
+                width,
+                out: &mut out,
+            },
+        );
     }
     if let Some(w) = &app.window {
         out.push(Line::raw(""));
