@@ -9,6 +9,8 @@
 #[cfg(feature = "clap")]
 extern crate std;
 
+#[cfg(feature = "clock")]
+pub mod clock;
 pub mod counters;
 pub mod event;
 pub mod hist;

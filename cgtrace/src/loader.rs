@@ -22,6 +22,27 @@ use crate::{
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cgtrace.bpf.o"));
 
+/// A family whose kernel fields are missing: unavailable in `auto` mode, an error when the user
+/// forced a mode.
+fn missing_layout(
+    family: &'static str,
+    mode: &'static str,
+    auto: bool,
+    missing: &MissingField,
+) -> Result<FamilyMode, LoadError> {
+    if auto {
+        return Ok(FamilyMode {
+            mode: AttachMode::Unavailable,
+            detail: missing.to_string(),
+        });
+    }
+    Err(LoadError::Mode {
+        family,
+        mode,
+        reason: missing.to_string(),
+    })
+}
+
 /// Sizes and thresholds chosen on the command line.
 #[derive(Clone, Debug)]
 pub struct TraceOptions {
@@ -120,25 +141,20 @@ impl Tracer {
             crate::family::runq::INFO.name.to_string(),
             crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout)?,
         );
-        let throttle = match (throttle_ok, opts.throttle_mode) {
-            (Ok(()), mode) => crate::family::throttle::attach::attach(
+        let throttle = match throttle_ok {
+            Ok(()) => crate::family::throttle::attach::attach(
                 &mut ebpf,
                 &aya_btf,
                 &layout,
                 &capabilities,
-                mode,
+                opts.throttle_mode,
             )?,
-            (Err(missing), ThrottleMode::Auto) => FamilyMode {
-                mode: AttachMode::Unavailable,
-                detail: missing.to_string(),
-            },
-            (Err(missing), m) => {
-                return Err(LoadError::Mode {
-                    family: "throttle",
-                    mode: m.as_str(),
-                    reason: missing.to_string(),
-                });
-            }
+            Err(missing) => missing_layout(
+                "throttle",
+                opts.throttle_mode.as_str(),
+                opts.throttle_mode == ThrottleMode::Auto,
+                &missing,
+            )?,
         };
         families.insert(crate::family::throttle::INFO.name.to_string(), throttle);
         let reads = match (reads_support, opts.reads_mode) {
@@ -154,16 +170,8 @@ impl Tracer {
                 &capabilities,
                 mode,
             )?,
-            (Err(missing), ReadsMode::Auto) => FamilyMode {
-                mode: AttachMode::Unavailable,
-                detail: missing.to_string(),
-            },
-            (Err(missing), m) => {
-                return Err(LoadError::Mode {
-                    family: "reads",
-                    mode: m.as_str(),
-                    reason: missing.to_string(),
-                });
+            (Err(missing), mode) => {
+                missing_layout("reads", mode.as_str(), mode == ReadsMode::Auto, &missing)?
             }
         };
         families.insert(crate::family::reads::INFO.name.to_string(), reads);

@@ -225,29 +225,38 @@ struct TopArgs {
     log: Option<PathBuf>,
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if !(0.05..=1.0).contains(&v) {
-        return Err(format!("{v}: must be between 0.05 and 1.0"));
+/// A number `what` (`"a number"`, `"a number of KiB"`) in `range`, with its unit in the error.
+fn parse_in<T>(
+    s: &str,
+    what: &str,
+    unit: &str,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let v: T = s.parse().map_err(|_| format!("{s:?} is not {what}"))?;
+    if !range.contains(&v) {
+        return Err(format!(
+            "{v}{unit}: must be between {} and {}",
+            range.start(),
+            range.end()
+        ));
     }
     Ok(v)
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    parse_in(s, "a number", "", 0.05..=1.0)
 }
 
 fn parse_slow_read_ms(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
-    if !(0.01..=600_000.0).contains(&v) {
-        return Err(format!("{v} ms: must be between 0.01 and 600000"));
-    }
-    Ok(v)
+    parse_in(s, "a number of milliseconds", " ms", 0.01..=600_000.0)
 }
 
 fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
-    let v: u32 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of KiB"))?;
-    if !(64..=262_144).contains(&v) || !v.is_power_of_two() {
+    let v: u32 = parse_in(s, "a number of KiB", " KiB", 64..=262_144)?;
+    if !v.is_power_of_two() {
         return Err(format!(
             "{v} KiB: must be a power of two between 64 and 262144"
         ));

@@ -6,7 +6,7 @@
 use std::{
     sync::{
         Arc,
-        mpsc::{self, RecvTimeoutError, Sender},
+        mpsc::{RecvTimeoutError, Sender},
     },
     time::{Duration, Instant},
 };
@@ -170,67 +170,57 @@ pub fn spawn(
     paused: bool,
     events: Sender<Event>,
 ) -> std::io::Result<SourceHandle> {
-    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
-    let thread = std::thread::Builder::new()
-        .name("cgtrace-replay".into())
-        .spawn(move || {
-            let _notice = crate::top::source::EndNotice::new(events.clone());
-            let mut p = Player {
-                rec,
-                buf: Vec::new(),
-                cached: None,
-                shown: None,
-                paused,
-                speed: speed.clamp(MIN_SPEED, MAX_SPEED),
-                events,
+    crate::top::source::spawn_offline(events, move |ctl_rx, events| {
+        let mut p = Player {
+            rec,
+            buf: Vec::new(),
+            cached: None,
+            shown: None,
+            paused,
+            speed: speed.clamp(MIN_SPEED, MAX_SPEED),
+            events,
+        };
+        if p.rec.windows.is_empty() {
+            let _ = p.events.send(Event::Player(
+                p.state(Some("the recording has no windows".into())),
+            ));
+        } else if !p.show(0, None) {
+            return;
+        }
+        let mut next_at = Instant::now() + p.gap(0);
+        loop {
+            let n = p.rec.windows.len();
+            let playing = !p.paused && p.shown.is_some_and(|i| i + 1 < n);
+            let msg = if playing {
+                match ctl_rx.recv_timeout(next_at.saturating_duration_since(Instant::now())) {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match ctl_rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                }
             };
-            if p.rec.windows.is_empty() {
-                let _ = p.events.send(Event::Player(
-                    p.state(Some("the recording has no windows".into())),
-                ));
-            } else if !p.show(0, None) {
+            let (to, note) = match msg {
+                None => (p.shown.map(|i| i + 1), None),
+                Some(Control::Stop) => return,
+                Some(Control::SetInterval(_)) => (None, None),
+                Some(Control::Player(c)) => p.command(c),
+            };
+            let ok = match to {
+                Some(i) => p.show(i, note),
+                None => p.events.send(Event::Player(p.state(note))).is_ok(),
+            };
+            if !ok {
                 return;
             }
-            let mut next_at = Instant::now() + p.gap(0);
-            loop {
-                let n = p.rec.windows.len();
-                let playing = !p.paused && p.shown.is_some_and(|i| i + 1 < n);
-                let msg = if playing {
-                    match ctl_rx.recv_timeout(next_at.saturating_duration_since(Instant::now())) {
-                        Ok(c) => Some(c),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                } else {
-                    match ctl_rx.recv() {
-                        Ok(c) => Some(c),
-                        Err(_) => return,
-                    }
-                };
-                let (to, note) = match msg {
-                    None => (p.shown.map(|i| i + 1), None),
-                    Some(Control::Stop) => return,
-                    Some(Control::SetInterval(_)) => (None, None),
-                    Some(Control::Player(c)) => p.command(c),
-                };
-                let ok = match to {
-                    Some(i) => p.show(i, note),
-                    None => p.events.send(Event::Player(p.state(note))).is_ok(),
-                };
-                if !ok {
-                    return;
-                }
-                if to.is_some() || msg.is_some() {
-                    next_at = Instant::now() + p.shown.map_or(Duration::ZERO, |i| p.gap(i));
-                }
+            if to.is_some() || msg.is_some() {
+                next_at = Instant::now() + p.shown.map_or(Duration::ZERO, |i| p.gap(i));
             }
-        })?;
-    Ok(SourceHandle::new(
-        Box::new(move |c| {
-            let _ = ctl_tx.send(c);
-        }),
-        thread,
-    ))
+        }
+    })
 }
 
 /// Parses the seek prompt: `HH:MM[:SS]` (UTC, the clock the view shows; the first such time at

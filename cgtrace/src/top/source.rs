@@ -214,6 +214,27 @@ async fn live(
     Ok(())
 }
 
+/// A source on a thread of its own that reads its controls from a channel (the replay sources):
+/// `body` gets the controls and the view's event channel, and the view learns when it ends.
+pub(crate) fn spawn_offline(
+    events: Sender<Event>,
+    body: impl FnOnce(mpsc::Receiver<Control>, Sender<Event>) + Send + 'static,
+) -> std::io::Result<SourceHandle> {
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
+    let thread = std::thread::Builder::new()
+        .name("cgtrace-replay".into())
+        .spawn(move || {
+            let _notice = EndNotice::new(events.clone());
+            body(ctl_rx, events);
+        })?;
+    Ok(SourceHandle::new(
+        Box::new(move |c| {
+            let _ = ctl_tx.send(c);
+        }),
+        thread,
+    ))
+}
+
 /// Replays windows already made (a recording, a test), `pace` apart (all at once when `None`),
 /// then reports the end.
 pub fn spawn_recorded(
@@ -221,32 +242,19 @@ pub fn spawn_recorded(
     pace: Option<Duration>,
     events: Sender<Event>,
 ) -> std::io::Result<SourceHandle> {
-    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
-    let thread = std::thread::Builder::new()
-        .name("cgtrace-replay".into())
-        .spawn(move || {
-            let _notice = EndNotice {
-                events: events.clone(),
-                error: None,
-            };
-            let mut pace = pace;
-            for w in windows {
-                if events.send(Event::Window(Box::new(w))).is_err() {
-                    return;
-                }
-                let Some(p) = pace else { continue };
-                match ctl_rx.recv_timeout(p) {
-                    Ok(Control::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    Ok(Control::SetInterval(d)) => pace = Some(d),
-                    Ok(Control::Player(_)) => {}
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                }
+    spawn_offline(events, move |ctl_rx, events| {
+        let mut pace = pace;
+        for w in windows {
+            if events.send(Event::Window(Box::new(w))).is_err() {
+                return;
             }
-        })?;
-    Ok(SourceHandle {
-        send: Box::new(move |c| {
-            let _ = ctl_tx.send(c);
-        }),
-        thread: Some(thread),
+            let Some(p) = pace else { continue };
+            match ctl_rx.recv_timeout(p) {
+                Ok(Control::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Ok(Control::SetInterval(d)) => pace = Some(d),
+                Ok(Control::Player(_)) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
     })
 }
