@@ -61,27 +61,31 @@ fn record(rng: &mut Rng, ts: u64, out: &mut Vec<u8>) {
     let comm = COMMS[(tid % 6) as usize];
     let mut c = [0u8; 16];
     c[..comm.len()].copy_from_slice(comm);
-    if r.is_multiple_of(10) {
-        out.extend_from_slice(&0x201u32.to_ne_bytes());
-        out.extend_from_slice(&((r >> 8) as u32 % 2).to_ne_bytes());
-        out.extend_from_slice(&ts.to_ne_bytes());
-        out.extend_from_slice(&cgroup.to_ne_bytes());
+    // The header and the cgroup id, then the kind's payload.
+    let kind: u32 = if r.is_multiple_of(10) { 0x201 } else { 0x100 };
+    for part in [
+        &kind.to_ne_bytes()[..],
+        &((r >> 8) as u32 % 2).to_ne_bytes(),
+        &ts.to_ne_bytes(),
+        &cgroup.to_ne_bytes(),
+    ] {
+        out.extend_from_slice(part);
+    }
+    let parent = tid - tid % 8;
+    if kind == 0x201 {
+        // SliceEvent: runtime, pid, tgid, comm.
         out.extend_from_slice(&(50_000 + (r >> 20) % 3_000_000).to_ne_bytes());
         out.extend_from_slice(&tid.to_ne_bytes());
-        out.extend_from_slice(&(tid - tid % 8).to_ne_bytes());
-        out.extend_from_slice(&c);
+        out.extend_from_slice(&parent.to_ne_bytes());
     } else {
-        out.extend_from_slice(&0x100u32.to_ne_bytes());
-        out.extend_from_slice(&((r >> 8) as u32 % 2).to_ne_bytes());
-        out.extend_from_slice(&ts.to_ne_bytes());
-        out.extend_from_slice(&cgroup.to_ne_bytes());
+        // RunqEvent: wait, pid, tgid, kind, pad, comm.
         out.extend_from_slice(&(1_000_000 + (r >> 20) % 20_000_000).to_ne_bytes());
         out.extend_from_slice(&tid.to_ne_bytes());
-        out.extend_from_slice(&(tid - tid % 8).to_ne_bytes());
+        out.extend_from_slice(&parent.to_ne_bytes());
         out.extend_from_slice(&((r >> 40) as u32 % 2).to_ne_bytes());
         out.extend_from_slice(&0u32.to_ne_bytes());
-        out.extend_from_slice(&c);
     }
+    out.extend_from_slice(&c);
 }
 
 /// A window line of 40 cgroups, about the size the stream prints for them.

@@ -281,13 +281,25 @@ mod tests {
         Aggregator::new("cgroup2".into(), resolver, names, max)
     }
 
+    /// A table of at most `max` cgroups over a temporary hierarchy holding `dirs`; their ids.
+    fn table(max: usize, dirs: &[&str]) -> (tempfile::TempDir, Aggregator, Vec<u64>) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ids = dirs
+            .iter()
+            .map(|d| {
+                let p = tmp.path().join(d);
+                std::fs::create_dir_all(&p).expect("mkdir");
+                ino(&p)
+            })
+            .collect();
+        let agg = aggregator(tmp.path(), max);
+        (tmp, agg, ids)
+    }
+
     #[test]
     fn windows_carry_paths_names_and_the_kind_split() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let unit = tmp.path().join("system.slice/nginx.service");
-        std::fs::create_dir_all(&unit).expect("mkdir");
-        let mut agg = aggregator(tmp.path(), 16);
-        let id = ino(&unit);
+        let (_tmp, mut agg, ids) = table(16, &["system.slice/nginx.service"]);
+        let id = ids[0];
         let out = agg.window_of(runq_input([(id, waits(9, 5_000))]), 0, 1000);
         let cg = &out.window.cgroups[0];
         assert_eq!(cg.path.as_deref(), Some("/system.slice/nginx.service"));
@@ -305,36 +317,29 @@ mod tests {
 
     #[test]
     fn removed_cgroups_leave_the_table() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let a = tmp.path().join("a");
-        std::fs::create_dir(&a).expect("mkdir");
-        let mut agg = aggregator(tmp.path(), 16);
-        let id = ino(&a);
-        agg.window_of(runq_input([(id, waits(1, 1000))]), 0, 1000);
+        let (tmp, mut agg, ids) = table(16, &["a"]);
+        agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
         assert_eq!(agg.table.len(), 1);
-        std::fs::remove_dir(&a).expect("rmdir");
+        std::fs::remove_dir(tmp.path().join("a")).expect("rmdir");
         let out = agg.window_of(WindowInput::default(), 0, 1000);
-        assert_eq!(out.removed, vec![id]);
+        assert_eq!(out.removed, ids);
         assert_eq!(out.window.cgroups_tracked, 0);
     }
 
     #[test]
     fn the_table_is_bounded_and_evictions_are_counted() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let mut ids = Vec::new();
-        for i in 0..5 {
-            let d = tmp.path().join(format!("c{i}"));
-            std::fs::create_dir(&d).expect("mkdir");
-            ids.push(ino(&d));
-        }
-        let mut agg = aggregator(tmp.path(), 3);
+        let (_tmp, mut agg, ids) = table(3, &["c0", "c1", "c2", "c3", "c4"]);
+        let mut evicted = Vec::new();
         for &id in &ids {
             let out = agg.window_of(runq_input([(id, waits(1, 1000))]), 0, 1000);
             assert!(out.window.cgroups_tracked <= 3);
+            // Evicted ids leave with the window, so every family forgets their kernel state.
+            evicted.extend(out.removed);
         }
         let out = agg.window_of(WindowInput::default(), 0, 1000);
         assert_eq!(out.window.cgroups_tracked, 3);
         assert_eq!(out.window.cgroups_evicted, 2);
+        assert_eq!(evicted, ids[..2]);
         // The most recently active survive.
         let kept: Vec<u64> = agg.totals().iter().map(|c| c.id).collect();
         for id in &ids[2..] {

@@ -87,22 +87,8 @@ impl SlowFs {
 impl Drop for SlowFs {
     fn drop(&mut self) {
         // A clean unmount ends the server's session and the process.
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&self.mountpoint)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        fusermount_unmount(&self.mountpoint);
+        crate::reap(&mut self.child, Duration::from_secs(2));
         lazy_unmount(&self.mountpoint);
         let _ = std::fs::remove_dir(&self.mountpoint);
     }
@@ -124,6 +110,17 @@ pub fn is_mounted(path: &Path, fstype: &str) -> Result<bool> {
 }
 
 /// `umount2(path, MNT_DETACH)`, errors ignored.
+/// `fusermount3 -u -z PATH`: the FUSE way to unmount (the server's session ends).
+pub fn fusermount_unmount(path: &Path) {
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 pub fn lazy_unmount(path: &Path) {
     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
         // SAFETY: umount2 reads a NUL-terminated path.

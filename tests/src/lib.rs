@@ -10,6 +10,19 @@ pub mod strace;
 pub mod stream;
 pub mod workload;
 
+/// Waits up to `grace` for `child` to exit (it was asked to), then kills it; reaps it either way.
+pub fn reap(child: &mut std::process::Child, grace: std::time::Duration) {
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Set to `1` by the test command (`scripts/setup.sh test`): every privileged test must run, so
 /// a lost privilege, BTF or tool fails the suite instead of passing it silently.
 pub const REQUIRE: &str = "CGTRACE_REQUIRE_PRIVILEGED";

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::fuse::{is_mounted, lazy_unmount};
+use crate::fuse::{fusermount_unmount, is_mounted, lazy_unmount};
 
 /// The lxcfs binary (Debian package `lxcfs`).
 pub const LXCFS_BIN: &str = "/usr/bin/lxcfs";
@@ -98,22 +98,8 @@ impl Drop for Lxcfs {
         // SIGTERM lets lxcfs's FUSE loop end and unmount; SIGKILL after 3 s.
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&self.mount)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        crate::reap(&mut self.child, Duration::from_secs(3));
+        fusermount_unmount(&self.mount);
         lazy_unmount(&self.mount);
         let _ = fs::remove_dir(&self.mount);
         let _ = fs::remove_file(&self.pidfile);

@@ -32,6 +32,20 @@ pub struct Stream {
     pub seen: Vec<Value>,
 }
 
+/// The lines a child prints on stdout, read on a thread of their own.
+pub fn line_channel(child: &mut Child) -> Result<mpsc::Receiver<String>> {
+    let out = child.stdout.take().context("stdout")?;
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(lines)
+}
+
 impl Stream {
     /// Starts `cgtrace stream ARGS` and waits for the hello line.
     pub fn start(args: &[&str]) -> Result<Self> {
@@ -42,15 +56,7 @@ impl Stream {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting cgtrace")?;
-        let out = child.stdout.take().context("stdout")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(&mut child)?;
         let mut s = Self {
             child,
             lines,

@@ -113,3 +113,36 @@ pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
 }
+
+/// The crowded-versus-quiet scene: three spinners in `busy` on CPU 1, a 1 ms sleeper at the lowest
+/// CPU weight next to them (`crowded`, CPU 1), and the same sleeper alone on CPU 0 (`quiet`). The
+/// crowded one waits milliseconds for a CPU, the quiet one microseconds.
+pub struct CrowdedScene {
+    // Dropped first: the tasks leave before their cgroups are removed.
+    _tasks: Vec<Task>,
+    pub busy: crate::cgroup::TestCgroup,
+    pub crowded: crate::cgroup::TestCgroup,
+    pub quiet: crate::cgroup::TestCgroup,
+}
+
+/// Sets up the [`CrowdedScene`] in cgroups named `<prefix>busy`, `<prefix>crowded`,
+/// `<prefix>quiet`.
+pub fn crowded_scene(prefix: &str) -> Result<CrowdedScene> {
+    use crate::cgroup::TestCgroup;
+    let busy = TestCgroup::new(&format!("{prefix}busy"))?;
+    let crowded = TestCgroup::new(&format!("{prefix}crowded"))?;
+    let quiet = TestCgroup::new(&format!("{prefix}quiet"))?;
+    crowded.set_lowest_weight()?;
+    quiet.set_lowest_weight()?;
+    let tasks = vec![
+        spin(3, &busy.procs_file(), Some(1))?,
+        sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?,
+        sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?,
+    ];
+    Ok(CrowdedScene {
+        _tasks: tasks,
+        busy,
+        crowded,
+        quiet,
+    })
+}

@@ -5,7 +5,6 @@
 use std::{
     collections::{BTreeMap, HashSet},
     fs,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::mpsc,
@@ -226,15 +225,7 @@ impl Recorder {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        let out = child.stdout.take().context("stdout")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = cgtrace_tests::stream::line_channel(&mut child)?;
         Ok(Self { child, lines })
     }
 

@@ -26,14 +26,8 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
         cgtrace_tests::skip("needs 2 CPUs");
         return Ok(());
     }
-    let busy = TestCgroup::new("busy")?;
-    let crowded = TestCgroup::new("crowded")?;
-    let quiet = TestCgroup::new("quiet")?;
-    crowded.set_lowest_weight()?;
-    quiet.set_lowest_weight()?;
-    let _spin = workload::spin(3, &busy.procs_file(), Some(1))?;
-    let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
-    let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
+    let scene = workload::crowded_scene("")?;
+    let (busy, crowded, quiet) = (&scene.busy, &scene.crowded, &scene.quiet);
     let mut s = Stream::start(&["--interval", "1000"])?;
     let idle0 = workload::cpu_idle_ticks(0);
     let t0 = std::time::Instant::now();

@@ -11,7 +11,6 @@ use std::{
 use anyhow::{Context, Result, bail, ensure};
 use cgtrace_tests::{
     can_trace,
-    cgroup::TestCgroup,
     stream::cgtrace_bin,
     workload::{self, cpus},
 };
@@ -205,14 +204,8 @@ fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Resul
     // The setup of `crowded_sleeper_waits_longer_than_quiet_sleeper`: a sleeper at the lowest
     // weight next to three spinners on CPU 1 waits milliseconds; the same sleeper alone on CPU 0
     // waits microseconds.
-    let spin = TestCgroup::new("top-spin")?;
-    let crowded = TestCgroup::new("top-crowded")?;
-    let quiet = TestCgroup::new("top-quiet")?;
-    crowded.set_lowest_weight()?;
-    quiet.set_lowest_weight()?;
-    let _spin = workload::spin(3, &spin.procs_file(), Some(1))?;
-    let _s1 = workload::sleeper(1000, Some(&crowded.procs_file()), Some(1), false)?;
-    let _s2 = workload::sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?;
+    let scene = workload::crowded_scene("top-")?;
+    let (crowded, quiet) = (&scene.crowded, &scene.quiet);
 
     let log = std::env::temp_dir().join(format!("cgtrace-top-test-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);

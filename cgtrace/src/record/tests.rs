@@ -34,10 +34,16 @@ pub(crate) fn window_json(seq: u64) -> String {
     )
 }
 
-/// Writes `windows` windows, each after `per` events and in a chunk of its own.
-pub(crate) fn write(path: &std::path::Path, windows: u64, per: u64) -> Vec<u8> {
+/// A writer of a new recording at `path` (no size limit, no fsync).
+pub(crate) fn writer(path: &std::path::Path) -> Writer {
     let mut w = Writer::create(path, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
     w.set_sync(false);
+    w
+}
+
+/// Writes `windows` windows, each after `per` events and in a chunk of its own.
+pub(crate) fn write(path: &std::path::Path, windows: u64, per: u64) -> Vec<u8> {
+    let mut w = writer(path);
     for s in 1..=windows {
         w.name(NameEntry {
             id: 7,
@@ -439,8 +445,7 @@ pub(crate) fn throttle_record(ts: u64, cgroup: u64) -> Vec<u8> {
 fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
-    let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
-    w.set_sync(false);
+    let mut w = writer(&p);
     for s in 1..=3u64 {
         // A window whose cgroups carry a `blkio` family (histogram-shaped) this build has no
         // type for, and single events of kind 0x901 (no family this build knows).

@@ -325,8 +325,7 @@ mod view {
         record::{
             format,
             reader::Recording,
-            tests::{HELLO, runq_record, throttle_record, window_json},
-            writer::{OnFull, Writer},
+            tests::{HELLO, runq_record, throttle_record, window_json, writer},
         },
         top::{
             Action, App, Command, Effect, Theme,
@@ -362,8 +361,7 @@ mod view {
     fn the_view_pauses_steps_seeks_and_plays_a_recording() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r");
-        let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
-        w.set_sync(false);
+        let mut w = writer(&p);
         for s in 1..=10u64 {
             if s == 3 || s == 9 {
                 w.event(&runq_record(s * 1_000_000_000 - 5, 7, 30_000_000));

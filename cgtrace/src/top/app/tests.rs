@@ -80,6 +80,11 @@ fn window(seq: u64, cgroups: Vec<CgroupWindow>) -> Action {
     }))
 }
 
+/// The label of the selected row.
+fn selected(app: &App) -> Option<String> {
+    app.selected_row().map(|r| app.label(r).into_owned())
+}
+
 fn cmd(c: Command) -> Action {
     Action::Command(c)
 }
@@ -231,12 +236,7 @@ fn regex_filter_keeps_the_last_valid_expression_while_typing() {
 fn the_selection_follows_its_cgroup_when_the_order_changes() {
     let mut app = app_with(three());
     app.apply(cmd(Command::Down));
-    assert_eq!(
-        app.selected_row()
-            .map(|r| app.label(r).into_owned())
-            .as_deref(),
-        Some("web.service")
-    );
+    assert_eq!(selected(&app).as_deref(), Some("web.service"));
     // web becomes the busiest: it moves to the top and the cursor goes with it.
     let mut next = three();
     next[0] = cg(
@@ -248,12 +248,7 @@ fn the_selection_follows_its_cgroup_when_the_order_changes() {
     );
     app.apply(window(2, next));
     assert_eq!(app.cursor, 0);
-    assert_eq!(
-        app.selected_row()
-            .map(|r| app.label(r).into_owned())
-            .as_deref(),
-        Some("web.service")
-    );
+    assert_eq!(selected(&app).as_deref(), Some("web.service"));
 }
 
 #[test]
@@ -312,12 +307,7 @@ fn tree_shows_ancestors_and_folds() {
     assert_eq!(got, want);
     assert_eq!(app.rows[2].key, RowKey::Path("/kubepods/pod-a".into()));
     // The selection followed c1, the first row of the flat list.
-    assert_eq!(
-        app.selected_row()
-            .map(|r| app.label(r).into_owned())
-            .as_deref(),
-        Some("c1")
-    );
+    assert_eq!(selected(&app).as_deref(), Some("c1"));
     // Fold pod-a.
     app.apply(cmd(Command::Home));
     app.apply(cmd(Command::Down));
@@ -327,12 +317,7 @@ fn tree_shows_ancestors_and_folds() {
     assert_eq!(app.label(&app.rows[3]), "pod-b");
     // Collapse on a folded node goes to its parent; Expand unfolds.
     app.apply(cmd(Command::Collapse));
-    assert_eq!(
-        app.selected_row()
-            .map(|r| app.label(r).into_owned())
-            .as_deref(),
-        Some("kubepods")
-    );
+    assert_eq!(selected(&app).as_deref(), Some("kubepods"));
     app.apply(cmd(Command::Down));
     app.apply(cmd(Command::Expand));
     assert_eq!(app.label(&app.rows[3]), "c1");
@@ -349,12 +334,7 @@ fn tree_shows_ancestors_and_folds() {
     app.apply(Action::Edit(Edit::Apply));
     app.apply(cmd(Command::End));
     app.apply(cmd(Command::Tree));
-    assert_eq!(
-        app.selected_row()
-            .map(|r| app.label(r).into_owned())
-            .as_deref(),
-        Some("/kubepods/pod-b/c3")
-    );
+    assert_eq!(selected(&app).as_deref(), Some("/kubepods/pod-b/c3"));
 }
 
 #[test]
