@@ -97,13 +97,7 @@ impl Aggregator {
                 removed.push(id);
             }
         }
-        cgroups.sort_by(|a, b| {
-            b.runq
-                .all
-                .count
-                .cmp(&a.runq.all.count)
-                .then(a.id.cmp(&b.id))
-        });
+        cgroups.sort_by(busiest_first);
         removed.extend(self.sweep());
         for id in &removed {
             self.table.remove(id);
@@ -156,13 +150,7 @@ impl Aggregator {
                 )
             })
             .collect();
-        v.sort_by(|a, b| {
-            b.runq
-                .all
-                .count
-                .cmp(&a.runq.all.count)
-                .then(a.id.cmp(&b.id))
-        });
+        v.sort_by(busiest_first);
         v
     }
 
@@ -223,6 +211,15 @@ impl Aggregator {
         }
         evicted
     }
+}
+
+/// Cgroups with the most waits first (then by id, so the order is stable).
+fn busiest_first(a: &CgroupWindow, b: &CgroupWindow) -> std::cmp::Ordering {
+    b.runq
+        .all
+        .count
+        .cmp(&a.runq.all.count)
+        .then(a.id.cmp(&b.id))
 }
 
 /// Window summary of one cgroup: all kinds merged, and each non-empty kind.

@@ -98,6 +98,18 @@ struct Series {
 }
 
 impl Series {
+    /// The value of `THROTTLE_COUNTERS[i]`.
+    fn throttle_counter(&self, i: usize) -> f64 {
+        match i {
+            0 => self.nr_periods as f64,
+            1 => self.nr_throttled as f64,
+            2 => self.throttled_us / 1e6,
+            3 => self.kernel_nr_periods as f64,
+            4 => self.kernel_nr_throttled as f64,
+            _ => self.kernel_throttled_us / 1e6,
+        }
+    }
+
     fn add(&mut self, c: &CgroupWindow) {
         for f in &c.flags {
             *self
@@ -122,6 +134,18 @@ impl Series {
         }
     }
 }
+
+/// The throttle counters per cgroup: ours, then the kernel's `cpu.stat` over the same windows
+/// (name, unit, help; the values are [`Series::throttle_counter`]).
+#[rustfmt::skip]
+const THROTTLE_COUNTERS: [(&str, &str, &str); 6] = [
+    ("cgtrace_throttle_periods", "", "Bandwidth periods that elapsed (period timer)"),
+    ("cgtrace_throttled_periods", "", "Periods in which the cgroup was throttled"),
+    ("cgtrace_throttled_seconds", "seconds", "Time throttled, summed over CPUs (cgtrace's episodes)"),
+    ("cgtrace_kernel_periods", "", "The kernel's cpu.stat nr_periods"),
+    ("cgtrace_kernel_throttled_periods", "", "The kernel's cpu.stat nr_throttled"),
+    ("cgtrace_kernel_throttled_seconds", "seconds", "The kernel's cpu.stat throttled time"),
+];
 
 /// Where a cgroup's data go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,49 +311,11 @@ impl Metrics {
                 &le,
             );
         }
-        type Get = fn(&Series) -> f64;
-        let counters: [(&str, &str, &str, Get); 6] = [
-            (
-                "cgtrace_throttle_periods",
-                "",
-                "Bandwidth periods that elapsed (period timer)",
-                |s| s.nr_periods as f64,
-            ),
-            (
-                "cgtrace_throttled_periods",
-                "",
-                "Periods in which the cgroup was throttled",
-                |s| s.nr_throttled as f64,
-            ),
-            (
-                "cgtrace_throttled_seconds",
-                "seconds",
-                "Time throttled, summed over CPUs (cgtrace's episodes)",
-                |s| s.throttled_us / 1e6,
-            ),
-            (
-                "cgtrace_kernel_periods",
-                "",
-                "The kernel's cpu.stat nr_periods",
-                |s| s.kernel_nr_periods as f64,
-            ),
-            (
-                "cgtrace_kernel_throttled_periods",
-                "",
-                "The kernel's cpu.stat nr_throttled",
-                |s| s.kernel_nr_throttled as f64,
-            ),
-            (
-                "cgtrace_kernel_throttled_seconds",
-                "seconds",
-                "The kernel's cpu.stat throttled time",
-                |s| s.kernel_throttled_us / 1e6,
-            ),
-        ];
-        for (name, unit, help, get) in counters {
+        for (i, (name, unit, help)) in THROTTLE_COUNTERS.into_iter().enumerate() {
             family(&mut o, name, "counter", unit, help);
             for s in series.iter().filter(|s| s.has_throttle) {
-                let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(get(s)));
+                let v = s.throttle_counter(i);
+                let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(v));
             }
         }
         family(

@@ -369,143 +369,19 @@ mod tests {
     use super::*;
 
     /// `runqlat 1 3` during `perf bench sched pipe` on the 6.18 dev VM (3 interval histograms).
-    const INTERVALS: &str = "Tracing run queue latency... Hit Ctrl-C to end.
-
-     usecs               : count    distribution
-         0 -> 1          : 40205    |*******************                     |
-         2 -> 3          : 82284    |****************************************|
-         4 -> 7          : 59449    |****************************            |
-         8 -> 15         : 333      |                                        |
-        16 -> 31         : 607      |                                        |
-        32 -> 63         : 231      |                                        |
-        64 -> 127        : 12       |                                        |
-       128 -> 255        : 10       |                                        |
-       256 -> 511        : 7        |                                        |
-       512 -> 1023       : 5        |                                        |
-      1024 -> 2047       : 14       |                                        |
-      2048 -> 4095       : 35       |                                        |
-      4096 -> 8191       : 5        |                                        |
-      8192 -> 16383      : 3        |                                        |
-     16384 -> 32767      : 3        |                                        |
-     32768 -> 65535      : 1        |                                        |
-     65536 -> 131071     : 2        |                                        |
-
-     usecs               : count    distribution
-         0 -> 1          : 85878    |****************************            |
-         2 -> 3          : 122552   |****************************************|
-         4 -> 7          : 22002    |*******                                 |
-         8 -> 15         : 669      |                                        |
-        16 -> 31         : 591      |                                        |
-        32 -> 63         : 98       |                                        |
-        64 -> 127        : 178      |                                        |
-       128 -> 255        : 54       |                                        |
-       256 -> 511        : 34       |                                        |
-       512 -> 1023       : 19       |                                        |
-      1024 -> 2047       : 31       |                                        |
-      2048 -> 4095       : 138      |                                        |
-      4096 -> 8191       : 10       |                                        |
-      8192 -> 16383      : 0        |                                        |
-     16384 -> 32767      : 1        |                                        |
-
-     usecs               : count    distribution
-         0 -> 1          : 79276    |******************************          |
-         2 -> 3          : 102492   |****************************************|
-         4 -> 7          : 36543    |**************                          |
-         8 -> 15         : 667      |                                        |
-        16 -> 31         : 730      |                                        |
-        32 -> 63         : 169      |                                        |
-        64 -> 127        : 65       |                                        |
-       128 -> 255        : 85       |                                        |
-       256 -> 511        : 63       |                                        |
-       512 -> 1023       : 34       |                                        |
-      1024 -> 2047       : 27       |                                        |
-      2048 -> 4095       : 110      |                                        |
-      4096 -> 8191       : 7        |                                        |
-      8192 -> 16383      : 1        |                                        |
-";
+    const INTERVALS: &str = include_str!("testdata/runqlat-intervals.txt");
 
     /// `runqlat -p <sched-pipe parent>`, stopped with SIGINT.
-    const PID: &str = "Tracing run queue latency... Hit Ctrl-C to end.
-
-     usecs               : count    distribution
-         0 -> 1          : 36547    |******************                      |
-         2 -> 3          : 78248    |****************************************|
-         4 -> 7          : 1338     |                                        |
-         8 -> 15         : 302      |                                        |
-        16 -> 31         : 71       |                                        |
-        32 -> 63         : 7        |                                        |
-        64 -> 127        : 2        |                                        |
-";
+    const PID: &str = include_str!("testdata/runqlat-pid.txt");
 
     /// `runqlat -mT 1 2`: millisecond buckets, a timestamp line before each histogram.
-    const MS_TIMESTAMPS: &str = "Tracing run queue latency... Hit Ctrl-C to end.
-
-14:56:57
-     msecs               : count    distribution
-         0 -> 1          : 219508   |****************************************|
-         2 -> 3          : 107      |                                        |
-         4 -> 7          : 84       |                                        |
-         8 -> 15         : 0        |                                        |
-        16 -> 31         : 0        |                                        |
-        32 -> 63         : 1        |                                        |
-
-14:56:58
-     msecs               : count    distribution
-         0 -> 1          : 210089   |****************************************|
-         2 -> 3          : 106      |                                        |
-         4 -> 7          : 149      |                                        |
-         8 -> 15         : 1        |                                        |
-";
+    const MS_TIMESTAMPS: &str = include_str!("testdata/runqlat-ms-timestamps.txt");
 
     /// `runqlat -P`, first three of 32 per-process histograms.
-    const PER_PID: &str = "Tracing run queue latency... Hit Ctrl-C to end.
-
-
-pid = 22922 rustc
-     usecs               : count    distribution
-         0 -> 1          : 0        |                                        |
-         2 -> 3          : 0        |                                        |
-         4 -> 7          : 1        |*************                           |
-         8 -> 15         : 1        |*************                           |
-        16 -> 31         : 3        |****************************************|
-        32 -> 63         : 1        |*************                           |
-        64 -> 127        : 0        |                                        |
-       128 -> 255        : 1        |*************                           |
-
-pid = 23 kworker/1:0
-     usecs               : count    distribution
-         0 -> 1          : 1        |********************                    |
-         2 -> 3          : 0        |                                        |
-         4 -> 7          : 2        |****************************************|
-
-pid = 44 kworker/1:1H
-     usecs               : count    distribution
-         0 -> 1          : 0        |                                        |
-         2 -> 3          : 1        |****************************************|
-         4 -> 7          : 1        |****************************************|
-";
+    const PER_PID: &str = include_str!("testdata/runqlat-per-pid.txt");
 
     /// `runqlat --pidnss 1 1`.
-    const PIDNS: &str = "Tracing run queue latency... Hit Ctrl-C to end.
-
-
-pidns = 4026531836 sched-pipe
-     usecs               : count    distribution
-         0 -> 1          : 14700    |***********************                 |
-         2 -> 3          : 24733    |****************************************|
-         4 -> 7          : 13638    |**********************                  |
-         8 -> 15         : 776      |*                                       |
-        16 -> 31         : 327      |                                        |
-        32 -> 63         : 196      |                                        |
-        64 -> 127        : 16       |                                        |
-       128 -> 255        : 1        |                                        |
-       256 -> 511        : 3        |                                        |
-       512 -> 1023       : 3        |                                        |
-      1024 -> 2047       : 6        |                                        |
-      2048 -> 4095       : 83       |                                        |
-      4096 -> 8191       : 4        |                                        |
-      8192 -> 16383      : 1        |                                        |
-";
+    const PIDNS: &str = include_str!("testdata/runqlat-pidns.txt");
 
     /// `runqlat -p <sleeping pid>`: nothing recorded, so no histogram at all.
     const EMPTY: &str = "Tracing run queue latency... Hit Ctrl-C to end.\n\n";

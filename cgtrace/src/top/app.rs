@@ -3,7 +3,7 @@
 use std::{collections::HashSet, time::Duration};
 
 use crate::{
-    model::{EventCounts, Hello, Window},
+    model::{Hello, Window},
     record::reader::Marks,
     top::event::PlayerCmd,
 };
@@ -126,17 +126,21 @@ pub struct Prompt {
     before: (String, FilterKind),
 }
 
-/// The window on screen, without its cgroups (they live in the store).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The window on screen, without its cgroups (they live in the store): the window's own fields
+/// (through `Deref`), and how many cgroups it had.
+#[derive(Clone, Debug, Default)]
 pub struct WindowInfo {
-    pub seq: u64,
-    pub end_unix_ms: u64,
-    pub duration_ms: u64,
-    pub events: EventCounts,
-    pub cgroups_tracked: usize,
-    pub cgroups_evicted: u64,
+    head: Window,
     /// Cgroups with data in this window.
     pub cgroups: usize,
+}
+
+impl std::ops::Deref for WindowInfo {
+    type Target = Window;
+
+    fn deref(&self) -> &Window {
+        &self.head
+    }
 }
 
 /// Where the data stands.
@@ -324,17 +328,15 @@ impl App {
         }
     }
 
-    fn take_window(&mut self, w: Window) {
+    fn take_window(&mut self, mut w: Window) {
         self.dropped_total += w.events.dropped;
+        // The header without the cgroups (they go to the store, uncopied).
+        let cgroups = std::mem::take(&mut w.cgroups);
         self.window = Some(WindowInfo {
-            seq: w.seq,
-            end_unix_ms: w.end_unix_ms,
-            duration_ms: w.duration_ms,
-            events: w.events.clone(),
-            cgroups_tracked: w.cgroups_tracked,
-            cgroups_evicted: w.cgroups_evicted,
-            cgroups: w.cgroups.len(),
+            head: w.clone(),
+            cgroups: cgroups.len(),
         });
+        w.cgroups = cgroups;
         self.store.update(w, self.families);
         self.any_flags = self.store.any_flags;
         self.rebuild();
