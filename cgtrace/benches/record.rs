@@ -125,7 +125,7 @@ fn record_at_rate(path: &std::path::Path, rate: u64, secs: u64) -> (u64, u64, Du
             id: 4000 + i,
             path: Some(format!("/kubepods/burstable/pod{i:04}/c{i}")),
             name: Some(format!("default/app-{i}/main")),
-            name_kind: Some("container".into()),
+            name_kind: Some(cgtrace::cgroup::name::NameKind::Container),
         });
     }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -159,7 +159,7 @@ fn record_at_rate(path: &std::path::Path, rate: u64, secs: u64) -> (u64, u64, Du
             w.window(seq, seq * 1000, window_json(seq).as_bytes());
         }
         let (_, since) = w.pending();
-        if window || since.is_some_and(|t| t.elapsed() >= cgtrace::record::FLUSH_EVERY) {
+        if window || since.is_some_and(|t| t.elapsed() >= cgtrace::recorder::FLUSH_EVERY) {
             w.flush(false).unwrap();
         }
         let next = drain * turn;

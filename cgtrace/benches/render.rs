@@ -80,7 +80,7 @@ fn window(seq: u64) -> Window {
                     "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod:08x}.slice/cri-containerd-{i:064x}.scope"
                 )),
                 name: Some(format!("ns{}/app-{pod}-7d9f8/c{}", pod % 40, i % 4)),
-                name_kind: Some("container".into()),
+                name_kind: Some(cgtrace::cgroup::name::NameKind::Container),
                 runq: runq_window(&k),
                 ..CgroupWindow::default()
             }

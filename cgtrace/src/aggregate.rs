@@ -301,7 +301,7 @@ mod tests {
         let cg = &out.window.cgroups[0];
         assert_eq!(cg.path.as_deref(), Some("/system.slice/nginx.service"));
         assert_eq!(cg.name.as_deref(), Some("nginx.service"));
-        assert_eq!(cg.name_kind.as_deref(), Some("systemd"));
+        assert_eq!(cg.name_kind, Some(crate::cgroup::name::NameKind::Systemd));
         assert_eq!(cg.runq.all.count, 10);
         assert_eq!(cg.runq.kinds["wakeup"].count, 9);
         assert_eq!(cg.runq.kinds["preempt"].count, 1);

@@ -23,6 +23,7 @@ pub mod loader;
 pub mod metrics;
 pub mod model;
 pub mod record;
+pub mod recorder;
 pub mod replay;
 pub mod report;
 pub mod serve;

@@ -10,7 +10,8 @@ use cgtrace::{
     family::throttle::FlagRules,
     loader::{ReadsMode, ThrottleMode},
     metrics::MetricsOptions,
-    record::{self, RecordOptions, reader::Recording, writer::OnFull},
+    record::{self, reader::Recording, writer::OnFull},
+    recorder::{self, RecordOptions},
     replay, report, serve,
     session::SessionOptions,
     stream, top,
@@ -406,7 +407,7 @@ fn main() -> ExitCode {
                     stream: args.stream.then_some(events),
                     prometheus: args.prometheus.get(),
                 };
-                block_on(record::run(args.trace.session(), opts))
+                block_on(recorder::run(args.trace.session(), opts))
             }),
         Command::Replay(args) => run_replay(args),
         Command::Report(args) => run_report(&args),

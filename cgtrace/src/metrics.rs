@@ -682,7 +682,7 @@ mod tests {
             hierarchy: "cpu".into(),
             path: Some(path.into()),
             name: Some("default/web-0/nginx".into()),
-            name_kind: Some("container".into()),
+            name_kind: Some(crate::cgroup::name::NameKind::Container),
             namespace: Some("default".into()),
             pod: Some("web-0".into()),
             container: Some("nginx".into()),

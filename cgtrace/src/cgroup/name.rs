@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 /// What a cgroup belongs to.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum NameKind {
     /// A Kubernetes pod's own cgroup.
@@ -26,6 +26,9 @@ pub enum NameKind {
     Systemd,
     /// A user's login session scope (`session-N.scope`).
     Session,
+    /// A kind named by a newer cgtrace (read from a recording).
+    #[serde(other)]
+    Unknown,
 }
 
 impl NameKind {
@@ -37,6 +40,7 @@ impl NameKind {
             Self::Docker => "docker",
             Self::Systemd => "systemd",
             Self::Session => "session",
+            Self::Unknown => "unknown",
         }
     }
 }

@@ -189,7 +189,7 @@ pub struct CgroupWindow {
     /// A human name derived from the path (pod, container, unit), if the layout made one obvious.
     pub name: Option<String>,
     /// What kind of thing `name` is: `pod`, `container`, `docker`, `systemd`, `session`.
-    pub name_kind: Option<String>,
+    pub name_kind: Option<crate::cgroup::name::NameKind>,
     /// Kubernetes namespace and pod, and the container's name, where metadata gave them (for a
     /// container or pod without metadata, its short name); `null` fields are left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,7 +235,7 @@ impl CgroupWindow {
             hierarchy,
             path,
             name: name.map(|n| n.display.clone()),
-            name_kind: name.map(|n| n.kind.as_str().to_string()),
+            name_kind: name.map(|n| n.kind),
             namespace: parts.namespace,
             pod: parts.pod,
             container: parts.container,

@@ -62,7 +62,7 @@ fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWi
         hierarchy: "cpu".into(),
         path: Some(path.into()),
         name: name.map(Into::into),
-        name_kind: name.map(|_| "systemd".into()),
+        name_kind: name.map(|_| crate::cgroup::name::NameKind::Systemd),
         runq: runq_window(&k),
         ..CgroupWindow::default()
     }

@@ -124,3 +124,13 @@ pub fn daemon_flags(cg: &CgroupWindow, family: &'static str, out: &mut Vec<Flag>
 
 /// Every family the view knows, in column order.
 pub static FAMILIES: &[&dyn Family] = &[&runq::Runq, &throttle::Throttle, &reads::Reads];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_view_has_every_family_of_the_registry_in_its_order() {
+        let view: Vec<&str> = super::FAMILIES.iter().map(|f| f.name()).collect();
+        let registry: Vec<&str> = crate::family::FAMILIES.iter().map(|f| f.name).collect();
+        assert_eq!(view, registry);
+    }
+}

@@ -69,7 +69,7 @@ pub fn lines(app: &App, width: u16) -> Vec<Line<'static>> {
     // Who it is: kind, name, id, then the path (cut in the middle to one line).
     let mut who = Vec::new();
     if let (Some(name), Some(kind)) = (&cg.name, &cg.name_kind) {
-        who.push(Span::styled(format!("{kind} "), t.dim));
+        who.push(Span::styled(format!("{} ", kind.as_str()), t.dim));
         who.push(Span::raw(format!("{name} · ")));
     }
     who.push(Span::styled(format!("id {}", cg.id), t.dim));
