@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod collect;
+pub mod metrics;
 
 use cgtrace_common::runq::{RunqEvent, WaitKind};
 use serde::{Deserialize, Serialize};

@@ -5,6 +5,7 @@
 pub mod attach;
 pub mod burners;
 pub mod collect;
+pub mod metrics;
 pub mod model;
 
 pub use model::{KernelDelta, ThrottleWindow};

@@ -24,15 +24,15 @@ use tokio::{
     sync::Semaphore,
 };
 
+pub mod encode;
+
+use encode::{Labels, escape, family, labels, le_bounds, num};
+
 use crate::{
-    hist::HistSummary,
+    family,
     model::{CgroupWindow, Window},
 };
 
-/// `le` bounds: 2^10 ns (1.024 µs) to 2^35 ns (34.4 s), the last power of two below cgtrace's
-/// open-ended top bucket (60.1 s and up), so every bound is exact.
-const LE_FIRST: u32 = 10;
-const LE_LAST: u32 = 35;
 /// Label value of the cgroups past the cap.
 pub const OTHER: &str = "other";
 /// Connections served at once; more wait in the kernel's accept queue.
@@ -53,44 +53,12 @@ impl Default for MetricsOptions {
     }
 }
 
-/// A cumulative histogram in the `le` buckets above.
-#[derive(Clone, Debug, Default)]
-struct CumHist {
-    count: u64,
-    sum_us: f64,
-    /// Counts below each bound `2^(LE_FIRST + i)` ns, not yet cumulative.
-    le: [u64; (LE_LAST - LE_FIRST + 1) as usize],
-}
-
-impl CumHist {
-    fn add(&mut self, h: &HistSummary) {
-        self.count = self.count.saturating_add(h.count);
-        self.sum_us += h.sum_us;
-        for &(lower, n) in &h.buckets {
-            // The first bound above the bucket's lower edge holds the whole bucket (powers of two
-            // are bucket edges).
-            let bit = 64 - lower.leading_zeros(); // lower < 2^bit
-            let i = bit.clamp(LE_FIRST, LE_LAST + 1) - LE_FIRST;
-            if let Some(slot) = self.le.get_mut(i as usize) {
-                *slot = slot.saturating_add(n);
-            }
-        }
-    }
-}
-
 #[derive(Clone, Debug, Default)]
 struct Series {
-    /// `cgroup`, then `namespace`/`pod`/`container` when known.
-    labels: Vec<(&'static str, String)>,
-    runq: BTreeMap<String, CumHist>,
-    episodes: CumHist,
-    has_throttle: bool,
-    nr_periods: u64,
-    nr_throttled: u64,
-    throttled_us: f64,
-    kernel_nr_periods: u64,
-    kernel_nr_throttled: u64,
-    kernel_throttled_us: f64,
+    labels: Labels,
+    /// Each family's part, cumulative since start.
+    runq: family::runq::metrics::Series,
+    throttle: family::throttle::metrics::Series,
     /// Windows in which each diagnosis (family, code) was made.
     flagged: BTreeMap<(String, String), u64>,
     /// Wall clock (Unix ms) of the last window with activity.
@@ -98,18 +66,6 @@ struct Series {
 }
 
 impl Series {
-    /// The value of `THROTTLE_COUNTERS[i]`.
-    fn throttle_counter(&self, i: usize) -> f64 {
-        match i {
-            0 => self.nr_periods as f64,
-            1 => self.nr_throttled as f64,
-            2 => self.throttled_us / 1e6,
-            3 => self.kernel_nr_periods as f64,
-            4 => self.kernel_nr_throttled as f64,
-            _ => self.kernel_throttled_us / 1e6,
-        }
-    }
-
     fn add(&mut self, c: &CgroupWindow) {
         for f in &c.flags {
             *self
@@ -117,35 +73,10 @@ impl Series {
                 .entry((f.family.clone(), f.code.clone()))
                 .or_insert(0) += 1;
         }
-        for (kind, h) in &c.runq.kinds {
-            self.runq.entry(kind.clone()).or_default().add(h);
-        }
-        if let Some(t) = &c.throttle {
-            self.has_throttle = true;
-            self.episodes.add(&t.episode);
-            self.nr_periods += t.nr_periods;
-            self.nr_throttled += t.nr_throttled;
-            self.throttled_us += t.throttled_us;
-            if let Some(k) = &t.kernel {
-                self.kernel_nr_periods += k.nr_periods;
-                self.kernel_nr_throttled += k.nr_throttled;
-                self.kernel_throttled_us += k.throttled_us;
-            }
-        }
+        self.runq.add(c);
+        self.throttle.add(c);
     }
 }
-
-/// The throttle counters per cgroup: ours, then the kernel's `cpu.stat` over the same windows
-/// (name, unit, help; the values are [`Series::throttle_counter`]).
-#[rustfmt::skip]
-const THROTTLE_COUNTERS: [(&str, &str, &str); 6] = [
-    ("cgtrace_throttle_periods", "", "Bandwidth periods that elapsed (period timer)"),
-    ("cgtrace_throttled_periods", "", "Periods in which the cgroup was throttled"),
-    ("cgtrace_throttled_seconds", "seconds", "Time throttled, summed over CPUs (cgtrace's episodes)"),
-    ("cgtrace_kernel_periods", "", "The kernel's cpu.stat nr_periods"),
-    ("cgtrace_kernel_throttled_periods", "", "The kernel's cpu.stat nr_throttled"),
-    ("cgtrace_kernel_throttled_seconds", "seconds", "The kernel's cpu.stat throttled time"),
-];
 
 /// Where a cgroup's data go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,46 +209,23 @@ impl Metrics {
             series.push(&self.other);
         }
         let mut o = String::with_capacity(4096 + series.len() * 4096);
-        let le: Vec<String> = (LE_FIRST..=LE_LAST)
-            .map(|b| format!("{:e}", (1u64 << b) as f64 / 1e9))
-            .collect();
-
-        family(
+        let le = le_bounds();
+        family::runq::metrics::render(
+            &series
+                .iter()
+                .map(|s| (&s.labels, &s.runq))
+                .collect::<Vec<_>>(),
+            &le,
             &mut o,
-            "cgtrace_runq_wait_seconds",
-            "histogram",
-            "seconds",
-            "Run-queue waits (time runnable before running), by wait kind, since cgtrace started",
         );
-        for s in &series {
-            for (kind, h) in &s.runq {
-                let l = labels(&s.labels, Some(("kind", kind)));
-                histogram(&mut o, "cgtrace_runq_wait_seconds", &l, h, &le);
-            }
-        }
-        family(
+        family::throttle::metrics::render(
+            &series
+                .iter()
+                .map(|s| (&s.labels, &s.throttle))
+                .collect::<Vec<_>>(),
+            &le,
             &mut o,
-            "cgtrace_throttle_episode_seconds",
-            "histogram",
-            "seconds",
-            "CFS throttle episodes (one cgroup on one CPU), since cgtrace started",
         );
-        for s in series.iter().filter(|s| s.has_throttle) {
-            histogram(
-                &mut o,
-                "cgtrace_throttle_episode_seconds",
-                &labels(&s.labels, None),
-                &s.episodes,
-                &le,
-            );
-        }
-        for (i, (name, unit, help)) in THROTTLE_COUNTERS.into_iter().enumerate() {
-            family(&mut o, name, "counter", unit, help);
-            for s in series.iter().filter(|s| s.has_throttle) {
-                let v = s.throttle_counter(i);
-                let _ = writeln!(o, "{name}_total{} {}", labels(&s.labels, None), num(v));
-            }
-        }
         family(
             &mut o,
             "cgtrace_flagged_windows",
@@ -421,65 +329,6 @@ impl Metrics {
         o.push_str("# EOF\n");
         o
     }
-}
-
-fn family(o: &mut String, name: &str, kind: &str, unit: &str, help: &str) {
-    let _ = writeln!(o, "# TYPE {name} {kind}");
-    if !unit.is_empty() {
-        let _ = writeln!(o, "# UNIT {name} {unit}");
-    }
-    let _ = writeln!(o, "# HELP {name} {help}");
-}
-
-/// `{a="x",b="y"}` (empty string when there are none).
-fn labels(base: &[(&'static str, String)], extra: Option<(&str, &str)>) -> String {
-    let mut parts: Vec<String> = base
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    if let Some((k, v)) = extra {
-        parts.push(format!("{k}=\"{}\"", escape(v)));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-fn histogram(o: &mut String, name: &str, l: &str, h: &CumHist, le: &[String]) {
-    // `l` is `{…}`: the `le` label goes inside it.
-    let inner = l.trim_start_matches('{').trim_end_matches('}');
-    let sep = if inner.is_empty() { "" } else { "," };
-    let mut cum = 0;
-    for (i, bound) in le.iter().enumerate() {
-        cum += h.le[i];
-        let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"{bound}\"}} {cum}");
-    }
-    let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"+Inf\"}} {}", h.count);
-    let _ = writeln!(o, "{name}_count{l} {}", h.count);
-    let _ = writeln!(o, "{name}_sum{l} {}", num(h.sum_us / 1e6));
-}
-
-fn num(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        "0".into()
-    }
-}
-
-fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
 }
 
 /// The rendered text the HTTP handler serves, replaced after every window.

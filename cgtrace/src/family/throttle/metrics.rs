@@ -1,0 +1,89 @@
+//! `throttle`'s metric series: the episode histogram, and periods, throttled periods and
+//! throttled time, ours and the kernel's, per cgroup with a quota.
+
+use std::fmt::Write as _;
+
+use crate::{
+    metrics::encode::{CumHist, Labels, family, histogram, labels, num},
+    model::CgroupWindow,
+};
+
+/// One throttled cgroup since cgtrace started.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    seen: bool,
+    episodes: CumHist,
+    nr_periods: u64,
+    nr_throttled: u64,
+    throttled_us: f64,
+    kernel_nr_periods: u64,
+    kernel_nr_throttled: u64,
+    kernel_throttled_us: f64,
+}
+
+/// The throttle counters per cgroup: ours, then the kernel's `cpu.stat` over the same windows
+/// (name, unit, help; the values are [`Series::counter`]).
+#[rustfmt::skip]
+const THROTTLE_COUNTERS: [(&str, &str, &str); 6] = [
+    ("cgtrace_throttle_periods", "", "Bandwidth periods that elapsed (period timer)"),
+    ("cgtrace_throttled_periods", "", "Periods in which the cgroup was throttled"),
+    ("cgtrace_throttled_seconds", "seconds", "Time throttled, summed over CPUs (cgtrace's episodes)"),
+    ("cgtrace_kernel_periods", "", "The kernel's cpu.stat nr_periods"),
+    ("cgtrace_kernel_throttled_periods", "", "The kernel's cpu.stat nr_throttled"),
+    ("cgtrace_kernel_throttled_seconds", "seconds", "The kernel's cpu.stat throttled time"),
+];
+
+impl Series {
+    pub fn add(&mut self, c: &CgroupWindow) {
+        let Some(t) = &c.throttle else { return };
+        self.seen = true;
+        self.episodes.add(&t.episode);
+        self.nr_periods += t.nr_periods;
+        self.nr_throttled += t.nr_throttled;
+        self.throttled_us += t.throttled_us;
+        if let Some(k) = &t.kernel {
+            self.kernel_nr_periods += k.nr_periods;
+            self.kernel_nr_throttled += k.nr_throttled;
+            self.kernel_throttled_us += k.throttled_us;
+        }
+    }
+
+    /// The value of `THROTTLE_COUNTERS[i]`.
+    fn counter(&self, i: usize) -> f64 {
+        match i {
+            0 => self.nr_periods as f64,
+            1 => self.nr_throttled as f64,
+            2 => self.throttled_us / 1e6,
+            3 => self.kernel_nr_periods as f64,
+            4 => self.kernel_nr_throttled as f64,
+            _ => self.kernel_throttled_us / 1e6,
+        }
+    }
+}
+
+/// The throttle series of every cgroup that had a `throttle` part.
+pub fn render(series: &[(&Labels, &Series)], le: &[String], o: &mut String) {
+    let throttled = || series.iter().filter(|(_, s)| s.seen);
+    family(
+        o,
+        "cgtrace_throttle_episode_seconds",
+        "histogram",
+        "seconds",
+        "CFS throttle episodes (one cgroup on one CPU), since cgtrace started",
+    );
+    for (l, s) in throttled() {
+        histogram(
+            o,
+            "cgtrace_throttle_episode_seconds",
+            &labels(l, None),
+            &s.episodes,
+            le,
+        );
+    }
+    for (i, (name, unit, help)) in THROTTLE_COUNTERS.into_iter().enumerate() {
+        family(o, name, "counter", unit, help);
+        for (l, s) in throttled() {
+            let _ = writeln!(o, "{name}_total{} {}", labels(l, None), num(s.counter(i)));
+        }
+    }
+}
