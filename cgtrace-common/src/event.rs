@@ -29,34 +29,4 @@ pub const KIND_SLOW_READ: u32 = 0x300;
 /// A cgroup created or removed: [`crate::reads::CgroupChurnEvent`].
 pub const KIND_CGROUP_CHURN: u32 = 0x301;
 
-/// Why a record could not be decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeError {
-    /// Shorter than its header or than the type its kind names.
-    Short { kind: u32, len: usize, need: usize },
-    /// A kind this build does not know.
-    UnknownKind(u32),
-}
-
-impl core::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::Short { kind, len, need } => {
-                write!(f, "event kind {kind:#x}: {len} bytes, need {need}")
-            }
-            Self::UnknownKind(kind) => write!(f, "unknown event kind {kind:#x}"),
-        }
-    }
-}
-
-/// Reads a `T` from the front of `bytes` if it is long enough (unaligned read).
-///
-/// # Safety
-/// `T` must be a `#[repr(C)]` plain-old-data type valid for every bit pattern.
-pub unsafe fn read_pod<T: Copy>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < core::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: length checked above; the caller promises T is valid for any bytes.
-    Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
+// Records are decoded in one place, the daemon's `decode::Record::from_bytes`.

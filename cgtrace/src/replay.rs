@@ -132,11 +132,11 @@ pub fn stream<W: Write>(
                             return Ok(false);
                         }
                     }
-                    // Slow reads are named by the live tracer's file table, which a recording
-                    // does not keep yet.
+                    // Lines named from the live tracer's tables (slow reads' files) cannot be
+                    // made again from a recording yet.
                     if let Some(kind) = played.kind
                         && events.has_kind(kind)
-                        && family::of_kind(kind).is_some_and(|f| f.name == family::reads::INFO.name)
+                        && family::of_kind(kind).is_some_and(|f| !f.lines_offline)
                     {
                         r.unrendered += 1;
                     }

@@ -31,6 +31,9 @@ pub struct FamilyInfo {
     pub event_line: &'static str,
     /// Its bit in a recording's window index (seek targets).
     pub mark: u32,
+    /// Its event lines can be made again from a recording (`replay --stream`): false when naming
+    /// them needs the live tracer's tables.
+    pub lines_offline: bool,
     /// Its diagnoses of one cgroup's window (`duration_ms` long), appended to `out`: made in the
     /// daemon, so the stream, recordings, report, metrics and the view all have them.
     pub flags: fn(&CgroupWindow, u64, &mut Vec<Flag>),

@@ -25,6 +25,7 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_SLOW_READ,
     event_line: "slow_read",
     start: collect::start,
+    lines_offline: false,
     flags,
     mark: 4,
 };

@@ -22,6 +22,7 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_RUNQ_WAIT,
     event_line: "runq_wait",
     start: collect::start,
+    lines_offline: true,
     flags,
     mark: 1,
 };

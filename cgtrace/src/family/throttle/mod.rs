@@ -30,6 +30,7 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_THROTTLE,
     event_line: "throttle",
     start: collect::start,
+    lines_offline: true,
     // Made with the window (they need the flag rules); copied, named as this family's even
     // where a recording from before the family field left it empty.
     flags: |cg, _, out| {
