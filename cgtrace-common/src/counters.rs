@@ -27,8 +27,11 @@ pub const READ_INFLIGHT_FULL: u32 = 9;
 pub const READ_STATS_FULL: u32 = 10;
 /// A file's names could not be stored: `READ_FILES` full (its path shows as unknown).
 pub const READ_FILES_FULL: u32 = 11;
+/// A group's period counters could not be stored: `THROTTLE_STATS` full (its periods are not
+/// counted until an entry frees).
+pub const THROTTLE_STATS_FULL: u32 = 12;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 12;
+pub const NR_COUNTERS: u32 = 13;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -44,6 +47,7 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "read_inflight_full",
     "read_stats_full",
     "read_files_full",
+    "throttle_stats_full",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

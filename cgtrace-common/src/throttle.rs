@@ -44,10 +44,15 @@ pub struct OpenEpisodes {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThrottleStats {
-    /// Period timer expiries of the group's bandwidth timer.
+    /// Periods the group's bandwidth timer counted while traced (the kernel's `nr_periods`).
     pub nr_periods: u64,
-    /// Expiries that found the group throttled (`throttled_cfs_rq` non-empty).
+    /// Of those, throttled ones (the kernel's `nr_throttled`).
     pub nr_throttled: u64,
+    /// The kernel's `cfs_b->nr_periods` and `nr_throttled` at the last period timer seen: each
+    /// callback adds the change since then, so a callback whose exit was missed (a recursion
+    /// miss, nested timers) is counted at the next one instead of lost.
+    pub last_periods: u32,
+    pub last_throttled: u32,
 }
 
 /// A closed episode, through the `EVENTS` ring buffer.

@@ -322,8 +322,9 @@ pub fn throttle_period_probe(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// Period timer exit: count the periods and throttled periods this callback added to the kernel's
-/// `nr_periods`/`nr_throttled` (its own decision, taken under `cfs_b->lock`, overrun included).
+/// Period timer exit: count the periods and throttled periods the kernel added to its
+/// `nr_periods`/`nr_throttled` (its own decision, taken under `cfs_b->lock`, overrun included)
+/// since the last callback seen for this group; the first one counts the change since its entry.
 #[inline(always)]
 fn period_exit(timer: *const u8) {
     let Some(at) = THROTTLE_PERIOD_AT.get_ptr_mut(0) else {
@@ -331,11 +332,11 @@ fn period_exit(timer: *const u8) {
     };
     // SAFETY: per-CPU slot written by this CPU's entry program.
     let [stashed, periods0, throttled0] = unsafe { *at };
-    if stashed != timer as u64 {
-        return;
+    let entry_seen = stashed == timer as u64;
+    if entry_seen {
+        // SAFETY: as above.
+        unsafe { (*at)[0] = 0 };
     }
-    // SAFETY: as above.
-    unsafe { (*at)[0] = 0 };
     let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
     let tg = cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize);
     let Some(cgroup_id) = tg_cgroup_id::<false>(tg) else {
@@ -343,27 +344,32 @@ fn period_exit(timer: *const u8) {
     };
     let periods = read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32;
     let throttled = read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32;
-    let d_periods = u64::from(periods.wrapping_sub(periods0 as u32));
-    let d_throttled = u64::from(throttled.wrapping_sub(throttled0 as u32));
-    if d_periods == 0 && d_throttled == 0 {
-        return;
-    }
-    let stats = match THROTTLE_STATS.get_ptr_mut(&cgroup_id) {
-        Some(s) => s,
-        None => {
-            let _ = THROTTLE_STATS.insert(
-                &cgroup_id,
-                &ThrottleStats::default(),
-                u64::from(BPF_NOEXIST),
-            );
-            let Some(s) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
-                return;
-            };
-            s
+    let Some(stats) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
+        // First sight of this group: the change across this callback, if its entry was seen.
+        if !entry_seen {
+            return;
         }
+        let first = ThrottleStats {
+            nr_periods: u64::from(periods.wrapping_sub(periods0 as u32)),
+            nr_throttled: u64::from(throttled.wrapping_sub(throttled0 as u32)),
+            last_periods: periods,
+            last_throttled: throttled,
+        };
+        if THROTTLE_STATS
+            .insert(&cgroup_id, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            count(counters(), counters::THROTTLE_STATS_FULL);
+        }
+        return;
     };
-    // SAFETY: live map value; entries may be read concurrently.
+    // SAFETY: live map value. Only this group's period timer writes it (a timer's callbacks never
+    // run at once); the daemon reads it concurrently, and the counters are added atomically.
     unsafe {
+        let d_periods = u64::from(periods.wrapping_sub((*stats).last_periods));
+        let d_throttled = u64::from(throttled.wrapping_sub((*stats).last_throttled));
+        (*stats).last_periods = periods;
+        (*stats).last_throttled = throttled;
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
             &raw mut (*stats).nr_periods,
             d_periods,
