@@ -1,9 +1,11 @@
 //! `runq`: run-queue latency per cgroup and wait kind.
 //!
 //! A wait starts at `sched_wakeup`/`sched_wakeup_new` (kind wakeup) or when a task is switched out
-//! still runnable (kind preempt: `prev_state == TASK_RUNNING`, never the `preempt` flag, which is
-//! 0 for most involuntary preemptions on preempt=none kernels). It ends when the task is switched
-//! in, and is charged to that task's cgroup — the task that waited, never `current`.
+//! still runnable (kind preempt: `prev_state == TASK_RUNNING`, or the `preempt` flag set — not the
+//! flag alone, which is 0 for most involuntary preemptions on preempt=none kernels, while a task
+//! preempted on its way to sleep on preempt=full kernels has a sleeping state but stays queued).
+//! It ends when the task is switched in, and is charged to that task's cgroup — the task that
+//! waited, never `current`.
 //!
 //! The programs are in `sched.rs` (one `sched_switch`, one `sched_wakeup` entry for every
 //! family); these are the run-queue parts they call.
@@ -41,27 +43,27 @@ pub fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle
     }
 }
 
-/// A task switched out: still runnable, its wait starts (`throttled_cfs_rq`: the throttled
+/// A task switched out: still `runnable`, its wait starts (`throttled_cfs_rq`: the throttled
 /// `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left open
 /// (woken while still running) goes.
 #[inline(always)]
 pub fn switched_out(
     c: *mut Counters,
     pid: u32,
+    runnable: bool,
     state: Option<u64>,
     now: u64,
     throttled_cfs_rq: Option<u64>,
 ) {
-    match state {
-        Some(TASK_RUNNING) => match throttled_cfs_rq {
+    if runnable {
+        // Replaces any older stamp (a wakeup that came while it still ran).
+        match throttled_cfs_rq {
             Some(cfs_rq) => start_wait(c, pid, WaitKind::Throttled, now, cfs_rq),
             None => start_wait(c, pid, WaitKind::Preempt, now, 0),
-        },
-        // A task woken while still running can exit with a wait recorded that never ends.
-        Some(s) if s & TASK_DEAD != 0 => {
-            let _ = RUNQ_START.remove(&pid);
         }
-        _ => {}
+    } else if state.is_some_and(|s| s & TASK_DEAD != 0) {
+        // A task woken while still running can exit with a wait recorded that never ends.
+        let _ = RUNQ_START.remove(&pid);
     }
 }
 

@@ -37,10 +37,10 @@ twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(
 twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));
 // `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
 twice!("sched_switch", sched_switch, sched_switch_probe, switch,
-    ctx => ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
+    ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 // `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
 twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch,
-    ctx => ctx.arg(1), ctx.arg(2), None);
+    ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), None);
 
 #[inline(always)]
 fn wakeup<const DIRECT: bool>(p: *const u8) {
@@ -53,7 +53,12 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
 }
 
 #[inline(always)]
-fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Option<u64>) {
+fn switch<const DIRECT: bool>(
+    preempt: bool,
+    prev: *const u8,
+    next: *const u8,
+    prev_state: Option<u64>,
+) {
     let c = counters();
     count(c, counters::SCHED_SWITCH);
     // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
@@ -68,12 +73,15 @@ fn switch<const DIRECT: bool>(prev: *const u8, next: *const u8, prev_state: Opti
             Some(s) => Some(s),
             None => task_state::<DIRECT>(prev),
         };
-        let throttled = if state == Some(runq::TASK_RUNNING) {
+        // Still runnable: switched out running, or preempted whatever its state (preempted on its
+        // way to sleep, preempt=full kernels: it stays queued and runs again without a wakeup).
+        let runnable = preempt || state == Some(runq::TASK_RUNNING);
+        let throttled = if runnable {
             throttle::switched_out_runnable::<DIRECT>(c, prev, now)
         } else {
             None
         };
-        runq::switched_out(c, prev_pid, state, now, throttled);
+        runq::switched_out(c, prev_pid, runnable, state, now, throttled);
     }
     if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
         runq::end_wait::<DIRECT>(c, next, next_pid, now);
