@@ -14,6 +14,9 @@ pub const TOP_THREADS: usize = 5;
 pub const PERIODS_KEPT: usize = 10;
 /// A group silent for this long (ns) is forgotten.
 const FORGET_NS: u64 = 5_000_000_000;
+/// CPUs remembered per thread and period (a thread migrates a few times a period at most; the
+/// bound keeps a forged recording from growing the list).
+const MAX_CPUS_PER_THREAD: usize = 256;
 /// Distinct threads tracked per group within one period; more are counted, not named.
 const THREADS_PER_PERIOD: usize = 4096;
 
@@ -50,7 +53,9 @@ struct ThreadAcc {
     tgid: u32,
     comm: [u8; 16],
     runtime_ns: u64,
-    cpus: u64,
+    /// The CPUs it ran on, each once (hosts have up to thousands of CPUs; a thread in one
+    /// period runs on a few).
+    cpus: Vec<u32>,
 }
 
 #[derive(Default, Debug)]
@@ -79,7 +84,9 @@ impl Burners {
         t.tgid = ev.tgid;
         t.comm = ev.comm;
         t.runtime_ns = t.runtime_ns.saturating_add(ev.runtime_ns);
-        t.cpus |= 1u64 << (ev.header.cpu % 64);
+        if !t.cpus.contains(&ev.header.cpu) && t.cpus.len() < MAX_CPUS_PER_THREAD {
+            t.cpus.push(ev.header.cpu);
+        }
     }
 
     pub fn period(&mut self, ev: &PeriodEvent) {
@@ -101,7 +108,7 @@ impl Burners {
                     tgid: t.tgid,
                     comm: comm_str(&t.comm),
                     cpu_ms: t.runtime_ns as f64 / 1e6,
-                    cpus: t.cpus.count_ones(),
+                    cpus: t.cpus.len() as u32,
                 })
                 .collect();
             if g.done.len() >= PERIODS_KEPT {
@@ -224,5 +231,19 @@ mod tests {
         // Silent groups are forgotten.
         b.take(10_000_000_000);
         assert!(b.groups.is_empty());
+    }
+
+    #[test]
+    fn cpus_beyond_64_are_told_apart() {
+        // A 192-CPU host: a thread on CPUs 3 and 67 ran on two CPUs, not one.
+        let mut b = Burners::default();
+        b.period(&period(0, false));
+        b.slice(&slice(40, 3, 1, "x"));
+        b.slice(&slice(40, 67, 1, "x"));
+        b.slice(&slice(40, 131, 1, "x"));
+        b.slice(&slice(40, 3, 1, "x"));
+        b.period(&period(100, true));
+        let periods = b.take(150_000_000).remove(&7).expect("periods");
+        assert_eq!(periods[0].top[0].cpus, 3);
     }
 }

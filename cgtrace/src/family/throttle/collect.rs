@@ -33,7 +33,9 @@ impl CpuFiles {
         let rel = rel.trim_start_matches('/');
         let dir = self.mount.join(rel);
         let acct = self.cpuacct_mount.as_ref().map(|m| m.join(rel));
-        read_kernel_cpu(&dir, self.version, acct.as_deref())
+        let mut k = read_kernel_cpu(&dir, self.version, acct.as_deref())?;
+        k.at_ns = monotonic_ns();
+        Some(k)
     }
 }
 

@@ -153,6 +153,8 @@ pub struct KernelCpu {
     pub burst_ns: u64,
     /// CPU time used (v1 `cpuacct.usage`, v2 `cpu.stat usage_usec`).
     pub usage_ns: Option<u64>,
+    /// When it was read (CLOCK_MONOTONIC ns; 0: unknown).
+    pub at_ns: u64,
 }
 
 /// Flag thresholds.
@@ -315,8 +317,14 @@ pub fn window(
             if let (Some(u1), Some(u0)) = (c.usage_ns, p.usage_ns) {
                 let used = u1.saturating_sub(u0) as f64;
                 w.usage_us = Some(used / 1e3);
-                if duration_ms > 0 {
-                    w.usage_cores = Some(used / (duration_ms as f64 * 1e6));
+                // Over the time between the two readings: the earlier one may be windows old (the
+                // cgroup's timer did not run in between).
+                let span_ns = match (p.at_ns, c.at_ns) {
+                    (t0, t1) if t0 > 0 && t1 > t0 => t1 - t0,
+                    _ => duration_ms.saturating_mul(1_000_000),
+                };
+                if span_ns > 0 {
+                    w.usage_cores = Some(used / span_ns as f64);
                 }
             }
         }
@@ -389,6 +397,39 @@ mod tests {
         // periods are long.
         let codes: Vec<&str> = w.flags.iter().map(|f| f.code.as_str()).collect();
         assert_eq!(codes, ["long_throttle_waits"]);
+    }
+
+    #[test]
+    fn usage_is_over_the_time_between_the_two_readings() {
+        // The last reading is three seconds old (the timer did not run for two windows): 600 ms
+        // of CPU since then is 0.2 CPUs, not 0.6 over this one-second window.
+        let prev = KernelCpu {
+            quota_us: Some(50_000),
+            period_us: 100_000,
+            usage_ns: Some(1_000_000_000),
+            at_ns: 10_000_000_000,
+            ..Default::default()
+        };
+        let cur = KernelCpu {
+            usage_ns: Some(1_600_000_000),
+            at_ns: 13_000_000_000,
+            ..prev
+        };
+        let w = window(
+            PeriodDelta::default(),
+            None,
+            Vec::new(),
+            Some(&prev),
+            Some(&cur),
+            1000,
+            &FlagRules::default(),
+        );
+        assert_eq!(w.usage_us, Some(600_000.0));
+        assert!(
+            (w.usage_cores.unwrap() - 0.2).abs() < 1e-9,
+            "{:?}",
+            w.usage_cores
+        );
     }
 
     fn throttled_window(usage_cores: f64, threads: usize, burned_in_ms: f64) -> ThrottleWindow {
