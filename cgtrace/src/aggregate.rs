@@ -74,8 +74,15 @@ impl Aggregator {
         let hierarchy = self.hierarchy.clone();
         for id in ids {
             let kinds = input.runq.remove(&id).unwrap_or_default();
+            // Not resolved yet: try again (it may have been made just after a walk); removed
+            // only when the resolver knows it is gone, never because it could not be named.
+            let unresolved = id != 0 && self.table.get(&id).is_some_and(|e| e.path.is_none());
+            if unresolved {
+                self.resolve_again(id);
+            }
+            let unnamed = id != 0 && self.entry(id).path.is_none();
+            let gone = unnamed && self.resolver.gone(id);
             let entry = self.entry(id);
-            let gone = entry.path.is_none();
             for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
                 t.merge(d);
             }
@@ -87,13 +94,13 @@ impl Aggregator {
                 entry.name.as_ref(),
                 runq_window(&kinds),
             );
-            cg.removed = gone && id != 0;
+            cg.removed = gone;
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
             }
             cg.flags = crate::family::flags(&cg, duration_ms);
             cgroups.push(cg);
-            if gone && id != 0 {
+            if gone {
                 removed.push(id);
             }
         }
@@ -152,6 +159,18 @@ impl Aggregator {
             .collect();
         v.sort_by(busiest_first);
         v
+    }
+
+    /// Resolves an entry's path and name again, if the resolver finds it now.
+    fn resolve_again(&mut self, id: u64) {
+        let Some(path) = self.resolver.path_of(id).map(|p| p.to_string()) else {
+            return;
+        };
+        let name = self.names.name(&path);
+        if let Some(e) = self.table.get_mut(&id) {
+            e.path = Some(path);
+            e.name = name;
+        }
     }
 
     fn entry(&mut self, id: u64) -> &mut Entry {
@@ -342,5 +361,22 @@ mod tests {
         for id in &ids[2..] {
             assert!(kept.contains(id));
         }
+    }
+
+    #[test]
+    fn a_cgroup_that_cannot_be_named_is_not_reported_removed() {
+        // A live directory the resolver cannot name (outside the hierarchy it walks, as a host
+        // cgroup is to a cgtrace in a cgroup namespace): unnamed, not removed, and kept.
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (root, outside) = (tmp.path().join("root"), tmp.path().join("outside"));
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        let mut agg = aggregator(&root, 16);
+        let id = ino(&outside);
+        let out = agg.window_of(runq_input([(id, waits(1, 1000))]), 0, 1000);
+        let cg = &out.window.cgroups[0];
+        assert_eq!((cg.path.as_deref(), cg.removed), (None, false));
+        assert!(out.removed.is_empty(), "{:?}", out.removed);
+        assert_eq!(out.window.cgroups_tracked, 1);
     }
 }

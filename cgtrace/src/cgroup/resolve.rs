@@ -234,6 +234,20 @@ impl Resolver {
         self.mode == Mode::Handles && self.open_handle(id).is_ok()
     }
 
+    /// Whether cgroup `id` is known to be gone: its cached path no longer holds it, or its handle
+    /// no longer opens. An id this resolver cannot look up (walk mode, or a path outside what it
+    /// sees, e.g. in a cgroup namespace) is not known to be gone.
+    pub fn gone(&self, id: u64) -> bool {
+        if id == 0 || id == self.root_ino {
+            return false;
+        }
+        let known = self.cache.peek(id).is_some() || self.snapshot.contains_key(&id);
+        if known || self.mode == Mode::Handles {
+            return !self.exists(id);
+        }
+        false
+    }
+
     fn remember_missing(&mut self, id: u64) {
         if self.negative.len() >= self.cache.capacity {
             let ttl = self.negative_ttl;
