@@ -230,6 +230,10 @@ pub struct Config {
     /// slots: `read`, `pread64`, `readv`, `preadv`, `preadv2` (fd in the first argument) and, in
     /// the last slot, `sendfile` (fd in the second: busybox `cat` reads that way).
     pub read_syscalls: [u32; crate::reads::NR_READ_SYSCALLS],
+    /// cgtrace's own process: its reads of cgroup and proc files (and the rstat flushes they
+    /// cause) are not traced.
+    pub self_tgid: u32,
+    pub _pad: u32,
 }
 
 impl Config {
@@ -239,6 +243,8 @@ impl Config {
         ringbuf_wakeup_bytes: 64 * 1024,
         read_event_min_ns: 5_000_000,
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
+        self_tgid: 0,
+        _pad: 0,
     };
 }
 

@@ -142,6 +142,7 @@ impl Session {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
                 read_event_min_ns: opts.slow_read_min.as_nanos() as u64,
+                self_tgid: std::process::id(),
                 ..Config::DEFAULT
             },
             ringbuf_bytes: opts.ringbuf_bytes,

@@ -319,6 +319,28 @@ fn lxcfs_meminfo_is_charged_to_the_reader_and_lxcfs_reads_its_memcg() -> anyhow:
     Ok(())
 }
 
+/// cgtrace reads cgroup and proc files every window (the dying memcg count, its throttled groups'
+/// `cpu.stat`): none of those reads, nor the flushes they cause, are charged to anyone.
+#[test]
+fn cgtraces_own_reads_are_not_traced() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let mut stream = Stream::start(&["--interval", "300"])?;
+    stream.windows(4)?;
+    let (code, lines) = stream.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    let own: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "window")
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+        .flat_map(|c| c["reads"].as_array().into_iter().flatten())
+        .filter(|l| l["comm"] == "cgtrace")
+        .collect();
+    assert!(own.is_empty(), "cgtrace's own reads traced: {own:?}");
+    Ok(())
+}
+
 #[test]
 fn reads_modes_off_and_forced() -> anyhow::Result<()> {
     if !can_trace() {

@@ -173,6 +173,14 @@ fn reader_key(task: P, file: u64, dev: u32) -> ReadKey {
     }
 }
 
+/// Whether the current thread is cgtrace's own (its reads are not traced).
+#[inline(always)]
+fn is_self() -> bool {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    let me = unsafe { core::ptr::read_volatile(&raw const CONFIG.self_tgid) };
+    me != 0 && (bpf_get_current_pid_tgid() >> 32) as u32 == me
+}
+
 /// Starts timing a read of `file` by the current thread if the file is a traced pseudo-file.
 #[inline(always)]
 fn open_read(task: P, file: P, hook: u32) {
@@ -185,7 +193,7 @@ fn open_read(task: P, file: P, hook: u32) {
     let Some(magic) = rd::<u64>(sb, layout!(sb_magic)) else {
         return;
     };
-    if !traced_magic(magic) {
+    if !traced_magic(magic) || is_self() {
         return;
     }
     let t = tid();
@@ -523,6 +531,10 @@ fn inflight_or_flush() -> Option<*mut ReadInflight> {
         && unsafe { (*p).open } != 0
     {
         return Some(p);
+    }
+    // Flushes by cgtrace's own reads are not charged to anyone.
+    if is_self() {
+        return None;
     }
     let mut r = ReadInflight::start(
         now(),

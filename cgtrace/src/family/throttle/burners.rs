@@ -62,6 +62,8 @@ struct ThreadAcc {
 struct Group {
     /// When the current period began (the previous period event), if seen.
     period_start: Option<u64>,
+    /// When its last record (slice or period) was seen.
+    last_ns: u64,
     threads: HashMap<u32, ThreadAcc>,
     overflow_ns: u64,
     done: VecDeque<ThrottledPeriod>,
@@ -76,6 +78,7 @@ pub struct Burners {
 impl Burners {
     pub fn slice(&mut self, ev: &SliceEvent) {
         let g = self.groups.entry(ev.cgroup_id).or_default();
+        g.last_ns = g.last_ns.max(ev.header.ts_ns);
         if g.threads.len() >= THREADS_PER_PERIOD && !g.threads.contains_key(&ev.pid) {
             g.overflow_ns = g.overflow_ns.saturating_add(ev.runtime_ns);
             return;
@@ -91,6 +94,7 @@ impl Burners {
 
     pub fn period(&mut self, ev: &PeriodEvent) {
         let g = self.groups.entry(ev.cgroup_id).or_default();
+        g.last_ns = g.last_ns.max(ev.header.ts_ns);
         let start = g.period_start.replace(ev.header.ts_ns);
         if ev.throttled != 0 {
             let mut threads: Vec<(u32, ThreadAcc)> = g.threads.drain().collect();
@@ -141,18 +145,17 @@ impl Burners {
         Some(p.clone())
     }
 
-    /// Throttled periods completed since the last call, by group. Groups whose last period record
-    /// is older than `FORGET_NS` before `now_ns` (CLOCK_MONOTONIC) are forgotten: the kernel stops
-    /// sending records a second after a group's last throttle.
+    /// Throttled periods completed since the last call, by group. Groups whose last record is
+    /// older than `FORGET_NS` before `now_ns` (CLOCK_MONOTONIC) are forgotten.
     pub fn take(&mut self, now_ns: u64) -> HashMap<u64, Vec<ThrottledPeriod>> {
         let mut out = HashMap::new();
         self.groups.retain(|&id, g| {
             if !g.done.is_empty() {
                 out.insert(id, g.done.drain(..).collect());
             }
-            g.period_start
-                .is_some_and(|t| now_ns.saturating_sub(t) < FORGET_NS)
-                || !g.threads.is_empty()
+            // Silent for FORGET_NS: forgotten, slices of an unfinished period included (the
+            // kernel stops sending records a second after a group's last throttle).
+            now_ns.saturating_sub(g.last_ns) < FORGET_NS
         });
         out
     }
@@ -245,5 +248,19 @@ mod tests {
         b.period(&period(100, true));
         let periods = b.take(150_000_000).remove(&7).expect("periods");
         assert_eq!(periods[0].top[0].cpus, 3);
+    }
+
+    #[test]
+    fn groups_with_slices_but_no_more_periods_are_forgotten() {
+        // Slices of a period that never ended (the group stopped being watched, or was removed):
+        // the group goes once it is silent, not only once its thread list is empty.
+        let mut b = Burners::default();
+        let mut s = slice(50, 0, 1, "x");
+        s.header.ts_ns = 1_000_000_000;
+        b.slice(&s);
+        assert!(b.take(2_000_000_000).is_empty());
+        assert_eq!(b.groups.len(), 1, "still within FORGET_NS");
+        b.take(1_000_000_000 + FORGET_NS + 1);
+        assert!(b.groups.is_empty());
     }
 }
