@@ -1,9 +1,12 @@
-//! cgtrace: per-cgroup scheduler latency traced with eBPF.
+//! cgtrace: per-cgroup run-queue latency, CFS throttling and slow pseudo-file reads, traced with
+//! eBPF.
 //!
-//! Data flows one way: the kernel programs (`cgtrace-ebpf`) fill maps and a ring buffer; the
-//! [`session`] reads them once per window ([`runq`], [`counters`]); the [`aggregate`] turns that
-//! into [`snapshot`]s, which the [`stream`] prints, the [`top`] view shows, [`record`] writes
-//! and [`metrics`] exports; [`replay`] and [`report`] read recordings.
+//! Data flows one way (ARCHITECTURE.md has the picture): the kernel programs (`cgtrace-ebpf`)
+//! fill maps and a ring buffer; the [`session`] drains the ring buffer through the [`decode`]r
+//! into each [`family`]'s records and reads each family's maps once per window; the
+//! [`aggregate`] and the families' collectors make a [`model::Window`], which the [`driver`]
+//! hands to its sinks: the [`stream`], the [`recorder`], the [`metrics`] and the [`top`] view.
+//! [`replay`] and [`report`] read recordings through the same decoder and model.
 
 pub mod aggregate;
 pub mod attach;

@@ -125,8 +125,8 @@ fn read_trimmed(path: &str) -> String {
 }
 
 impl Session {
-    /// Discovers cgroups, loads and attaches the programs. Returns the session and the ring buffer,
-    /// which the caller polls (see [`drain_ring`]).
+    /// Discovers cgroups, loads and attaches the programs, and starts each attached family's
+    /// collector. Returns the session and the ring buffer, which the [`Pump`] polls.
     pub fn start(opts: &SessionOptions) -> anyhow::Result<(Self, RingBuf<MapData>)> {
         let cgroups = Cgroups::discover("/proc/self/mountinfo".as_ref(), "/proc/cgroups".as_ref())
             .context("discovering cgroup hierarchies")?;
