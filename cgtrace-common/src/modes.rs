@@ -35,8 +35,8 @@ impl ThrottleMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ReadsMode {
-    /// fentry on the pseudo-filesystems' read functions where the kernel allows it, else the
-    /// read syscalls' tracepoints.
+    /// fentry on the pseudo-filesystems' read functions where the kernel allows it, else off
+    /// (the syscall mode costs every syscall of every task: ask for it by name).
     Auto,
     /// fentry/fexit on kernfs_fop_read_iter, seq_read_iter, proc_reg_read(_iter) and
     /// fuse_file_read_iter: only pseudo-file reads pay.

@@ -19,6 +19,10 @@ use serde_json::Value;
 const SIGINT: i32 = 2;
 
 /// The `reads` lines of every window for the reader cgroup `path`.
+/// The reads tests force the syscall mode: `auto` is fentry only, which this VM cannot load (on a
+/// kernel with fentry, forcing syscall still tests the family end to end).
+const READS_MODE: &str = "syscall";
+
 fn read_lines<'a>(lines: &'a [Value], path: &str) -> Vec<&'a Value> {
     lines
         .iter()
@@ -72,7 +76,15 @@ fn memory_stat_reads_slow_down_with_dying_memcgs_and_match_strace() -> anyhow::R
     )?;
     let stat = parent.dir.join("memory.stat");
     let comm = "cgt-statreader";
-    let stream = Stream::start(&["--interval", "1000", "--events", "--slow-read-ms", "0.05"])?;
+    let stream = Stream::start(&[
+        "--interval",
+        "1000",
+        "--events",
+        "--slow-read-ms",
+        "0.05",
+        "--reads-mode",
+        READS_MODE,
+    ])?;
     let mut stream = stream;
     stream.windows(1)?;
 
@@ -224,7 +236,15 @@ fn a_slow_fuse_file_shows_its_path_reader_and_latency() -> anyhow::Result<()> {
     }
     let fs = SlowFs::mount(Duration::from_millis(40))?;
     let cg = TestCgroup::new("fusereader")?;
-    let mut stream = Stream::start(&["--interval", "1000", "--events", "--slow-read-ms", "20"])?;
+    let mut stream = Stream::start(&[
+        "--interval",
+        "1000",
+        "--events",
+        "--slow-read-ms",
+        "20",
+        "--reads-mode",
+        READS_MODE,
+    ])?;
     stream.windows(1)?;
     let slow = fs.path("slow");
     run(&reader_cmd(&slow, 3, "cgt-fusereader", &[&cg.dir]))?;
@@ -273,7 +293,7 @@ fn lxcfs_meminfo_is_charged_to_the_reader_and_lxcfs_reads_its_memcg() -> anyhow:
     };
     std::fs::write(mem.dir.join(limit), (256u64 << 20).to_string())?;
     let meminfo = lx.path("proc/meminfo");
-    let mut stream = Stream::start(&["--interval", "1000"])?;
+    let mut stream = Stream::start(&["--interval", "1000", "--reads-mode", READS_MODE])?;
     stream.windows(1)?;
     run(&reader_cmd(
         &meminfo,
@@ -326,7 +346,7 @@ fn cgtraces_own_reads_are_not_traced() -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let mut stream = Stream::start(&["--interval", "300"])?;
+    let mut stream = Stream::start(&["--interval", "300", "--reads-mode", READS_MODE])?;
     stream.windows(4)?;
     let (code, lines) = stream.stop(SIGINT)?;
     assert_eq!(code, 0);
@@ -346,6 +366,18 @@ fn reads_modes_off_and_forced() -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
+    // The default: fentry where it loads, else off, saying how to turn the syscall mode on (it
+    // costs every syscall of every task).
+    let stream = Stream::start(&["--interval", "200"])?;
+    let reads = stream.hello()["families"]["reads"].clone();
+    if stream.hello()["capabilities"]["fentry"] == true {
+        assert_eq!(reads["mode"], "fentry", "{reads}");
+    } else {
+        assert_eq!(reads["mode"], "off", "{reads}");
+        let detail = reads["detail"].as_str().unwrap_or("");
+        assert!(detail.contains("--reads-mode syscall"), "{detail}");
+    }
+    drop(stream);
     // Off: the family says so and no window carries reads.
     let mut stream = Stream::start(&["--interval", "200", "--reads-mode", "off"])?;
     assert_eq!(stream.hello()["families"]["reads"]["mode"], "off");
@@ -405,7 +437,14 @@ fn a_recording_reports_the_slowest_reads() -> anyhow::Result<()> {
     let file = std::env::temp_dir().join(format!("cgtrace-reads-{}.cgt", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let mut rec = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
-        .args(["record", "--duration", "4", "-o"])
+        .args([
+            "record",
+            "--duration",
+            "4",
+            "--reads-mode",
+            READS_MODE,
+            "-o",
+        ])
         .arg(&file)
         .spawn()?;
     sleep(Duration::from_millis(1500));
