@@ -89,6 +89,7 @@ pub fn run() -> anyhow::Result<()> {
     line("privileges", "yes");
     let opts = TraceOptions {
         max_cgroups: 64,
+        max_read_keys: 64,
         config: Config::DEFAULT,
         ringbuf_bytes: 64 * 1024,
         cgroup_v1,

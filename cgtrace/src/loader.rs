@@ -22,6 +22,13 @@ use crate::{
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cgtrace.bpf.o"));
 
+/// `each` entries per possible CPU, and never fewer than `floor`.
+fn per_cpu(each: u32, floor: u32) -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
+    cpus.saturating_mul(each).max(floor)
+}
+
 /// A family whose kernel fields are missing: unavailable in `auto` mode, an error when the user
 /// forced a mode.
 fn missing_layout(
@@ -48,6 +55,8 @@ fn missing_layout(
 pub struct TraceOptions {
     /// Cgroups the kernel-side histograms can hold (times the number of wait kinds).
     pub max_cgroups: u32,
+    /// Keys of `READ_STATS` (`READ_FILES` holds twice as many).
+    pub max_read_keys: u32,
     pub config: Config,
     pub ringbuf_bytes: u32,
     /// Key waits by the v1 cpu hierarchy (else cgroup2).
@@ -133,6 +142,16 @@ impl Tracer {
                 opts.max_cgroups.saturating_mul(kinds).max(kinds),
             )
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
+            // Per cgroup: as many as the daemon tracks.
+            .map_max_entries("THROTTLE_STATS", opts.max_cgroups)
+            .map_max_entries("THROTTLE_WATCH", opts.max_cgroups)
+            // Per (throttled cgroup, CPU) and per thread: grow with the CPUs.
+            .map_max_entries("THROTTLE_EPISODES", per_cpu(512, 16_384))
+            .map_max_entries("THROTTLE_LAST_CLOSE", per_cpu(512, 16_384))
+            .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
+            .map_max_entries("READ_INFLIGHT", per_cpu(256, 16_384))
+            .map_max_entries("READ_STATS", opts.max_read_keys)
+            .map_max_entries("READ_FILES", opts.max_read_keys.saturating_mul(2))
             .load(OBJECT)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);

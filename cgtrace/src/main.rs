@@ -178,6 +178,10 @@ struct TraceArgs {
     /// evicted beyond it, and counted.
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
     max_cgroups: u32,
+    /// Most (reader cgroup, comm, file) keys the reads family keeps (its files table holds twice
+    /// as many); reads past it are counted as `read_stats_full`.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=1_000_000))]
+    max_read_keys: u32,
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
@@ -270,6 +274,7 @@ impl TraceArgs {
         SessionOptions {
             interval: Duration::from_millis(self.interval),
             max_cgroups: self.max_cgroups,
+            max_read_keys: self.max_read_keys,
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,

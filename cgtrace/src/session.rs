@@ -30,6 +30,8 @@ use crate::{
 pub struct SessionOptions {
     pub interval: Duration,
     pub max_cgroups: u32,
+    /// Keys of the reads family's stats table (`--max-read-keys`).
+    pub max_read_keys: u32,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
@@ -138,6 +140,7 @@ impl Session {
         let mount = hier.mount.clone();
         let trace = TraceOptions {
             max_cgroups: opts.max_cgroups,
+            max_read_keys: opts.max_read_keys,
             config: Config {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
