@@ -136,7 +136,31 @@ fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: 
         slot.runnable = read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0);
         (*open).n_open += 1;
         let _ = THROTTLE_WATCH.insert(&slot.cgroup_id, &(now + WATCH_NS), 0);
+        seed_period_counts(tg, slot.cgroup_id);
     }
+}
+
+/// At a group's throttle: if its period counters are not kept yet, start them from the kernel's
+/// `nr_periods`/`nr_throttled` now, so the period-timer callback that counts this throttle is
+/// counted even when it is the first one seen and its entry was missed.
+#[inline(always)]
+pub fn seed_period_counts(tg: *const u8, cgroup_id: u64) {
+    if cgroup_id == 0 || tg.is_null() {
+        return;
+    }
+    // SAFETY: lookup only.
+    if unsafe { THROTTLE_STATS.get(&cgroup_id) }.is_some() {
+        return;
+    }
+    let cfs_b = tg.wrapping_add(layout!(tg_cfs_bandwidth) as usize);
+    let seed = ThrottleStats {
+        nr_periods: 0,
+        nr_throttled: 0,
+        last_periods: read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32,
+        last_throttled: read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32,
+    };
+    // An entry made meanwhile by the period timer wins (NOEXIST).
+    let _ = THROTTLE_STATS.insert(&cgroup_id, &seed, u64::from(BPF_NOEXIST));
 }
 
 /// From `sched_switch`, for every task switched out: if it belongs to a group with a quota that

@@ -23,7 +23,7 @@ use crate::{
     maps::{
         THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, THROTTLE_WATCH, count, counters, emit,
     },
-    probes::throttle::{cfs_rq_throttled, tg_cgroup_id},
+    probes::throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id},
 };
 
 /// `THROTTLE_ARG` slots: a throttle can nest inside an unthrottle (enqueue → throttle check).
@@ -73,6 +73,7 @@ fn open<const DIRECT: bool>(cfs_rq: *const u8) {
         count(counters(), counters::THROTTLE_SLOTS_FULL);
     }
     let _ = THROTTLE_WATCH.insert(&cgroup_id, &(now + WATCH_NS), 0);
+    seed_period_counts(tg, cgroup_id);
 }
 
 /// At `unthrottle_cfs_rq` entry: remember the kernel's throttled time so far.
