@@ -390,8 +390,16 @@ fn period_exit(timer: *const u8) {
     // SAFETY: live map value. Only this group's period timer writes it (a timer's callbacks never
     // run at once); the daemon reads it concurrently, and the counters are added atomically.
     unsafe {
-        let d_periods = u64::from(periods.wrapping_sub((*stats).last_periods));
-        let d_throttled = u64::from(throttled.wrapping_sub((*stats).last_throttled));
+        // The change since the last callback seen: more than this callback's own when an earlier
+        // one was missed. With this callback's entry seen, never less than its own change: a
+        // seed taken at a throttle on another CPU while this callback ran is already past it.
+        let mut d_periods = periods.wrapping_sub((*stats).last_periods);
+        let mut d_throttled = throttled.wrapping_sub((*stats).last_throttled);
+        if entry_seen {
+            d_periods = d_periods.max(periods.wrapping_sub(periods0 as u32));
+            d_throttled = d_throttled.max(throttled.wrapping_sub(throttled0 as u32));
+        }
+        let (d_periods, d_throttled) = (u64::from(d_periods), u64::from(d_throttled));
         (*stats).last_periods = periods;
         (*stats).last_throttled = throttled;
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
