@@ -10,6 +10,8 @@
 
 use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
 
+use cgtrace_common::reads::ReadKey;
+
 use crate::{
     clock::monotonic_ns,
     decode::Record,
@@ -60,12 +62,24 @@ impl Recorder {
         let Some(mut raw) = session.raw.take() else {
             return;
         };
-        let mut ids = Vec::new();
+        let (mut ids, mut files) = (Vec::new(), Vec::new());
         raw.drain(|rec| {
             self.writer.event(rec);
-            let id = Record::from_bytes(rec).map_or(0, |r| r.cgroup_id());
+            let Ok(r) = Record::from_bytes(rec) else {
+                return;
+            };
+            let id = r.cgroup_id();
             if id != 0 && !self.writer.knows(id) && !ids.contains(&id) {
                 ids.push(id);
+            }
+            // A slow read's file, named as the stream names it, so a replay prints its line.
+            if let Record::SlowRead(ev) = r
+                && !self.writer.knows_file(ev.key.file, ev.key.dev)
+                && !files
+                    .iter()
+                    .any(|k: &ReadKey| (k.file, k.dev) == (ev.key.file, ev.key.dev))
+            {
+                files.push(ev.key);
             }
         });
         if raw.lost > self.lost_reported {
@@ -77,6 +91,11 @@ impl Recorder {
             self.lost_reported = raw.lost;
         }
         session.raw = Some(raw);
+        for key in files {
+            if let Some(f) = session.read_file(&key) {
+                self.writer.file(&f);
+            }
+        }
         for id in ids {
             let (path, name) = session.describe(id);
             self.writer.name(NameEntry {
@@ -115,6 +134,9 @@ impl Sink for Recorder {
             || pending >= writer::CHUNK_BYTES;
         if due && flush(&mut self.writer, false)? == Flushed::Full {
             self.full = true;
+            if let Some(why) = &self.writer.stopped {
+                eprintln!("cgtrace: {why}");
+            }
             return Ok(Flow::Stop);
         }
         Ok(Flow::Continue)
@@ -139,6 +161,19 @@ impl Sink for Recorder {
 pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(opts.duration)?;
     // The file first: a bad path is one line before anything is traced.
+    if matches!(opts.on_full, OnFull::Rotate { .. }) {
+        let next = Writer::next_path(&opts.output);
+        if std::fs::symlink_metadata(&next).is_ok() {
+            if opts.force {
+                std::fs::remove_file(&next)?;
+            } else {
+                anyhow::bail!(
+                    "{} exists (left by a recorder killed while rotating?): remove it, or pass --force",
+                    next.display()
+                );
+            }
+        }
+    }
     let file = writer::open_new(&opts.output, opts.force)?;
     let mut pump = match Pump::start(&trace) {
         Ok(p) => p,
@@ -206,7 +241,9 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         } else {
             String::new()
         },
-        if rec.full {
+        if let Some(why) = &rec.writer.stopped {
+            format!("; stopped early: {why}")
+        } else if rec.full {
             format!(
                 "; stopped at --max-size {} (use --rotate to keep recording)",
                 human_bytes(opts.max_size.unwrap_or(0))

@@ -2,7 +2,7 @@
 //! `--stream` the NDJSON the live stream printed: the recorded `hello`, `window` and `summary`
 //! lines as they were, and the event lines made again from the recorded ring-buffer records by
 //! the same decoding and family records as live ([`Playback`]), named from the recorded cgroup
-//! names.
+//! names and, for slow reads, the recorded file names.
 
 use std::{
     collections::HashMap,
@@ -12,7 +12,10 @@ use std::{
 use crate::{
     decode,
     events::EventSelection,
-    family::{self, EventLine, Records},
+    family::{
+        self, EventLine, Records,
+        reads::{ReadFile, SlowRead},
+    },
     record::{
         NameEntry,
         reader::{Item, Recording},
@@ -26,6 +29,7 @@ use crate::{
 #[derive(Default)]
 pub struct Playback {
     names: HashMap<u64, NameEntry>,
+    files: HashMap<(u64, u32), ReadFile>,
     records: Records,
 }
 
@@ -43,7 +47,16 @@ impl Playback {
     pub fn new(lines: &EventSelection) -> Self {
         Self {
             names: HashMap::new(),
+            files: HashMap::new(),
             records: Records::with_lines(|f| lines.has(f)),
+        }
+    }
+
+    /// A files record (JSON list of [`ReadFile`]).
+    pub fn files(&mut self, json: &[u8]) {
+        if let Ok(v) = serde_json::from_slice::<Vec<ReadFile>>(json) {
+            self.files
+                .extend(v.into_iter().map(|f| ((f.file, f.dev), f)));
         }
     }
 
@@ -74,8 +87,19 @@ impl Playback {
             },
             lines,
         );
-        // Slow reads are named by the live tracer's file table, which a recording does not keep.
-        drop(self.records.reads.take_slow_reads());
+        // Slow reads: their files as the tracer named them (recorded since format 1.1).
+        for ev in self.records.reads.take_slow_reads() {
+            let file = self
+                .files
+                .get(&(ev.key.file, ev.key.dev))
+                .cloned()
+                .unwrap_or_else(|| ReadFile::unknown(ev.key.file, ev.key.dev));
+            let mut line = SlowRead::from_event(&ev, &file);
+            (line.head.path, line.head.name) = names
+                .get(&ev.key.cgroup_id)
+                .map_or((None, None), |e| (e.path.clone(), e.name.clone()));
+            lines.push(EventLine::SlowRead(line));
+        }
         Played {
             kind: decode::header(raw).ok().map(|h| h.kind),
             undecoded: self.records.undecodable > before,
@@ -123,6 +147,7 @@ pub fn stream<W: Write>(
         let res: anyhow::Result<bool> = (|| {
             match item {
                 Item::Names(j) => play.names(j),
+                Item::Files(j) => play.files(j),
                 Item::Event(raw) => {
                     r.events += 1;
                     let played = play.event(raw, &mut lines);

@@ -288,6 +288,7 @@ pub fn build(rec: &Recording) -> Report {
     let mut unplaced = (episodes.len(), waits.len());
     rec.for_each(|item| match item {
         Item::Names(j) => play.names(j),
+        Item::Files(j) => play.files(j),
         Item::Event(raw) => {
             nev += 1;
             let played = play.event(raw, &mut lines);

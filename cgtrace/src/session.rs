@@ -293,6 +293,14 @@ impl Session {
         self.aggregator.describe(id)
     }
 
+    /// The name of the file a read key refers to (for the recorder's files table).
+    pub fn read_file(
+        &mut self,
+        key: &cgtrace_common::reads::ReadKey,
+    ) -> Option<crate::family::reads::ReadFile> {
+        self.collectors.iter_mut().find_map(|c| c.read_file(key))
+    }
+
     /// Since-start per-cgroup histograms.
     pub fn totals(&self) -> Vec<crate::model::CgroupWindow> {
         self.aggregator.totals()

@@ -140,6 +140,11 @@ pub trait Collector: Send {
     fn lines(&mut self, _records: &mut Records, _out: &mut Vec<EventLine>) {}
     /// A cgroup is gone: drop its kernel entries and remembered readings.
     fn forget(&mut self, _cgroup_id: u64) {}
+    /// The name of the file a read record refers to (the reads family; recorded so a replay
+    /// names slow reads as the live stream did).
+    fn read_file(&mut self, _key: &cgtrace_common::reads::ReadKey) -> Option<reads::ReadFile> {
+        None
+    }
 }
 
 /// Everything the kernel delivered for one window.

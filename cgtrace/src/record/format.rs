@@ -19,7 +19,8 @@
 //! the stream prints it), an event (the ring-buffer record bytes as the kernel wrote them:
 //! [`cgtrace_common::event::EventHeader`] first, kind at offset 0, cgroup id at offset 16), the
 //! cgroup names (a JSON array of `{id, path, name, name_kind}`, written when an id is first seen
-//! or its name changes, and in full at the start of every file), the closing `summary` JSON, the
+//! or its name changes, and in full at the start of every file), the files slow reads read (a
+//! JSON array of `{file, dev, path, fs, hierarchy, dir}`, likewise), the closing `summary` JSON, the
 //! recorder's own losses, and the end marker. Readers skip tags they do not know, and windows and
 //! events are carried as the stream's JSON and the kernel's bytes, so a new family's fields and
 //! event kinds pass through without a format change. A change old readers would misread bumps
@@ -32,13 +33,17 @@ pub const MAGIC: [u8; 8] = *b"\x89CGTR\r\x1a\n";
 /// Start of every chunk.
 pub const SYNC: [u8; 8] = *b"\xfeCGTchk\x01";
 pub const MAJOR: u16 = 1;
-pub const MINOR: u16 = 0;
+pub const MINOR: u16 = 1;
 /// Bytes before the hello JSON.
 pub const HEADER_LEN: usize = 8 + 2 + 2 + 4 + 4 + 4;
 /// Bytes of a chunk header, sync marker included.
 pub const CHUNK_HEADER_LEN: usize = 8 + 20 + 4;
-/// Largest chunk payload and decompressed size a reader accepts (the writer stays far below).
-pub const MAX_CHUNK: usize = 64 << 20;
+/// Largest chunk payload and decompressed size a reader accepts (the writer stays below: a chunk
+/// is cut at [`CHUNK_BYTES`](super::writer::CHUNK_BYTES) plus at most one window).
+pub const MAX_CHUNK: usize = 32 << 20;
+/// Largest window JSON a reader parses (a window of 10 000 cgroups is a few MiB); larger ones are
+/// skipped and counted, so one record cannot expand into more than this.
+pub const MAX_WINDOW: usize = 16 << 20;
 /// Largest hello.
 pub const MAX_HELLO: usize = 1 << 20;
 
@@ -61,6 +66,9 @@ pub enum Tag {
     Loss = 5,
     /// JSON `{"reason": "..."}`: the recorder stopped cleanly; nothing follows in this file.
     End = 6,
+    /// JSON array of the files slow reads read
+    /// ([`ReadFile`](crate::family::reads::model::ReadFile)), as the tracer named them (since 1.1).
+    Files = 7,
 }
 
 impl Tag {
@@ -72,6 +80,7 @@ impl Tag {
             4 => Self::Summary,
             5 => Self::Loss,
             6 => Self::End,
+            7 => Self::Files,
             _ => return None,
         })
     }
@@ -364,7 +373,13 @@ mod tests {
         let mut newer = h.clone();
         newer[8..10].copy_from_slice(&2u16.to_le_bytes());
         let e = parse_header(&newer).unwrap_err();
-        assert_eq!(e, FormatError::NewerMajor { major: 2, minor: 0 });
+        assert_eq!(
+            e,
+            FormatError::NewerMajor {
+                major: 2,
+                minor: MINOR
+            }
+        );
         assert!(
             e.to_string().contains("replay it with a newer cgtrace"),
             "{e}"

@@ -7,16 +7,27 @@
 //! without holding every window in memory; [`Recording::for_each`] visits every record in
 //! order, for `replay --stream`, `report` and the benchmarks. Event records are never parsed
 //! beyond their 4-byte kind here.
+//!
+//! Memory is bounded whatever the file holds: the file is read in place (`pread`), one chunk at
+//! a time, never whole; a chunk may hold and expand into at most [`MAX_CHUNK`] bytes and a window
+//! at most [`MAX_WINDOW`]; what the reader keeps for the whole file is the index (a few dozen
+//! bytes a chunk and a window). Only regular files are read: a FIFO, a device or a directory is
+//! refused before anything is read from it.
 
-use std::path::Path;
+use std::{
+    fs::File,
+    io,
+    os::unix::fs::{FileExt as _, FileTypeExt as _, OpenOptionsExt as _},
+    path::Path,
+};
 
 use thiserror::Error;
 
 use super::{
     NameEntry,
     format::{
-        self, CHUNK_HEADER_LEN, CODEC_STORED, CODEC_ZSTD, ChunkHeader, FormatError, MAX_CHUNK,
-        SYNC, Tag,
+        self, CHUNK_HEADER_LEN, CODEC_STORED, CODEC_ZSTD, ChunkHeader, FormatError, HEADER_LEN,
+        MAX_CHUNK, MAX_HELLO, MAX_WINDOW, SYNC, Tag,
     },
 };
 use crate::{family, model::Hello};
@@ -29,6 +40,10 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{path} is {what}, not a recording file: copy the recording to a regular file and open that"
+    )]
+    NotAFile { path: String, what: &'static str },
     #[error("{path}")]
     Format {
         path: String,
@@ -53,6 +68,8 @@ pub struct ReadStats {
     pub bad_hello: bool,
     /// Records with a tag this cgtrace does not know (from a newer minor version).
     pub unknown_records: u64,
+    /// Windows larger than [`MAX_WINDOW`], not read.
+    pub oversized_windows: u64,
 }
 
 impl ReadStats {
@@ -71,6 +88,14 @@ impl ReadStats {
             ));
         } else if self.skipped_bytes > 0 {
             parts.push(format!("skipped {} unreadable bytes", self.skipped_bytes));
+        }
+        if self.oversized_windows > 0 {
+            parts.push(format!(
+                "skipped {} window{} larger than {} MiB",
+                self.oversized_windows,
+                if self.oversized_windows == 1 { "" } else { "s" },
+                MAX_WINDOW >> 20
+            ));
         }
         if self.truncated {
             parts.push(
@@ -121,10 +146,50 @@ impl Marks {
 
 #[derive(Clone, Copy, Debug)]
 struct ChunkRef {
-    /// Payload range in the file.
-    start: usize,
+    /// Where the payload starts in the file.
+    start: u64,
     header: ChunkHeader,
 }
+
+/// Where the bytes are: a file read in place, or bytes in memory (tests, the fuzzer).
+enum Source {
+    File { file: File, len: u64 },
+    Mem(Vec<u8>),
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Self::File { len, .. } => *len,
+            Self::Mem(b) => b.len() as u64,
+        }
+    }
+
+    /// Fills `buf` from `at`; the caller keeps within [`Source::len`].
+    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<()> {
+        match self {
+            Self::File { file, .. } => file.read_exact_at(buf, at),
+            Self::Mem(b) => {
+                let s = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| b.get(a..a.checked_add(buf.len())?))
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(s);
+                Ok(())
+            }
+        }
+    }
+
+    /// `n` bytes from `at` into `buf` (resized).
+    fn read_vec(&self, at: u64, n: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+        buf.clear();
+        buf.resize(n, 0);
+        self.read_at(at, buf)
+    }
+}
+
+/// Bytes looked at per read while searching for a sync marker.
+const SCAN_BLOCK: usize = 1 << 20;
 
 /// One record, as [`Recording::for_each`] hands it out.
 #[derive(Debug)]
@@ -136,6 +201,7 @@ pub enum Item<'a> {
     },
     Event(&'a [u8]),
     Names(&'a [u8]),
+    Files(&'a [u8]),
     Summary(&'a [u8]),
     Loss(&'a [u8]),
     End(&'a [u8]),
@@ -143,7 +209,7 @@ pub enum Item<'a> {
 
 /// A recording in memory with its index.
 pub struct Recording {
-    data: Vec<u8>,
+    src: Source,
     pub major: u16,
     pub minor: u16,
     /// The hello JSON as recorded (`None` when damaged).
@@ -155,22 +221,69 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// Opens a recording file. Refuses anything but a regular file before reading from it (a FIFO
+    /// would block, a device never ends).
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        let data = std::fs::read(path).map_err(|source| ReadError::Io {
+        let io_err = |source| ReadError::Io {
             path: path.display().to_string(),
             source,
-        })?;
-        Self::from_bytes(data).map_err(|source| ReadError::Format {
-            path: path.display().to_string(),
-            source,
+        };
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(io_err)?;
+        let meta = file.metadata().map_err(io_err)?;
+        let t = meta.file_type();
+        if !t.is_file() {
+            let what = if t.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if t.is_dir() {
+                "a directory"
+            } else if t.is_char_device() || t.is_block_device() {
+                "a device"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            return Err(ReadError::NotAFile {
+                path: path.display().to_string(),
+                what,
+            });
+        }
+        let src = Source::File {
+            file,
+            len: meta.len(),
+        };
+        Self::from_source(src).map_err(|e| match e {
+            SourceError::Io(source) => io_err(source),
+            SourceError::Format(source) => ReadError::Format {
+                path: path.display().to_string(),
+                source,
+            },
         })
     }
 
     /// Parses a recording held in memory. Fails only when the header is unusable.
     pub fn from_bytes(data: Vec<u8>) -> Result<Self, FormatError> {
-        let h = format::parse_header(&data)?;
-        let (major, minor, body) = (h.major, h.minor, h.body);
+        Self::from_source(Source::Mem(data)).map_err(|e| match e {
+            SourceError::Format(f) => f,
+            // Memory reads do not fail but at the end, which the scan keeps within.
+            SourceError::Io(_) => FormatError::Empty,
+        })
+    }
+
+    fn from_source(src: Source) -> Result<Self, SourceError> {
+        let head_len = src.len().min((HEADER_LEN + MAX_HELLO) as u64) as usize;
+        let mut head = Vec::new();
+        src.read_vec(0, head_len, &mut head)
+            .map_err(SourceError::Io)?;
+        let h = format::parse_header(&head).map_err(SourceError::Format)?;
+        let (major, minor, body) = (h.major, h.minor, h.body as u64);
         let hello_json = h.hello.map(<[u8]>::to_vec);
+        drop(head);
         let mut rec = Self {
             major,
             minor,
@@ -179,12 +292,12 @@ impl Recording {
                 ..ReadStats::default()
             },
             hello_json,
-            data,
+            src,
             chunks: Vec::new(),
             windows: Vec::new(),
             events: 0,
         };
-        rec.scan(body);
+        rec.scan(body).map_err(SourceError::Io)?;
         Ok(rec)
     }
 
@@ -197,67 +310,68 @@ impl Recording {
     }
 
     /// Finds every chunk and indexes the windows.
-    fn scan(&mut self, mut pos: usize) {
-        let mut buf = Vec::new();
+    fn scan(&mut self, mut pos: u64) -> io::Result<()> {
+        let (mut payload, mut buf, mut block) = (Vec::new(), Vec::new(), Vec::new());
         let mut marks = 0u32;
         let mut events = 0u32;
-        let data = std::mem::take(&mut self.data);
-        while pos < data.len() {
-            let Some(found) = find_sync(&data[pos..]) else {
+        let len = self.src.len();
+        while pos < len {
+            let Some(at) = find_sync_in(&self.src, pos, &mut block)? else {
                 // Trailing bytes with no chunk: the start of a chunk header cut off, or garbage.
-                let tail = data.len() - pos;
-                self.stats.skipped_bytes += tail as u64;
-                if SYNC.starts_with(&data[pos..]) || tail < CHUNK_HEADER_LEN {
-                    self.stats.truncated = true;
+                let tail = len - pos;
+                self.stats.skipped_bytes += tail;
+                if tail < CHUNK_HEADER_LEN as u64 {
+                    let mut t = Vec::new();
+                    self.src.read_vec(pos, tail as usize, &mut t)?;
+                    if SYNC.starts_with(&t) || tail < CHUNK_HEADER_LEN as u64 {
+                        self.stats.truncated = true;
+                    }
                 }
                 break;
             };
-            if found > 0 {
-                self.stats.skipped_bytes += found as u64;
-            }
-            let at = pos + found;
-            match check_chunk(&data, at) {
+            self.stats.skipped_bytes += at - pos;
+            match check_chunk(&self.src, at, &mut payload)? {
                 Check::Good(header, start) => {
-                    let end = start + header.payload_len as usize;
+                    let end = start + u64::from(header.payload_len);
                     let idx = self.chunks.len() as u32;
-                    let ok = decompress(&header, &data[start..end], &mut buf).is_ok()
+                    let ok = decompress(&header, &payload, &mut buf).is_ok()
                         && index_records(&buf, idx, self, &mut marks, &mut events);
                     if ok {
                         self.chunks.push(ChunkRef { start, header });
                         self.stats.chunks += 1;
-                        pos = end;
                     } else {
-                        // Drop what this chunk indexed, and resync after its marker.
+                        // Drop what this chunk indexed, and resync after it.
                         self.windows.retain(|w| w.chunk != idx);
                         self.stats.bad_chunks += 1;
-                        self.stats.skipped_bytes += (end - at) as u64;
-                        pos = end;
+                        self.stats.skipped_bytes += end - at;
                     }
+                    pos = end;
                 }
                 Check::Truncated => {
                     // A torn write may still be followed by whole chunks (a file appended to).
-                    match find_sync(&data[at + 1..]) {
-                        Some(n) => {
+                    match find_sync_in(&self.src, at + 1, &mut block)? {
+                        Some(next) => {
                             self.stats.bad_chunks += 1;
-                            self.stats.skipped_bytes += (n + 1) as u64;
-                            pos = at + 1 + n;
+                            self.stats.skipped_bytes += next - at;
+                            pos = next;
                         }
                         None => {
                             self.stats.truncated = true;
-                            self.stats.skipped_bytes += (data.len() - at) as u64;
+                            self.stats.skipped_bytes += len - at;
                             break;
                         }
                     }
                 }
                 Check::Bad => {
                     self.stats.bad_chunks += 1;
-                    let next = find_sync(&data[at + 1..]).map_or(data.len(), |n| at + 1 + n);
-                    self.stats.skipped_bytes += (next - at) as u64;
+                    let next = find_sync_in(&self.src, at + 1, &mut block)?.unwrap_or(len);
+                    self.stats.skipped_bytes += next - at;
                     pos = next;
                 }
             }
         }
-        self.data = data;
+        // The scan's buffers (up to a chunk each) go; what stays is the index.
+        Ok(())
     }
 
     /// Decompresses chunk `i` into `buf`.
@@ -265,8 +379,11 @@ impl Recording {
         let Some(c) = self.chunks.get(i as usize) else {
             return false;
         };
-        let payload = &self.data[c.start..c.start + c.header.payload_len as usize];
-        decompress(&c.header, payload, buf).is_ok()
+        let mut payload = Vec::new();
+        self.src
+            .read_vec(c.start, c.header.payload_len as usize, &mut payload)
+            .is_ok()
+            && decompress(&c.header, &payload, buf).is_ok()
     }
 
     /// The JSON of window `i` (decompressing its chunk into `buf` unless `cached` says it is
@@ -298,12 +415,15 @@ impl Recording {
             for_records(&buf, |tag, body| {
                 let item = match Tag::from_u8(tag) {
                     Some(Tag::Event) => Item::Event(body),
-                    Some(Tag::Window) if body.len() >= 16 => Item::Window {
-                        mono_ns: u64_le(&body[..8]),
-                        end_unix_ms: u64_le(&body[8..16]),
-                        json: &body[16..],
-                    },
+                    Some(Tag::Window) if body.len() >= 16 && body.len() <= MAX_WINDOW + 16 => {
+                        Item::Window {
+                            mono_ns: u64_le(&body[..8]),
+                            end_unix_ms: u64_le(&body[8..16]),
+                            json: &body[16..],
+                        }
+                    }
                     Some(Tag::Names) => Item::Names(body),
+                    Some(Tag::Files) => Item::Files(body),
                     Some(Tag::Summary) => Item::Summary(body),
                     Some(Tag::Loss) => Item::Loss(body),
                     Some(Tag::End) => Item::End(body),
@@ -334,13 +454,12 @@ fn u64_le(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Offset of the next sync marker.
+/// Offset of the next sync marker in `b`; a marker cut off by the end of `b` counts as found.
 fn find_sync(b: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = b[from..].iter().position(|&x| x == SYNC[0]) {
         let at = from + i;
         if b.len() - at < SYNC.len() {
-            // A marker cut off by the end of the file counts as found (a truncated chunk).
             return SYNC.starts_with(&b[at..]).then_some(at);
         }
         if b[at..at + SYNC.len()] == SYNC {
@@ -351,37 +470,66 @@ fn find_sync(b: &[u8]) -> Option<usize> {
     None
 }
 
+/// Offset of the next sync marker at or after `pos`, read a block at a time; a marker cut off by
+/// the end of the file counts as found (a truncated chunk).
+fn find_sync_in(src: &Source, mut pos: u64, block: &mut Vec<u8>) -> io::Result<Option<u64>> {
+    let len = src.len();
+    while pos < len {
+        let n = (len - pos).min(SCAN_BLOCK as u64) as usize;
+        src.read_vec(pos, n, block)?;
+        let last = pos + n as u64 == len;
+        match find_sync(block) {
+            Some(i) if last || i + SYNC.len() <= n => return Ok(Some(pos + i as u64)),
+            // Cut off by the block, not the file: look again from there (i > 0: blocks are
+            // longer than a marker).
+            Some(i) => pos += i as u64,
+            None if last => return Ok(None),
+            None => pos += n as u64,
+        }
+    }
+    Ok(None)
+}
+
 enum Check {
-    /// The header and the payload's checksum are right; the payload starts here.
-    Good(ChunkHeader, usize),
+    /// The header and the payload's checksum are right; the payload starts here (and is in the
+    /// caller's buffer).
+    Good(ChunkHeader, u64),
     /// The file ends inside the chunk.
     Truncated,
     /// Impossible sizes or a checksum mismatch.
     Bad,
 }
 
-fn check_chunk(data: &[u8], at: usize) -> Check {
-    if data.len() - at < CHUNK_HEADER_LEN {
-        return Check::Truncated;
+fn check_chunk(src: &Source, at: u64, payload: &mut Vec<u8>) -> io::Result<Check> {
+    let len = src.len();
+    if len - at < CHUNK_HEADER_LEN as u64 {
+        return Ok(Check::Truncated);
     }
     let mut hb = [0u8; 24];
-    hb.copy_from_slice(&data[at + SYNC.len()..at + CHUNK_HEADER_LEN]);
+    src.read_at(at + SYNC.len() as u64, &mut hb)?;
     let h = ChunkHeader::parse(&hb);
     if h.payload_len as usize > MAX_CHUNK
         || h.raw_len as usize > MAX_CHUNK
         || !matches!(h.codec, CODEC_STORED | CODEC_ZSTD)
     {
-        return Check::Bad;
+        return Ok(Check::Bad);
     }
-    let start = at + CHUNK_HEADER_LEN;
-    let end = start + h.payload_len as usize;
-    if end > data.len() {
-        return Check::Truncated;
+    let start = at + CHUNK_HEADER_LEN as u64;
+    let end = start + u64::from(h.payload_len);
+    if end > len {
+        return Ok(Check::Truncated);
     }
-    if h.checksum(&data[start..end]) != h.crc {
-        return Check::Bad;
+    src.read_vec(start, h.payload_len as usize, payload)?;
+    if h.checksum(payload) != h.crc {
+        return Ok(Check::Bad);
     }
-    Check::Good(h, start)
+    Ok(Check::Good(h, start))
+}
+
+/// Why a source could not be opened as a recording.
+enum SourceError {
+    Io(io::Error),
+    Format(FormatError),
 }
 
 fn decompress(h: &ChunkHeader, payload: &[u8], buf: &mut Vec<u8>) -> Result<(), ()> {
@@ -434,7 +582,13 @@ fn index_records(
     events: &mut u32,
 ) -> bool {
     let before = rec.windows.len();
-    let (m0, e0, ev0, unk0) = (*marks, *events, rec.events, rec.stats.unknown_records);
+    let (m0, e0, ev0, unk0, big0) = (
+        *marks,
+        *events,
+        rec.events,
+        rec.stats.unknown_records,
+        rec.stats.oversized_windows,
+    );
     let mut end = false;
     let ok = for_records(buf, |tag, body| match Tag::from_u8(tag) {
         Some(Tag::Event) => {
@@ -443,6 +597,9 @@ fn index_records(
             if body.len() >= 4 {
                 *marks |= Marks::of_kind(u32::from_le_bytes([body[0], body[1], body[2], body[3]]));
             }
+        }
+        Some(Tag::Window) if body.len() > MAX_WINDOW + 16 => {
+            rec.stats.oversized_windows += 1;
         }
         Some(Tag::Window) if body.len() >= 16 => {
             rec.windows.push(WindowRef {
@@ -461,7 +618,13 @@ fn index_records(
     });
     if !ok {
         rec.windows.truncate(before);
-        (*marks, *events, rec.events, rec.stats.unknown_records) = (m0, e0, ev0, unk0);
+        (
+            *marks,
+            *events,
+            rec.events,
+            rec.stats.unknown_records,
+            rec.stats.oversized_windows,
+        ) = (m0, e0, ev0, unk0, big0);
         return false;
     }
     if end {

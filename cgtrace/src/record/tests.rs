@@ -162,13 +162,17 @@ fn skips_a_corrupted_chunk_and_reads_the_rest() {
         .filter(|(_, w)| *w == SYNC)
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(starts.len(), 4, "3 window chunks and the closing one");
-    let mid = (starts[1] + starts[2]) / 2;
+    assert_eq!(
+        starts.len(),
+        5,
+        "the names chunk, 3 window chunks and the closing one"
+    );
+    let mid = (starts[2] + starts[3]) / 2;
     bytes[mid] ^= 0x55;
     let rec = Recording::from_bytes(bytes).unwrap();
     assert_eq!(windows_of(&rec), vec![1, 3]);
     assert_eq!(rec.stats.bad_chunks, 1);
-    assert_eq!(rec.stats.skipped_bytes, (starts[2] - starts[1]) as u64);
+    assert_eq!(rec.stats.skipped_bytes, (starts[3] - starts[2]) as u64);
     let w = rec.stats.warning().unwrap();
     assert!(w.contains("skipped 1 damaged chunk"), "{w}");
     assert!(rec.stats.clean_end);
@@ -178,7 +182,14 @@ fn skips_a_corrupted_chunk_and_reads_the_rest() {
 fn a_damaged_chunk_header_or_garbage_between_chunks_resyncs() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = write(&dir.path().join("r"), 3, 5);
-    let first = bytes.windows(8).position(|w| w == SYNC).unwrap();
+    let names = bytes.windows(8).position(|w| w == SYNC).unwrap();
+    // The first window's chunk follows the names' chunk.
+    let first = names
+        + 8
+        + bytes[names + 8..]
+            .windows(8)
+            .position(|w| w == SYNC)
+            .unwrap();
     // Garbage inserted before the first chunk, and the first chunk's length field broken.
     let mut b = bytes.clone();
     b[first + 8] = 0xff;
@@ -502,4 +513,188 @@ fn max_size_parses_units_and_refuses_nonsense() {
     assert!(parse_size("1K").unwrap_err().contains("at least 64K"));
     assert!(parse_size("ten").is_err());
     assert!(parse_size("5X").is_err());
+}
+
+/// Writes windows of incompressible events into a rotating writer at `p` until it has rotated
+/// or stopped; returns the writer.
+fn fill_until_rotation(p: &std::path::Path, max: u64) -> Writer {
+    let mut w = Writer::create(
+        p,
+        HELLO.as_bytes(),
+        Some(max),
+        OnFull::Rotate { keep: 2 },
+        false,
+    )
+    .unwrap();
+    w.set_sync(false);
+    let mut x = 1u64;
+    for s in 1..=100u64 {
+        for _ in 0..100 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, s, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        let r = w.flush(false).unwrap();
+        if r != Flushed::Ok {
+            break;
+        }
+    }
+    w
+}
+
+#[test]
+fn a_link_planted_where_the_next_part_goes_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"precious").unwrap();
+    std::os::unix::fs::symlink(&target, Writer::next_path(&p)).unwrap();
+    let mut w = fill_until_rotation(&p, 64 << 10);
+    let why = w.stopped.clone().expect("the recorder stopped");
+    assert!(
+        why.contains("r.next") && why.contains("exists") && why.contains("left alone"),
+        "{why}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(
+        std::fs::symlink_metadata(Writer::next_path(&p))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(!dir.path().join("r.1").exists(), "nothing was rotated");
+    // What was gathered went into the current part, which stays whole; the closing records too.
+    w.record(Tag::End, br#"{"reason":"stopped"}"#);
+    w.flush(true).unwrap();
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(rec.stats.warning(), None);
+    assert_eq!(rec.windows.len() as u64, w.stats.windows);
+}
+
+#[test]
+fn files_are_created_exclusively_and_never_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = dir.path().join("r");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = Writer::create(&link, HELLO.as_bytes(), None, OnFull::Stop, false)
+        .err()
+        .unwrap();
+    assert!(matches!(e, WriteError::Link { .. }), "{e}");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    // --force replaces the link itself; its target is untouched.
+    let w = Writer::create(&link, HELLO.as_bytes(), None, OnFull::Stop, true).unwrap();
+    drop(w);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    let m = std::fs::symlink_metadata(&link).unwrap();
+    assert!(m.file_type().is_file());
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(m.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_big_name_table_goes_in_bounded_records_and_is_pruned_at_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let mut w = Writer::create(
+        &p,
+        HELLO.as_bytes(),
+        Some(256 << 10),
+        OnFull::Rotate { keep: 1 },
+        false,
+    )
+    .unwrap();
+    w.set_sync(false);
+    // 20 000 cgroups with long paths, seen once (gone), then one cgroup seen every window.
+    for id in 1..=20_000u64 {
+        w.name(NameEntry {
+            id,
+            path: Some(format!(
+                "/kubepods/burstable/pod{id:032x}/{}",
+                "c".repeat(64)
+            )),
+            name: None,
+            name_kind: None,
+        });
+    }
+    w.window(1, 2000, window_json(1).as_bytes());
+    w.flush(false).unwrap();
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(rec.names().len(), 20_000);
+    let mut biggest = 0;
+    rec.for_each(|i| {
+        if let Item::Names(j) = i {
+            biggest = biggest.max(j.len());
+        }
+    });
+    assert!(biggest <= super::writer::TABLE_RECORD, "{biggest}");
+    let mut x = 1u64;
+    for s in 2..=(super::writer::TABLE_KEEP_WINDOWS + 400) {
+        w.name(NameEntry {
+            id: 1_000_000,
+            path: Some("/live".into()),
+            name: None,
+            name_kind: None,
+        });
+        for _ in 0..20 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, 1_000_000, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        w.flush(false).unwrap();
+    }
+    assert!(w.stats.rotations >= 1, "{:?}", w.stats);
+    drop(w);
+    // The newest part names the live cgroup, not the 20 000 gone for more than the keep time.
+    let rec = Recording::open(&p).unwrap();
+    let names = rec.names();
+    assert!(names.contains_key(&1_000_000));
+    assert!(names.len() < 100, "{}", names.len());
+}
+
+#[test]
+fn only_regular_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let e = Recording::open(&fifo).err().unwrap().to_string();
+    assert!(e.contains("FIFO") && e.contains("regular file"), "{e}");
+    let e = Recording::open(std::path::Path::new("/dev/zero"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("a device"), "{e}");
+    let e = Recording::open(dir.path()).err().unwrap().to_string();
+    assert!(e.contains("a directory"), "{e}");
+}
+
+#[test]
+fn reads_in_place_past_garbage_of_any_length() {
+    // A recording followed by 3 MiB of garbage (more than one scan block), then one more whole
+    // chunk: the scan crosses block boundaries, including a sync marker cut by one.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let bytes = write(&p, 2, 5);
+    let first = bytes.windows(8).position(|w| w == SYNC).unwrap();
+    let mut b = bytes.clone();
+    let mut x = 7u64;
+    for _ in 0..(3 << 20) {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        b.push((x >> 56) as u8 & 0x7f);
+    }
+    // Put the tail's chunks so that the sync marker straddles the second 1 MiB boundary.
+    let pad = (2 << 20) - 3 - (b.len() - bytes.len()) % (1 << 20);
+    b.extend(std::iter::repeat_n(0u8, pad % (1 << 20)));
+    b.extend_from_slice(&bytes[first..]);
+    std::fs::write(&p, &b).unwrap();
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 2, 1, 2]);
+    assert!(rec.stats.skipped_bytes >= 3 << 20);
 }

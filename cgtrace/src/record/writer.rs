@@ -2,12 +2,18 @@
 //! and written with one `write` followed by `fdatasync` when [`Writer::flush`] is called (the
 //! recorder does so on every window and at least once a second). A failed write cuts the file
 //! back to the end of the last whole chunk, so what was written stays readable.
+//!
+//! Every file is created exclusively, never through a link (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode
+//! 0600): a rotation first creates the next part as `FILE.next` that way, then renames (a rename
+//! replaces a link, never follows it). The tables (cgroup names, read file names) go in records
+//! of at most [`TABLE_RECORD`] bytes, in chunks of their own within the reader's limits; a new
+//! part carries every entry seen in the last [`TABLE_KEEP_WINDOWS`] windows.
 
 use std::{
     collections::HashMap,
     fs::{self, File, OpenOptions},
     io::{self, Write},
-    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -18,6 +24,7 @@ use super::{
     NameEntry,
     format::{self, CHUNK_HEADER_LEN, CODEC_ZSTD, ChunkHeader, SYNC, Tag},
 };
+use crate::family::reads::model::ReadFile;
 
 /// zstd level: 3 is zstd's default, fast enough for 100 k events/s on one core with room to
 /// spare (see the README's figures).
@@ -26,6 +33,13 @@ const LEVEL: i32 = 3;
 pub const CHUNK_BYTES: usize = 1 << 20;
 /// Room kept below `--max-size` for the closing summary (at most an eighth of it).
 const CLOSING_ROOM: u64 = 256 << 10;
+/// Largest table record (a JSON array of entries).
+pub const TABLE_RECORD: usize = 256 << 10;
+/// A table entry not seen for this many windows is not carried into the next part of a rotated
+/// recording (a cgroup gone ten minutes).
+pub const TABLE_KEEP_WINDOWS: u64 = 600;
+/// Entries kept per table at most; beyond it the least recently seen are dropped.
+pub const TABLE_MAX: usize = 262_144;
 
 /// What to do when the next chunk would make the file larger than `--max-size`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,12 +73,64 @@ pub enum WriteError {
         /// In the message, not a `#[source]`: what follows it says what was kept.
         source: io::Error,
     },
-    #[error("rotating {}", path.display())]
+    #[error(
+        "{} exists and is a symbolic link: cgtrace does not write through links; choose another name",
+        path.display()
+    )]
+    Link { path: PathBuf },
+    #[error(
+        "rotating {}: {what}: {source} (what is there is left alone); recording stopped, the parts written are complete",
+        path.display()
+    )]
     Rotate {
         path: PathBuf,
-        #[source]
+        what: String,
         source: io::Error,
     },
+}
+
+/// Entries of one table (cgroup names, read files) by key: each entry's JSON, and the window it
+/// was last seen in.
+#[derive(Default)]
+struct Table {
+    known: HashMap<u128, (Vec<u8>, u64)>,
+    pending: Vec<Vec<u8>>,
+}
+
+impl Table {
+    /// Notes an entry; queued for the file when new or changed.
+    fn note(&mut self, key: u128, json: Vec<u8>, window: u64) {
+        match self.known.get_mut(&key) {
+            Some((old, seen)) if *old == json => *seen = window,
+            _ => {
+                if self.known.len() >= TABLE_MAX && !self.known.contains_key(&key) {
+                    self.evict_oldest();
+                }
+                self.pending.push(json.clone());
+                self.known.insert(key, (json, window));
+            }
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        let mut seen: Vec<u64> = self.known.values().map(|v| v.1).collect();
+        let cut = seen.len() / 8;
+        let (_, &mut limit, _) = seen.select_nth_unstable(cut);
+        self.known.retain(|_, v| v.1 > limit);
+    }
+
+    /// Forgets entries not seen since `window`; returns what is left, by key.
+    fn prune(&mut self, since: u64) -> Vec<Vec<u8>> {
+        self.known.retain(|_, v| v.1 >= since);
+        let mut all: Vec<(&u128, &(Vec<u8>, u64))> = self.known.iter().collect();
+        all.sort_by_key(|(k, _)| **k);
+        all.into_iter().map(|(_, v)| v.0.clone()).collect()
+    }
+}
+
+/// The key of a read file in the files table.
+pub fn file_key(file: u64, dev: u32) -> u128 {
+    (u128::from(dev) << 64) | u128::from(file)
 }
 
 /// The outcome of a flush.
@@ -106,13 +172,15 @@ pub struct Writer {
     started: Option<Instant>,
     compressor: zstd::bulk::Compressor<'static>,
     out: Vec<u8>,
-    /// Names written so far (in this file), and names to write with the next chunk.
-    names: HashMap<u64, NameEntry>,
-    pending_names: Vec<NameEntry>,
+    /// Cgroup names and read files written so far, and those to write with the next chunk.
+    names: Table,
+    files: Table,
     /// A write failed: nothing more is written.
     failed: bool,
     /// `--max-size` was reached with [`OnFull::Stop`]: only the closing records may follow.
     full: bool,
+    /// Why the recording stopped before its end (a rotation that could not be done).
+    pub stopped: Option<String>,
     sync: bool,
     compress: bool,
     pub stats: WriterStats,
@@ -156,10 +224,11 @@ impl Writer {
                 source: e,
             })?,
             out: Vec::new(),
-            names: HashMap::new(),
-            pending_names: Vec::new(),
+            names: Table::default(),
+            files: Table::default(),
             failed: false,
             full: false,
+            stopped: None,
             sync: true,
             compress: true,
             stats: WriterStats::default(),
@@ -239,18 +308,25 @@ impl Writer {
 
     /// Notes a cgroup's path and name; written with the next chunk if new or changed.
     pub fn name(&mut self, e: NameEntry) {
-        match self.names.get(&e.id) {
-            Some(old) if *old == e => {}
-            _ => {
-                self.names.insert(e.id, e.clone());
-                self.pending_names.push(e);
-            }
-        }
+        let json = serde_json::to_vec(&e).unwrap_or_default();
+        self.names.note(u128::from(e.id), json, self.stats.windows);
     }
 
     /// Whether `id` has a name entry in this file already.
     pub fn knows(&self, id: u64) -> bool {
-        self.names.contains_key(&id)
+        self.names.known.contains_key(&u128::from(id))
+    }
+
+    /// Notes the name of a file a slow read read; written with the next chunk if new or changed.
+    pub fn file(&mut self, f: &ReadFile) {
+        let json = serde_json::to_vec(f).unwrap_or_default();
+        self.files
+            .note(file_key(f.file, f.dev), json, self.stats.windows);
+    }
+
+    /// Whether a read file has an entry in this file already.
+    pub fn knows_file(&self, file: u64, dev: u32) -> bool {
+        self.files.known.contains_key(&file_key(file, dev))
     }
 
     /// One raw ring-buffer record.
@@ -278,20 +354,20 @@ impl Writer {
     pub fn flush(&mut self, closing: bool) -> Result<Flushed, WriteError> {
         if self.failed || (self.full && !closing) {
             self.clear();
+            self.names.pending.clear();
+            self.files.pending.clear();
             return Ok(Flushed::Full);
         }
-        if !self.pending_names.is_empty() {
-            // Names go first, so a reader knows them before the events that need them.
-            let names = std::mem::take(&mut self.pending_names);
-            let json = serde_json::to_vec(&names).unwrap_or_default();
-            let mut rec = Vec::with_capacity(json.len() + 6);
-            format::put_record(&mut rec, Tag::Names, &json);
-            self.buf.splice(0..0, rec);
-            self.records += 1;
-        }
-        if self.records == 0 {
+        if self.records == 0 && self.names.pending.is_empty() && self.files.pending.is_empty() {
             return Ok(Flushed::Ok);
         }
+        // Tables first, in chunks of their own, so a reader knows the names before the records
+        // that need them; then the records; one write.
+        self.out.clear();
+        let names = std::mem::take(&mut self.names.pending);
+        let files = std::mem::take(&mut self.files.pending);
+        self.table_chunks(Tag::Names, &names);
+        self.table_chunks(Tag::Files, &files);
         self.build_chunk();
         let mut outcome = Flushed::Ok;
         if let Some(max) = self.max_size {
@@ -309,10 +385,17 @@ impl Writer {
                         self.clear();
                         return Ok(Flushed::Full);
                     }
-                    OnFull::Rotate { keep } => {
-                        self.rotate(keep)?;
-                        outcome = Flushed::Rotated;
-                    }
+                    OnFull::Rotate { keep } => match self.rotate(keep) {
+                        Ok(()) => outcome = Flushed::Rotated,
+                        Err(e) => {
+                            // What was gathered still goes into the current part (past
+                            // --max-size by one chunk): nothing recorded is lost.
+                            self.stopped = Some(e.to_string());
+                            self.on_full = OnFull::Stop;
+                            self.full = true;
+                            outcome = Flushed::Full;
+                        }
+                    },
                 }
             }
         }
@@ -320,10 +403,47 @@ impl Writer {
         let r = self.write_whole(&out);
         self.out = out;
         r?;
-        self.stats.chunks += 1;
+        if self.records > 0 {
+            self.stats.chunks += 1;
+        }
         self.stats.raw_bytes += self.buf.len() as u64;
         self.clear();
         Ok(outcome)
+    }
+
+    /// Appends to `out` the chunks holding `entries` as `tag` records of at most [`TABLE_RECORD`]
+    /// bytes, each chunk at most [`CHUNK_BYTES`].
+    fn table_chunks(&mut self, tag: Tag, entries: &[Vec<u8>]) {
+        if entries.is_empty() {
+            return;
+        }
+        let (mut raw, mut records) = (Vec::new(), 0u32);
+        let mut json = Vec::with_capacity(TABLE_RECORD);
+        let mut i = 0;
+        while i < entries.len() {
+            json.clear();
+            json.push(b'[');
+            // At least one entry per record, however long.
+            while i < entries.len()
+                && (json.len() == 1 || json.len() + entries[i].len() + 2 <= TABLE_RECORD)
+            {
+                if json.len() > 1 {
+                    json.push(b',');
+                }
+                json.extend_from_slice(&entries[i]);
+                i += 1;
+            }
+            json.push(b']');
+            format::put_record(&mut raw, tag, &json);
+            records += 1;
+            if raw.len() >= CHUNK_BYTES - TABLE_RECORD || i == entries.len() {
+                let chunk = self.frame(&raw, records);
+                self.out.extend_from_slice(&chunk);
+                self.stats.raw_bytes += raw.len() as u64;
+                raw.clear();
+                records = 0;
+            }
+        }
     }
 
     fn clear(&mut self) {
@@ -332,93 +452,145 @@ impl Writer {
         self.started = None;
     }
 
+    /// Appends the gathered records as a chunk to `out` (nothing when there are none).
     fn build_chunk(&mut self) {
+        if self.records == 0 {
+            return;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let chunk = self.frame(&buf, self.records);
+        self.buf = buf;
+        self.out.extend_from_slice(&chunk);
+    }
+
+    /// One chunk of `records` records: compressed when that is smaller, framed, checksummed.
+    fn frame(&mut self, raw: &[u8], records: u32) -> Vec<u8> {
         let payload = self
             .compress
-            .then(|| self.compressor.compress(&self.buf).ok())
+            .then(|| self.compressor.compress(raw).ok())
             .flatten()
-            .filter(|p| p.len() < self.buf.len());
+            .filter(|p| p.len() < raw.len());
         let (codec, payload) = match payload {
             Some(p) => (CODEC_ZSTD, p),
-            None => (format::CODEC_STORED, self.buf.clone()),
+            None => (format::CODEC_STORED, raw.to_vec()),
         };
         let mut h = ChunkHeader {
             payload_len: payload.len() as u32,
-            raw_len: self.buf.len() as u32,
-            records: self.records,
+            raw_len: raw.len() as u32,
+            records,
             seq: self.seq,
             codec,
             crc: 0,
         };
         h.crc = h.checksum(&payload);
         self.seq = self.seq.wrapping_add(1);
-        self.out.clear();
-        self.out.reserve(CHUNK_HEADER_LEN + payload.len());
-        self.out.extend_from_slice(&SYNC);
-        self.out.extend_from_slice(&h.fields());
-        self.out.extend_from_slice(&h.crc.to_le_bytes());
-        self.out.extend_from_slice(&payload);
+        let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + payload.len());
+        out.extend_from_slice(&SYNC);
+        out.extend_from_slice(&h.fields());
+        out.extend_from_slice(&h.crc.to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
     }
 
-    /// FILE → FILE.1 → … → FILE.keep (the oldest is removed), then a new FILE with the header and
-    /// every name known, and the pending chunk rebuilt with them.
+    /// The name the next part is created under before it takes FILE's place.
+    pub fn next_path(path: &Path) -> PathBuf {
+        let mut p = path.to_path_buf().into_os_string();
+        p.push(".next");
+        PathBuf::from(p)
+    }
+
+    /// Creates the next part as FILE.next (exclusively, not through a link), then FILE.keep is
+    /// removed, FILE.n → FILE.n+1, FILE → FILE.1 and FILE.next → FILE (renames replace links,
+    /// never follow them); the new part starts with the header and every table entry seen
+    /// lately, then the records gathered.
     fn rotate(&mut self, keep: u32) -> Result<(), WriteError> {
-        let err = |source| WriteError::Rotate {
-            path: self.path.clone(),
-            source,
+        let next = Self::next_path(&self.path);
+        let err = |what: String| {
+            let path = self.path.clone();
+            move |source| WriteError::Rotate { path, what, source }
         };
+        let file = create_exclusive(&next).map_err(err(format!(
+            "cannot create the next part {}",
+            next.display()
+        )))?;
         let numbered = |n: u32| {
             let mut p = self.path.clone().into_os_string();
             p.push(format!(".{n}"));
             PathBuf::from(p)
         };
-        if keep == 0 {
-            fs::remove_file(&self.path).map_err(err)?;
-        } else {
-            let _ = fs::remove_file(numbered(keep));
-            for n in (1..keep).rev() {
-                match fs::rename(numbered(n), numbered(n + 1)) {
+        let renamed = (|| {
+            if keep == 0 {
+                fs::remove_file(&self.path)?;
+            } else {
+                match fs::remove_file(numbered(keep)) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(err(e)),
+                    Err(e) => return Err(e),
                 }
+                for n in (1..keep).rev() {
+                    match fs::rename(numbered(n), numbered(n + 1)) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                fs::rename(&self.path, numbered(1))?;
             }
-            fs::rename(&self.path, numbered(1)).map_err(err)?;
+            fs::rename(&next, &self.path)
+        })();
+        if let Err(e) = renamed {
+            let _ = fs::remove_file(&next);
+            return Err(err("renaming the parts".into())(e));
         }
-        self.file = open_new(&self.path, true)?;
+        self.file = file;
         self.written = 0;
         self.stats.rotations += 1;
         self.write_header()?;
-        // The new file carries every name, ahead of the records gathered for it.
-        let mut all: Vec<NameEntry> = self.names.values().cloned().collect();
-        all.sort_by_key(|e| e.id);
-        let json = serde_json::to_vec(&all).unwrap_or_default();
-        let mut rec = Vec::with_capacity(json.len() + 6);
-        format::put_record(&mut rec, Tag::Names, &json);
-        // Drop the (already included) delta names record at the front of the buffer.
-        if self.buf.first() == Some(&(Tag::Names as u8))
-            && let Some((len, n)) = format::get_uleb32(&self.buf[1..])
-        {
-            self.buf.drain(..1 + n + len as usize);
-            self.records -= 1;
-        }
-        self.buf.splice(0..0, rec);
-        self.records += 1;
+        // The new part carries every entry seen lately, ahead of the records gathered for it
+        // (which replace the delta just built).
+        let since = self.stats.windows.saturating_sub(TABLE_KEEP_WINDOWS);
+        let names = self.names.prune(since);
+        let files = self.files.prune(since);
+        self.out.clear();
+        self.table_chunks(Tag::Names, &names);
+        self.table_chunks(Tag::Files, &files);
         self.build_chunk();
         Ok(())
     }
 }
 
-/// Creates a recording file with mode 0600 (also when overwriting one with `force`).
+/// Creates `path` exclusively with mode 0600, not through a link.
+fn create_exclusive(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Creates a recording file exclusively with mode 0600, not through a link. With `force` a file
+/// already there is removed first (a link itself, never its target).
 pub fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
-    let mut o = OpenOptions::new();
-    o.write(true).mode(0o600);
-    if force {
-        o.create(true).truncate(true);
-    } else {
-        o.create_new(true);
+    let is_link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link && !force {
+        return Err(WriteError::Link {
+            path: path.to_path_buf(),
+        });
     }
-    let file = o.open(path).map_err(|source| {
+    if force {
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(WriteError::Create {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    create_exclusive(path).map_err(|source| {
         if source.kind() == io::ErrorKind::AlreadyExists {
             WriteError::Exists {
                 path: path.to_path_buf(),
@@ -429,14 +601,5 @@ pub fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
                 source,
             }
         }
-    })?;
-    // An existing file keeps its mode through O_TRUNC: make it private too.
-    if force {
-        file.set_permissions(fs::Permissions::from_mode(0o600))
-            .map_err(|source| WriteError::Create {
-                path: path.to_path_buf(),
-                source,
-            })?;
-    }
-    Ok(file)
+    })
 }

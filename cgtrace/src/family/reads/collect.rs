@@ -18,7 +18,7 @@ use super::*;
 use crate::{
     decode::comm_str,
     family::WindowInput,
-    family::{Collector, EventLine, FamilyInfo, LineHead, Records, Start, take_map},
+    family::{Collector, EventLine, FamilyInfo, Records, Start, take_map},
     hist::Hist,
     model::{CgroupWindow, Window},
 };
@@ -248,12 +248,7 @@ impl ReadsReader {
         }
         let Ok(names) = self.files.get(&fk, 0) else {
             return FileInfo {
-                path: format!(
-                    "<unknown file {}:{} ino {}>",
-                    key.dev >> 20,
-                    key.dev & 0xfffff,
-                    key.file
-                ),
+                path: ReadFile::unknown(key.file, key.dev).path,
                 fs: "other",
                 cgroup: None,
                 memcg_stat: false,
@@ -412,27 +407,22 @@ impl ReadsReader {
 
     /// The event line of one slow read (paths resolved here; the reader's cgroup by the caller).
     pub fn slow_read(&mut self, ev: &SlowReadEvent) -> SlowRead {
-        let info = self.info_of(&ev.key);
-        SlowRead {
-            head: LineHead::new(&INFO, &ev.header, ev.key.cgroup_id),
-            pid: ev.pid,
-            tgid: ev.tgid,
-            comm: comm_str(&ev.key.comm),
-            file: info.path.clone(),
+        SlowRead::from_event(ev, &self.read_file(&ev.key))
+    }
+
+    /// The name of the file a read key refers to, as the stream shows it.
+    pub fn read_file(&mut self, key: &ReadKey) -> ReadFile {
+        let info = self.info_of(key);
+        let (hierarchy, dir) = info
+            .cgroup
+            .map_or((None, None), |(h, p)| (Some(h), Some(p)));
+        ReadFile {
+            file: key.file,
+            dev: key.dev,
+            path: info.path,
             fs: info.fs.to_string(),
-            target: info.cgroup.map(|(h, p)| Target {
-                hierarchy: h,
-                id: ev.target_cgroup,
-                path: p,
-            }),
-            duration_us: ev.duration_ns as f64 / 1e3,
-            flush_us: ev.flush_ns as f64 / 1e3,
-            lock_wait_us: ev.lock_wait_ns as f64 / 1e3,
-            flush_locks: ev.flush_locks,
-            contended: ev.contended,
-            flushed: ev.needs_flush != 0,
-            dying_memcgs: (ev.target_cgroup != 0).then_some(ev.target_dying),
-            ret: ev.ret,
+            hierarchy,
+            dir,
         }
     }
 
@@ -631,6 +621,10 @@ impl Collector for Reads {
         for ev in records.reads.take_slow_reads() {
             out.push(EventLine::SlowRead(self.reader.slow_read(&ev)));
         }
+    }
+
+    fn read_file(&mut self, key: &ReadKey) -> Option<ReadFile> {
+        Some(self.reader.read_file(key))
     }
 }
 

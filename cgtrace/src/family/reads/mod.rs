@@ -17,7 +17,7 @@ pub mod attach;
 pub mod collect;
 pub mod model;
 
-pub use model::{Churn, ChurnActor, DyingMemcgs, FileReads, MemcgTarget, Target};
+pub use model::{Churn, ChurnActor, DyingMemcgs, FileReads, MemcgTarget, ReadFile, Target};
 
 pub const INFO: FamilyInfo = FamilyInfo {
     name: "reads",
@@ -25,7 +25,7 @@ pub const INFO: FamilyInfo = FamilyInfo {
     event_kind: cgtrace_common::event::KIND_SLOW_READ,
     event_line: "slow_read",
     start: collect::start,
-    lines_offline: false,
+    lines_offline: true,
     flags,
     mark: 4,
 };
@@ -136,6 +136,37 @@ pub struct SlowRead {
     pub dying_memcgs: Option<u32>,
     /// Bytes returned, or a negative errno.
     pub ret: i64,
+}
+
+impl SlowRead {
+    /// The line of one slow read whose file is `file` (live: named by the tracer's file table;
+    /// replay: by the recorded one); the reader's cgroup is named by the caller.
+    pub fn from_event(ev: &SlowReadEvent, file: &ReadFile) -> Self {
+        Self {
+            head: LineHead::new(&INFO, &ev.header, ev.key.cgroup_id),
+            pid: ev.pid,
+            tgid: ev.tgid,
+            comm: comm_str(&ev.key.comm),
+            file: file.path.clone(),
+            fs: file.fs.clone(),
+            target: match (&file.hierarchy, &file.dir) {
+                (Some(h), Some(p)) => Some(Target {
+                    hierarchy: h.clone(),
+                    id: ev.target_cgroup,
+                    path: p.clone(),
+                }),
+                _ => None,
+            },
+            duration_us: ev.duration_ns as f64 / 1e3,
+            flush_us: ev.flush_ns as f64 / 1e3,
+            lock_wait_us: ev.lock_wait_ns as f64 / 1e3,
+            flush_locks: ev.flush_locks,
+            contended: ev.contended,
+            flushed: ev.needs_flush != 0,
+            dying_memcgs: (ev.target_cgroup != 0).then_some(ev.target_dying),
+            ret: ev.ret,
+        }
+    }
 }
 
 /// Memcg stat files whose read flushes rstat.

@@ -7,6 +7,42 @@ use serde::{Deserialize, Serialize};
 
 use crate::hist::HistSummary;
 
+/// A file a slow read read, as the live tracer named it: recorded (`Tag::Files`) so a replay
+/// names it too.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReadFile {
+    /// `ReadKey::file` and `ReadKey::dev`.
+    pub file: u64,
+    pub dev: u32,
+    pub path: String,
+    pub fs: String,
+    /// cgroupfs files: the hierarchy and the cgroup's path within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hierarchy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+impl ReadFile {
+    /// What is shown for a file the tracer could not name (its name left the kernel's table, or
+    /// a recording without the file table).
+    pub fn unknown(file: u64, dev: u32) -> Self {
+        Self {
+            file,
+            dev,
+            path: format!(
+                "<unknown file {}:{} ino {}>",
+                dev >> 20,
+                dev & 0xfffff,
+                file
+            ),
+            fs: "other".into(),
+            hierarchy: None,
+            dir: None,
+        }
+    }
+}
+
 /// Reads by one reader (cgroup + comm) of one file in one window.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FileReads {
