@@ -17,6 +17,7 @@ pub mod counters;
 pub mod decode;
 pub mod doctor;
 pub mod driver;
+pub mod escape;
 pub mod events;
 pub mod family;
 pub mod hist;

@@ -1,6 +1,6 @@
 //! The `cgtrace` command line.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{os::unix::fs::OpenOptionsExt as _, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -154,8 +154,14 @@ struct ReportArgs {
     /// A file written by `cgtrace record`.
     file: PathBuf,
     /// JSON instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "html")]
     json: bool,
+    /// One self-contained HTML page with pictures (heatmaps, timelines) instead of text.
+    #[arg(long)]
+    html: bool,
+    /// Write the report to this file (created; not through a link) instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -335,10 +341,42 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
 fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
     let rec = open_recording(&args.file)?;
     let r = report::build(&rec);
-    if args.json {
-        println!("{}", serde_json::to_string(&r)?);
+    let out = if args.json {
+        serde_json::to_string(&r)? + "\n"
+    } else if args.html {
+        report::html::render(&rec, &r)
     } else {
-        print!("{}", report::render_text(&r));
+        report::render_text(&r)
+    };
+    match &args.output {
+        Some(path) => {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        anyhow::anyhow!(
+                            "{} already exists: choose another name for the report",
+                            path.display()
+                        )
+                    } else {
+                        anyhow::anyhow!("creating {}: {e}", path.display())
+                    }
+                })?;
+            f.write_all(out.as_bytes())?;
+            eprintln!("cgtrace: report written to {}", path.display());
+        }
+        None => {
+            use std::io::Write as _;
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out.as_bytes()).and_then(|()| o.flush()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                r => r?,
+            }
+        }
     }
     Ok(())
 }

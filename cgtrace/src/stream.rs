@@ -24,8 +24,10 @@ pub fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bo
     emit_line(out, &serde_json::to_string(value)?)
 }
 
-/// Writes one line already serialised; `Ok(false)` when the reader went away (EPIPE).
+/// Writes one line already serialised (invisible format characters escaped, see
+/// [`crate::escape::json_line`]); `Ok(false)` when the reader went away (EPIPE).
 pub fn emit_line<W: Write>(out: &mut W, line: &str) -> anyhow::Result<bool> {
+    let line = crate::escape::json_line(line);
     match writeln!(out, "{line}").and_then(|()| out.flush()) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),

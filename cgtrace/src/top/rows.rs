@@ -64,6 +64,31 @@ pub struct Store {
     removed: Vec<u64>,
 }
 
+/// Every string of a cgroup's window that a tenant controls (its name and path, comms, file
+/// names) made safe for the terminal ([`crate::escape::terminal`]) before the view keeps it, so
+/// no drawing code can show one raw. Free when there is nothing to escape.
+pub fn escape_for_view(cg: &mut CgroupWindow) {
+    fn fix(s: &mut String) {
+        if let std::borrow::Cow::Owned(e) = crate::escape::terminal(s) {
+            *s = e;
+        }
+    }
+    cg.name.as_mut().map(fix);
+    cg.path.as_mut().map(fix);
+    for f in cg.reads.iter_mut().flatten() {
+        fix(&mut f.comm);
+        fix(&mut f.file);
+        if let Some(t) = f.target.as_mut() {
+            fix(&mut t.path);
+        }
+    }
+    for p in cg.throttle.iter_mut().flat_map(|t| t.periods.iter_mut()) {
+        for th in &mut p.top {
+            fix(&mut th.comm);
+        }
+    }
+}
+
 /// Idle cgroups are looked for (a pass over the whole table) once every this many windows.
 const SWEEP_EVERY_WINDOWS: u64 = 32;
 
@@ -72,6 +97,9 @@ impl Store {
     /// reported in the previous window, or idle for too long, are forgotten.
     pub fn update(&mut self, mut window: Window, families: &[&'static dyn Family]) {
         let seq = window.seq;
+        for cg in &mut window.cgroups {
+            escape_for_view(cg);
+        }
         let ctx = Ctx {
             duration_ms: window.duration_ms,
         };

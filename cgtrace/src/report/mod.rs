@@ -8,6 +8,8 @@
 //! longest throttle episodes with the threads that burned the quota, and the slowest waits; event
 //! kinds this cgtrace cannot decode are counted by family.
 
+pub mod html;
+
 use std::{
     collections::{BTreeMap, HashMap},
     fmt::Write as _,
@@ -594,13 +596,18 @@ fn add_hist(
     }
 }
 
+/// A cgroup as the text report names it (escaped: its name and path are the tenant's).
 fn who(path: &Option<String>, name: &Option<String>, id: u64) -> String {
     match (name, path) {
-        (Some(n), Some(p)) => format!("{n} ({p})"),
-        (None, Some(p)) => p.clone(),
-        (Some(n), None) => n.clone(),
+        (Some(n), Some(p)) => format!("{} ({})", esc(n), esc(p)),
+        (None, Some(p)) => esc(p).into_owned(),
+        (Some(n), None) => esc(n).into_owned(),
         (None, None) => format!("cgroup id {id} (removed before it was named)"),
     }
+}
+
+fn esc(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::escape::terminal(s)
 }
 
 fn us(v: f64) -> String {
@@ -614,13 +621,15 @@ fn us(v: f64) -> String {
 }
 
 /// The text a human pastes into an incident.
+/// The text report. Every string a tenant controls (cgroup paths and names, comms, file names,
+/// the host name) goes through [`esc`].
 pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
         "cgtrace report: {} (Linux {}), {} to {}, {} windows, {} single events recorded, {} lost in the kernel",
-        r.host,
-        r.kernel,
+        esc(&r.host),
+        esc(&r.kernel),
         clock_utc(r.first_unix_ms),
         clock_utc(r.last_unix_ms),
         r.windows,
@@ -676,8 +685,8 @@ pub fn render_text(r: &Report) -> String {
                 d.family,
                 d.code,
                 d.windows,
-                d.message,
-                d.suggestion
+                esc(&d.message),
+                esc(&d.suggestion)
             );
         }
     }
@@ -706,7 +715,9 @@ pub fn render_text(r: &Report) -> String {
                 let _ = writeln!(
                     o,
                     "    flag {code} ({} windows): {}\n      → {}",
-                    f.windows, f.message, f.suggestion
+                    f.windows,
+                    esc(&f.message),
+                    esc(&f.suggestion)
                 );
             }
         }
@@ -730,7 +741,10 @@ pub fn render_text(r: &Report) -> String {
                     .map(|t| {
                         format!(
                             "{} [{}] {:.1} ms on {} CPUs",
-                            t.comm, t.tid, t.cpu_ms, t.cpus
+                            esc(&t.comm),
+                            t.tid,
+                            t.cpu_ms,
+                            t.cpus
                         )
                     })
                     .collect();
@@ -755,7 +769,7 @@ pub fn render_text(r: &Report) -> String {
                 us(w.wait_us),
                 clock_utc(w.at_unix_ms),
                 w.wait_kind,
-                w.comm,
+                esc(&w.comm),
                 w.pid,
                 who(&w.path, &w.name, w.cgroup_id)
             );
@@ -777,9 +791,9 @@ pub fn render_text(r: &Report) -> String {
                 "  max {} at {} {} in {}: {} ({} reads, {} in all{flush}{dying})",
                 us(f.max_us),
                 clock_utc(f.max_at_unix_ms),
-                f.comm,
+                esc(&f.comm),
                 who(&f.path, &f.name, f.cgroup_id),
-                f.file,
+                esc(&f.file),
                 f.count,
                 us(f.total_us)
             );
@@ -797,13 +811,13 @@ pub fn render_text(r: &Report) -> String {
             let _ = writeln!(
                 o,
                 "  {} {}: {} stat reads, {} in all, {} flushing, up to {} dying below; read by {}",
-                m.hierarchy,
-                m.path,
+                esc(&m.hierarchy),
+                esc(&m.path),
                 m.stat_reads,
                 us(m.read_us),
                 us(m.flush_us),
                 m.dying_memcgs_max,
-                m.readers.join(", ")
+                esc(&m.readers.join(", "))
             );
         }
     }
