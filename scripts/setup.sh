@@ -103,17 +103,25 @@ deps() {
   install_cargo_fuzz
 }
 
-# A short fuzz run of the recording reader from the committed seed corpus (copied, so new
-# inputs stay out of the tree). A crash fails the suite; its input is in fuzz/artifacts/reader/.
+# A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay
+# out of the tree): the whole reader (play and report a recording) and each layer alone (chunk
+# framing, record parsing, window JSON, names and escaping). A crash fails the suite; its input
+# is in fuzz/artifacts/<target>/.
+FUZZ_TARGETS=(reader chunks records window names)
 fuzz_short() {
-  local corpus log rc=0
-  corpus=$(mktemp -d); log=$(mktemp)
-  cp fuzz/corpus/reader/* "$corpus"/
-  (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz run reader "$corpus" -- \
-    -max_total_time="${FUZZ_SECONDS:-45}" -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
-  tail -n 25 "$log"
-  rm -rf "$corpus" "$log"
-  return "$rc"
+  local corpus log rc=0 t secs
+  secs=$(( ${FUZZ_SECONDS:-60} / ${#FUZZ_TARGETS[@]} ))
+  (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz build) || return 1
+  for t in "${FUZZ_TARGETS[@]}"; do
+    corpus=$(mktemp -d); log=$(mktemp)
+    cp fuzz/corpus/"$t"/* "$corpus"/
+    (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz run "$t" "$corpus" -- \
+      -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
+    say "fuzz $t: $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') executions in ${secs}s"
+    [[ $rc == 0 ]] || tail -n 40 "$log"
+    rm -rf "$corpus" "$log"
+    [[ $rc == 0 ]] || return "$rc"
+  done
 }
 
 build() {
@@ -130,7 +138,7 @@ run_tests() {
   (cd cgtrace-ebpf && cargo clippy --locked --release --target bpfel-unknown-none -Z build-std=core -- -D warnings)
   say "unprivileged tests (cargo test)"
   cargo test --locked
-  say "fuzzing the recording reader for ${FUZZ_SECONDS:-45} s (cargo fuzz)"
+  say "fuzzing the recording reader, whole and per layer, for ${FUZZ_SECONDS:-60} s (cargo fuzz)"
   fuzz_short
   say "privileged tests on this kernel (real cgroups, real load; every one must run)"
   CGTRACE_REQUIRE_PRIVILEGED=1 cargo test --locked --release -p cgtrace-tests -- --test-threads=1

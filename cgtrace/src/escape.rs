@@ -66,18 +66,25 @@ pub fn html(s: &str) -> String {
     out
 }
 
-/// A JSON line whose strings may hold invisible format characters (bidi overrides, zero-width
-/// characters, line separators) that JSON leaves raw: each is written as a `\uNNNN` escape, so
-/// the line parses to the same value and a terminal shows it in order. Control characters are
-/// escaped by the JSON encoder already.
+/// Raw in a JSON line but unsafe: all but the whitespace JSON may hold between tokens (inside a
+/// string the encoder has escaped those already).
+fn json_unsafe(c: char) -> bool {
+    is_unsafe(c) && !matches!(c, '\t' | '\n' | '\r')
+}
+
+/// A JSON line whose strings may hold characters JSON leaves raw but a terminal acts on: DEL
+/// and the C1 controls (U+0080..U+009F: CSI is U+009B), invisible format characters (bidi
+/// overrides, zero-width characters, line separators). Each is written as a `\uNNNN` escape, so
+/// the line parses to the same value and a terminal shows it as text, in order. (The encoder
+/// escapes the C0 controls itself; found by the `names` fuzz target.)
 pub fn json_line(line: &str) -> Cow<'_, str> {
-    if !line.chars().any(|c| !c.is_control() && is_unsafe(c)) {
+    if !line.chars().any(json_unsafe) {
         return Cow::Borrowed(line);
     }
     use std::fmt::Write as _;
     let mut out = String::with_capacity(line.len() + 16);
     for c in line.chars() {
-        if !c.is_control() && is_unsafe(c) {
+        if json_unsafe(c) {
             let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
@@ -126,7 +133,7 @@ mod tests {
 
     #[test]
     fn json_lines_keep_their_value() {
-        let v = serde_json::json!({"comm": "a\u{202e}b\u{2066}c\x1bd"});
+        let v = serde_json::json!({"comm": "a\u{202e}b\u{2066}c\x1bd\x7fe\u{9b}f"});
         let line = serde_json::to_string(&v).unwrap();
         let safe = json_line(&line);
         assert!(!safe.chars().any(is_unsafe), "{safe}");

@@ -304,17 +304,20 @@ fn block_on(f: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
 /// Opens a recording, saying on stderr what could not be read.
 fn open_recording(path: &std::path::Path) -> anyhow::Result<Recording> {
     let rec = Recording::open(path)?;
+    if rec.windows.is_empty() {
+        anyhow::bail!(
+            "{}: no readable window in the recording (it ended or was damaged before the first window was written{})",
+            path.display(),
+            rec.stats
+                .warning()
+                .map_or(String::new(), |w| format!(": {w}"))
+        );
+    }
     if let Some(w) = rec.stats.warning() {
         eprintln!(
             "cgtrace: warning: {}: {w}; showing the {} readable windows",
             path.display(),
             rec.windows.len()
-        );
-    }
-    if rec.windows.is_empty() {
-        anyhow::bail!(
-            "{}: no readable window in the recording (it ended or was damaged before the first window was written)",
-            path.display()
         );
     }
     Ok(rec)

@@ -634,6 +634,9 @@ fn throttle_chart(o: &mut String, s: &Series, cols: &[Col]) {
         .map(|c| (c.usage.1 > 0).then(|| c.usage.0 / f64::from(c.usage.1)))
         .collect();
     let quota: Vec<Option<f64>> = cols.iter().map(|c| c.quota).collect();
+    if usage.iter().all(Option::is_none) {
+        o.push_str("<p class=\"meta\">CPU use unknown: the kernel gave no usage counter for this cgroup (v1: it has no directory in the cpuacct hierarchy).</p>\n");
+    }
     lines(
         o,
         s,
