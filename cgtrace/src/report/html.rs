@@ -230,7 +230,7 @@ h3{font-size:1em;margin:1em 0 .2em}
 .what{color:var(--mut);margin:.1em 0 .4em;font-size:.92em}
 .meta{color:var(--mut)}
 .warn{background:#fff4e5;border-left:4px solid #e08a00;padding:.4em .6em}
-figure{margin:.3em 0 1em}
+figure{margin:.3em 0 1em;overflow-x:auto}
 svg{width:100%;height:auto;display:block}
 svg text{font:11px system-ui,sans-serif;fill:var(--mut)}
 .scroll{overflow-x:auto}
@@ -243,7 +243,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .legend span{display:inline-block;margin-right:1em;font-size:.85em;color:var(--mut)}
 .legend i{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:-2px}
 code{font:12.5px ui-monospace,monospace;word-break:break-all}
-@media (max-width:600px){body{font-size:14px;padding:6px}th,td{padding:.2em .3em}}
+@media (max-width:600px){body{font-size:14px;padding:6px}th,td{padding:.2em .3em}figure svg{min-width:820px}}
 @media print{body{max-width:none}h2{break-after:avoid}figure,table,.flag{break-inside:avoid}.scroll{overflow:visible}}
 ";
 

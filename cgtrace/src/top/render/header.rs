@@ -42,7 +42,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let mut l1: Vec<Span<'static>> = vec![
         Span::styled(badge, t.badge),
         Span::raw(" "),
-        Span::styled(h.host.clone(), t.title),
+        Span::styled(crate::escape::terminal(&h.host).into_owned(), t.title),
     ];
     for (name, mode) in &h.families {
         let style = if !mode.mode.is_attached() {
@@ -62,7 +62,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     l1.push(sep());
     l1.push(Span::raw(format!("{} CPUs", h.cpus)));
     l1.push(sep());
-    l1.push(Span::raw(format!("Linux {}", h.kernel)));
+    l1.push(Span::raw(format!("Linux {}", crate::escape::terminal(&h.kernel))));
 
     let mut l2: Vec<Span<'static>> = Vec::new();
     match &app.window {
