@@ -109,6 +109,9 @@ impl Throttle {
             };
             if self.kernel.len() < self.max_cgroups {
                 self.kernel.insert(id, k);
+                // Our counters' baseline at the same moment: the programs count from attach,
+                // which came earlier; the first window compares the same span with the kernel.
+                self.reader.prime(id);
             }
         }
     }
@@ -221,6 +224,13 @@ impl ThrottleReader {
             }
         }
         out
+    }
+
+    /// Takes `cgroup_id`'s counters now as the baseline of its next delta.
+    pub fn prime(&mut self, cgroup_id: u64) {
+        if let Ok(cur) = self.stats.get(&cgroup_id, 0) {
+            self.prev.insert(cgroup_id, cur);
+        }
     }
 
     pub fn forget(&mut self, cgroup_id: u64) {
