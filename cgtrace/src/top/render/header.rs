@@ -62,7 +62,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     l1.push(sep());
     l1.push(Span::raw(format!("{} CPUs", h.cpus)));
     l1.push(sep());
-    l1.push(Span::raw(format!("Linux {}", crate::escape::terminal(&h.kernel))));
+    l1.push(Span::raw(format!(
+        "Linux {}",
+        crate::escape::terminal(&h.kernel)
+    )));
 
     let mut l2: Vec<Span<'static>> = Vec::new();
     match &app.window {
