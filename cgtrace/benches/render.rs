@@ -50,6 +50,7 @@ fn hello() -> Hello {
             sub_bits: 2,
             buckets: 140,
         },
+        kept_capabilities: Vec::new(),
     }
 }
 

@@ -87,6 +87,13 @@ pub fn run() -> anyhow::Result<()> {
         return Ok(());
     }
     line("privileges", "yes");
+    line(
+        "  after attach",
+        format!(
+            "keeps {} and drops every other capability",
+            crate::privilege::kept_names().join(", ")
+        ),
+    );
     let opts = TraceOptions {
         max_cgroups: 64,
         max_read_keys: 64,

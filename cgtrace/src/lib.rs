@@ -26,6 +26,7 @@ pub mod layout;
 pub mod loader;
 pub mod metrics;
 pub mod model;
+pub mod privilege;
 pub mod record;
 pub mod recorder;
 pub mod replay;

@@ -196,6 +196,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
         None => None,
     };
+    crate::privilege::drop_after_attach("record");
     eprintln!(
         "cgtrace: recording to {}{}",
         opts.output.display(),

@@ -18,6 +18,7 @@ pub async fn run(
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let pump = Pump::start(&opts)?;
     let mut exporter = Exporter::start(addr, mopts).await?;
+    crate::privilege::drop_after_attach("serve");
     eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
     driver::run(pump, &mut [&mut exporter], control).await?;
     Ok(())

@@ -199,6 +199,7 @@ impl Session {
                 sub_bits: SUB_BITS,
                 buckets: NR_BUCKETS,
             },
+            kept_capabilities: crate::privilege::kept_names(),
         };
         let aggregator = Aggregator::new(
             hier_name,

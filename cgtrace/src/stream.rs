@@ -132,6 +132,7 @@ pub async fn run(
         Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
         None => None,
     };
+    crate::privilege::drop_after_attach("stream");
     let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut out];
     if let Some(e) = exporter.as_mut() {

@@ -444,6 +444,29 @@ fn top_exits_when_its_terminal_goes_away() -> Result<()> {
         .context("cgtrace top's pid")?
         .trim()
         .parse()?;
+    // Least privilege: once attached (the view shows a window), no thread of it holds
+    // CAP_SYS_ADMIN (the tracing thread and the view thread dropped theirs; later threads
+    // inherited the reduced sets).
+    tmux.wait_for("a window in the view", Duration::from_secs(30), |s| {
+        s.contains("window #")
+    })?;
+    let mut kept = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.path();
+        let status = std::fs::read_to_string(t.join("status"))?;
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .context("CapEff")?;
+        let eff = u64::from_str_radix(eff.trim(), 16)?;
+        if eff & (1 << 21) != 0 {
+            kept.push(std::fs::read_to_string(t.join("comm"))?.trim().to_string());
+        }
+    }
+    ensure!(
+        kept.is_empty(),
+        "threads of cgtrace top kept CAP_SYS_ADMIN: {kept:?}"
+    );
     drop(tmux); // kill-server: the pane's processes get SIGHUP and lose their tty
     let deadline = Instant::now() + Duration::from_secs(5);
     // SAFETY: signal 0 only checks that the process exists.

@@ -38,6 +38,10 @@ pub struct Hello {
     pub capabilities: Capabilities,
     /// How histogram buckets are laid out.
     pub hist: HistSpec,
+    /// Capabilities the daemon keeps once attached (every other one is dropped; see
+    /// `privilege.rs`). Absent in recordings made before cgtrace dropped them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_capabilities: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -666,5 +666,6 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
             sub_bits: cgtrace_common::hist::SUB_BITS,
             buckets: cgtrace_common::hist::NR_BUCKETS,
         },
+        kept_capabilities: Vec::new(),
     }
 }

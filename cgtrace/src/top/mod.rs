@@ -73,6 +73,9 @@ pub fn run(opts: SessionOptions, log: Option<PathBuf>) -> anyhow::Result<()> {
     // Tracing starts before the terminal is touched: a missing privilege or kernel feature is
     // one line on a normal terminal.
     let (hello, source) = source::spawn_live(opts, tx.clone())?;
+    // The tracing thread dropped its capabilities once attached; this one now, before the input
+    // and helper threads start (they inherit the reduced sets).
+    crate::privilege::drop_after_attach("top (view thread)");
     let result = {
         let _stderr = logfile::StderrRedirect::to(&log_file)?;
         let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;

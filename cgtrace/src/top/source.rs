@@ -172,6 +172,7 @@ async fn live(
             return Ok(());
         }
     };
+    crate::privilege::drop_after_attach("top (tracing thread)");
     let _ = ready.send(Ok(pump.session.hello.clone()));
     log::info!(
         "tracing started: interval {:?}, families {:?}",

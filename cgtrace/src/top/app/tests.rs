@@ -48,6 +48,7 @@ fn hello(families: &[&str]) -> Hello {
             sub_bits: 2,
             buckets: 140,
         },
+        kept_capabilities: Vec::new(),
     }
 }
 
