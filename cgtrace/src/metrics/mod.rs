@@ -63,6 +63,7 @@ struct Series {
     /// Each family's part, cumulative since start.
     runq: family::runq::metrics::Series,
     throttle: family::throttle::metrics::Series,
+    reads: family::reads::metrics::Series,
     /// Windows in which each diagnosis (family, code) was made.
     flagged: BTreeMap<(String, String), u64>,
     /// Wall clock (Unix ms) of the last window with activity.
@@ -79,6 +80,7 @@ impl Series {
         }
         self.runq.add(c);
         self.throttle.add(c);
+        self.reads.add(c);
     }
 }
 
@@ -106,6 +108,40 @@ pub struct Metrics {
     counters: BTreeMap<String, u64>,
     folded_total: u64,
     expired_total: u64,
+    reads_host: family::reads::metrics::Host,
+    /// cgtrace's own cost: CPU seconds and resident bytes, read at each window.
+    own: Option<ProcessCost>,
+}
+
+/// cgtrace's own process: CPU used since it started and resident memory now.
+#[derive(Clone, Copy, Debug)]
+struct ProcessCost {
+    cpu_seconds: f64,
+    rss_bytes: u64,
+}
+
+impl ProcessCost {
+    /// From `/proc/self/stat` (utime, stime) and `/proc/self/statm` (resident pages).
+    fn read_self() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the comm (which may hold spaces and parentheses): state is field 3.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let (utime, stime): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let (tck, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_CLK_TCK),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        Some(Self {
+            cpu_seconds: (utime + stime) as f64 / tck.max(1) as f64,
+            rss_bytes: pages * page.max(1) as u64,
+        })
+    }
 }
 
 /// A cgroup's Kubernetes/container labels, from the structured parts of its name.
@@ -138,6 +174,8 @@ impl Metrics {
             counters: BTreeMap::new(),
             folded_total: 0,
             expired_total: 0,
+            reads_host: family::reads::metrics::Host::default(),
+            own: None,
         }
     }
 
@@ -152,6 +190,8 @@ impl Metrics {
             *self.counters.entry(k.clone()).or_insert(0) += v;
         }
         self.expire(w.end_unix_ms);
+        self.reads_host.add(w);
+        self.own = ProcessCost::read_self();
         for c in &w.cgroups {
             // Series are keyed by the `cgroup` label, not the id: a cgroup removed and made
             // again at the same path (a restarted service) continues its series, and no two
@@ -228,6 +268,14 @@ impl Metrics {
                 .map(|s| (&s.labels, &s.throttle))
                 .collect::<Vec<_>>(),
             &le,
+            &mut o,
+        );
+        family::reads::metrics::render(
+            &series
+                .iter()
+                .map(|s| (&s.labels, &s.reads))
+                .collect::<Vec<_>>(),
+            &self.reads_host,
             &mut o,
         );
         family(
@@ -330,6 +378,28 @@ impl Metrics {
             "Cgroups whose series were dropped after --series-ttl without activity",
         );
         let _ = writeln!(o, "cgtrace_series_expired_total {}", self.expired_total);
+        if let Some(c) = &self.own {
+            family(
+                &mut o,
+                "cgtrace_process_cpu_seconds",
+                "counter",
+                "seconds",
+                "CPU cgtrace's own process used (user and system)",
+            );
+            let _ = writeln!(
+                o,
+                "cgtrace_process_cpu_seconds_total {}",
+                num(c.cpu_seconds)
+            );
+            family(
+                &mut o,
+                "cgtrace_process_resident_memory_bytes",
+                "gauge",
+                "bytes",
+                "cgtrace's own resident memory",
+            );
+            let _ = writeln!(o, "cgtrace_process_resident_memory_bytes {}", c.rss_bytes);
+        }
         o.push_str("# EOF\n");
         o
     }
@@ -561,6 +631,57 @@ mod tests {
         let (status, _) = get(addr, "/nope").await;
         assert_eq!(status, "HTTP/1.1 404 Not Found");
         drop(held);
+    }
+
+    #[test]
+    fn quota_usage_reads_dying_memcgs_and_own_cost_are_series() {
+        let mut c = cgroup(1, "/kubepods/pod-a/c1", &[5_000]);
+        c.throttle = Some(crate::family::throttle::model::ThrottleWindow {
+            quota_cores: Some(0.5),
+            usage_us: Some(400_000.0),
+            nr_periods: 10,
+            ..Default::default()
+        });
+        let file = |fs: &str, us: f64| crate::family::reads::FileReads {
+            comm: "kubelet".into(),
+            pid: 1,
+            file: "/sys/fs/cgroup/memory/memory.stat".into(),
+            fs: fs.into(),
+            target: None,
+            count: 3,
+            total_us: us,
+            flush_us: us / 2.0,
+            lock_wait_us: 0.0,
+            flushed_reads: 3,
+            flush_locks: 3,
+            contended: 0,
+            bytes: 100,
+            dying_memcgs: None,
+            latency: Default::default(),
+        };
+        c.reads = Some(vec![file("cgroup", 300.0), file("proc", 100.0)]);
+        let mut w = window(1, 2000, vec![c.clone()]);
+        w.dying_memcgs = Some(crate::family::reads::DyingMemcgs {
+            total: 42,
+            source: "proc_cgroups".into(),
+        });
+        let mut m = Metrics::new(MetricsOptions::default());
+        m.update(&w);
+        m.update(&window(2, 3000, vec![c]));
+        let t = m.render();
+        let l =
+            r#"{cgroup="/kubepods/pod-a/c1",namespace="default",pod="web-0",container="nginx"}"#;
+        for want in [
+            format!("cgtrace_cpu_quota_cores{l} 0.5\n"),
+            format!("cgtrace_cpu_usage_seconds_total{l} 0.8\n"),
+            "cgtrace_read_seconds_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"cgroup\"} 0.0006\n".into(),
+            "cgtrace_reads_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"proc\"} 6\n".into(),
+            "cgtrace_dying_memcgs 42\n".into(),
+            "cgtrace_process_cpu_seconds_total ".into(),
+            "cgtrace_process_resident_memory_bytes ".into(),
+        ] {
+            assert!(t.contains(&want), "{want} not in\n{t}");
+        }
     }
 
     #[test]

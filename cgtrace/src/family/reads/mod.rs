@@ -15,6 +15,7 @@ use crate::{
 
 pub mod attach;
 pub mod collect;
+pub mod metrics;
 pub mod model;
 
 pub use model::{Churn, ChurnActor, DyingMemcgs, FileReads, MemcgTarget, ReadFile, Target};

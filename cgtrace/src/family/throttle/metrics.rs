@@ -19,6 +19,10 @@ pub struct Series {
     kernel_nr_periods: u64,
     kernel_nr_throttled: u64,
     kernel_throttled_us: f64,
+    /// The last quota seen (CPUs), and CPU used (the kernel's usage counter).
+    quota_cores: Option<f64>,
+    usage_us: f64,
+    usage_seen: bool,
 }
 
 /// The throttle counters per cgroup: ours, then the kernel's `cpu.stat` over the same windows
@@ -41,6 +45,11 @@ impl Series {
         self.nr_periods += t.nr_periods;
         self.nr_throttled += t.nr_throttled;
         self.throttled_us += t.throttled_us;
+        self.quota_cores = t.quota_cores;
+        if let Some(u) = t.usage_us.filter(|u| u.is_finite()) {
+            self.usage_us += u;
+            self.usage_seen = true;
+        }
         if let Some(k) = &t.kernel {
             self.kernel_nr_periods += k.nr_periods;
             self.kernel_nr_throttled += k.nr_throttled;
@@ -85,5 +94,32 @@ pub fn render(series: &[(&Labels, &Series)], le: &[String], o: &mut String) {
         for (l, s) in throttled() {
             let _ = writeln!(o, "{name}_total{} {}", labels(l, None), num(s.counter(i)));
         }
+    }
+    family(
+        o,
+        "cgtrace_cpu_quota_cores",
+        "gauge",
+        "",
+        "The cgroup's CFS quota in CPUs (quota / period) at its last window",
+    );
+    for (l, s) in throttled() {
+        if let Some(q) = s.quota_cores {
+            let _ = writeln!(o, "cgtrace_cpu_quota_cores{} {}", labels(l, None), num(q));
+        }
+    }
+    family(
+        o,
+        "cgtrace_cpu_usage_seconds",
+        "counter",
+        "seconds",
+        "CPU the cgroup used (the kernel's usage counter) over the windows cgtrace read it",
+    );
+    for (l, s) in throttled().filter(|(_, s)| s.usage_seen) {
+        let _ = writeln!(
+            o,
+            "cgtrace_cpu_usage_seconds_total{} {}",
+            labels(l, None),
+            num(s.usage_us / 1e6)
+        );
     }
 }
