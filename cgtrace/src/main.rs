@@ -59,11 +59,19 @@ struct PrometheusArgs {
     /// Drop a cgroup's series after this many seconds without activity.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     series_ttl: u64,
+    /// Push the same metrics as OTLP/HTTP protobuf after every window (an OpenTelemetry
+    /// collector: http://HOST:4318/v1/metrics).
+    #[arg(long, value_name = "URL", value_parser = cgtrace::metrics::otlp::parse_url)]
+    otlp: Option<hyper::Uri>,
 }
 
 impl PrometheusArgs {
-    fn get(&self) -> Option<(std::net::SocketAddr, MetricsOptions)> {
-        self.prometheus.map(|a| (a, self.options()))
+    fn get(&self) -> cgtrace::metrics::Outputs {
+        cgtrace::metrics::Outputs {
+            prometheus: self.prometheus,
+            otlp: self.otlp.clone(),
+            opts: self.options(),
+        }
     }
 
     fn options(&self) -> MetricsOptions {
@@ -451,23 +459,26 @@ fn main() -> ExitCode {
                     },
                     force: args.force,
                     stream: args.stream.then_some(events),
-                    prometheus: args.prometheus.get(),
+                    metrics: args.prometheus.get(),
                 };
                 block_on(recorder::run(args.trace.session(), opts))
             }),
         Command::Replay(args) => run_replay(args),
         Command::Report(args) => run_report(&args),
-        Command::Serve(args) => match args.prometheus.prometheus {
-            Some(addr) => block_on(serve::run(
-                args.trace.session(),
-                addr,
-                args.prometheus.options(),
-                args.duration.map(Duration::from_secs),
-            )),
-            None => Err(anyhow::anyhow!(
-                "serve needs --prometheus ADDR (e.g. --prometheus 127.0.0.1:9464) (see `cgtrace --help`)"
-            )),
-        },
+        Command::Serve(args) => {
+            let out = args.prometheus.get();
+            if out.is_empty() {
+                Err(anyhow::anyhow!(
+                    "serve needs --prometheus ADDR (e.g. --prometheus 127.0.0.1:9464) or --otlp URL (see `cgtrace --help`)"
+                ))
+            } else {
+                block_on(serve::run(
+                    args.trace.session(),
+                    out,
+                    args.duration.map(Duration::from_secs),
+                ))
+            }
+        }
         Command::Doctor => doctor::run(),
     };
     match result {

@@ -8,7 +8,7 @@
 //! has passed since its first record, so a killed recorder loses at most the last second (see
 //! [`FLUSH_EVERY`]).
 
-use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{io, path::PathBuf, time::Duration};
 
 use cgtrace_common::reads::ReadKey;
 
@@ -17,7 +17,6 @@ use crate::{
     decode::Record,
     driver::{self, Flow, Sink, Turn},
     events::EventSelection,
-    metrics::{Exporter, MetricsOptions},
     model::Window,
     record::{
         NameEntry,
@@ -44,7 +43,8 @@ pub struct RecordOptions {
     pub force: bool,
     /// Also print the NDJSON stream to stdout (with these event lines).
     pub stream: Option<EventSelection>,
-    pub prometheus: Option<(SocketAddr, MetricsOptions)>,
+    /// `--prometheus` and `--otlp`.
+    pub metrics: crate::metrics::Outputs,
 }
 
 /// The recorder sink: after every turn the ring-buffer records exactly as they came out, the names
@@ -192,10 +192,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         opts.max_size,
         opts.on_full,
     )?;
-    let mut exporter = match opts.prometheus {
-        Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
-        None => None,
-    };
+    let (mut exporter, mut pusher) = opts.metrics.start(&pump.session.hello.host).await?;
     crate::privilege::drop_after_attach("record");
     eprintln!(
         "cgtrace: recording to {}{}",
@@ -228,6 +225,9 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     }
     if let Some(e) = exporter.as_mut() {
         sinks.push(e);
+    }
+    if let Some(p) = pusher.as_mut() {
+        sinks.push(p);
     }
     driver::run(pump, &mut sinks, control).await?;
     let s = rec.writer.stats;

@@ -1,25 +1,37 @@
-//! `cgtrace serve --prometheus ADDR`: headless; traces and serves the windows as OpenMetrics
-//! (see [`crate::metrics`]) until SIGINT/SIGTERM or `--duration`.
+//! `cgtrace serve`: headless; traces and serves the windows as OpenMetrics (`--prometheus ADDR`,
+//! see [`crate::metrics`]) and/or pushes them as OTLP (`--otlp URL`, see
+//! [`crate::metrics::otlp`]) until SIGINT/SIGTERM or `--duration`.
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use crate::{
-    driver,
-    metrics::{Exporter, MetricsOptions},
+    driver::{self, Sink},
+    metrics::Outputs,
     session::{Pump, SessionOptions},
 };
 
 pub async fn run(
     opts: SessionOptions,
-    addr: SocketAddr,
-    mopts: MetricsOptions,
+    out: Outputs,
     duration: Option<Duration>,
 ) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let pump = Pump::start(&opts)?;
-    let mut exporter = Exporter::start(addr, mopts).await?;
+    let (mut exporter, mut pusher) = out.start(&pump.session.hello.host).await?;
     crate::privilege::drop_after_attach("serve");
-    eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
-    driver::run(pump, &mut [&mut exporter], control).await?;
+    if let Some(addr) = out.prometheus {
+        eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
+    }
+    if let Some(url) = &out.otlp {
+        eprintln!("cgtrace: pushing OTLP metrics to {url} after every window");
+    }
+    let mut sinks: Vec<&mut dyn Sink> = Vec::new();
+    if let Some(e) = exporter.as_mut() {
+        sinks.push(e);
+    }
+    if let Some(p) = pusher.as_mut() {
+        sinks.push(p);
+    }
+    driver::run(pump, &mut sinks, control).await?;
     Ok(())
 }

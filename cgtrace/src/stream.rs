@@ -4,7 +4,6 @@
 
 use std::{
     io::{self, Write},
-    net::SocketAddr,
     time::Duration,
 };
 
@@ -14,7 +13,7 @@ use crate::{
     driver::{self, Flow, Sink, Turn},
     events::EventSelection,
     family::EventLine,
-    metrics::{Exporter, MetricsOptions},
+    metrics::Exporter,
     model::Hello,
     session::{Pump, SessionOptions},
 };
@@ -117,26 +116,27 @@ impl Sink for Exporter {
 }
 
 /// Runs the stream until `duration` (if any), a signal, or a closed stdout. `events` chooses the
-/// families whose single events are printed; `prometheus` also serves the windows as metrics.
+/// families whose single events are printed; `metrics` also serves or pushes the windows as
+/// metrics.
 pub async fn run(
     opts: SessionOptions,
     duration: Option<Duration>,
     summary: bool,
     events: EventSelection,
-    prometheus: Option<(SocketAddr, MetricsOptions)>,
+    metrics: crate::metrics::Outputs,
 ) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let mut pump = Pump::start(&opts)?;
     pump.session.set_lines(&events);
-    let mut exporter = match prometheus {
-        Some((addr, mopts)) => Some(Exporter::start(addr, mopts).await?),
-        None => None,
-    };
+    let (mut exporter, mut pusher) = metrics.start(&pump.session.hello.host).await?;
     crate::privilege::drop_after_attach("stream");
     let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut out];
     if let Some(e) = exporter.as_mut() {
         sinks.push(e);
+    }
+    if let Some(p) = pusher.as_mut() {
+        sinks.push(p);
     }
     driver::run(pump, &mut sinks, control).await?;
     Ok(())

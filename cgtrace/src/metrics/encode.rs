@@ -1,5 +1,7 @@
-//! The OpenMetrics text format: metric families, label sets, cumulative histograms in cgtrace's
-//! exact `le` bounds. Used by the exporter and by each family's series (`family::<name>::metrics`).
+//! The exported metrics as data ([`MetricFamily`]: name, type, unit, help, samples), made by each
+//! family's series (`family::<name>::metrics`) and the exporter, and their OpenMetrics text
+//! ([`text`]); [`super::otlp`] encodes the same data as OTLP. Histograms are cumulative in
+//! cgtrace's exact `le` bounds.
 
 use std::fmt::Write as _;
 
@@ -29,6 +31,19 @@ pub struct CumHist {
 }
 
 impl CumHist {
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_us / 1e6
+    }
+
+    /// Counts per `le` bound (not cumulative), the last `+Inf` bucket left out.
+    pub fn bucket_counts(&self) -> &[u64] {
+        &self.le
+    }
+
     pub fn add(&mut self, h: &HistSummary) {
         self.count = self.count.saturating_add(h.count);
         self.sum_us += h.sum_us;
@@ -42,6 +57,107 @@ impl CumHist {
             }
         }
     }
+}
+
+/// A metric's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Value {
+    Num(f64),
+    Hist(Box<CumHist>),
+}
+
+/// One series: its labels and value.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub labels: Labels,
+    pub value: Value,
+}
+
+/// One metric: the family of its series.
+#[derive(Clone, Debug)]
+pub struct MetricFamily {
+    /// Without `_total` (counters get it in the text).
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: &'static str,
+    pub help: &'static str,
+    pub samples: Vec<Sample>,
+}
+
+impl MetricFamily {
+    pub fn new(name: &'static str, kind: Kind, unit: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind,
+            unit,
+            help,
+            samples: Vec::new(),
+        }
+    }
+
+    /// `base` labels plus `extra`, with a number.
+    pub fn num(&mut self, base: &Labels, extra: Option<(&'static str, &str)>, v: f64) {
+        self.samples.push(Sample {
+            labels: with(base, extra),
+            value: Value::Num(v),
+        });
+    }
+
+    pub fn hist(&mut self, base: &Labels, extra: Option<(&'static str, &str)>, h: &CumHist) {
+        self.samples.push(Sample {
+            labels: with(base, extra),
+            value: Value::Hist(Box::new(h.clone())),
+        });
+    }
+}
+
+fn with(base: &Labels, extra: Option<(&'static str, &str)>) -> Labels {
+    let mut l = base.clone();
+    if let Some((k, v)) = extra {
+        l.push((k, v.to_string()));
+    }
+    l
+}
+
+/// The OpenMetrics text of `families`, ending in `# EOF`.
+pub fn text(families: &[MetricFamily]) -> String {
+    let n: usize = families.iter().map(|f| f.samples.len()).sum();
+    let mut o = String::with_capacity(4096 + n * 160);
+    let le = le_bounds();
+    for f in families {
+        family(&mut o, f.name, f.kind.as_str(), f.unit, f.help);
+        for s in &f.samples {
+            let l = labels(&s.labels, None);
+            match (&s.value, f.kind) {
+                (Value::Hist(h), _) => histogram(&mut o, f.name, &l, h, &le),
+                (Value::Num(v), Kind::Counter) => {
+                    let _ = writeln!(o, "{}_total{l} {}", f.name, num(*v));
+                }
+                (Value::Num(v), _) => {
+                    let _ = writeln!(o, "{}{l} {}", f.name, num(*v));
+                }
+            }
+        }
+    }
+    o.push_str("# EOF\n");
+    o
 }
 
 pub fn family(o: &mut String, name: &str, kind: &str, unit: &str, help: &str) {

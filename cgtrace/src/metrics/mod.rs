@@ -12,7 +12,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fmt::Write as _,
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -25,8 +24,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 pub mod encode;
+pub mod otlp;
 
-use encode::{Labels, escape, family, labels, le_bounds, num};
+use encode::{Kind, Labels, MetricFamily};
 
 use crate::{
     family,
@@ -41,6 +41,36 @@ pub const OTHER: &str = "other";
 const MAX_CONNECTIONS: usize = 256;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the metrics go: served for Prometheus, pushed as OTLP, or both.
+#[derive(Clone, Debug, Default)]
+pub struct Outputs {
+    pub prometheus: Option<SocketAddr>,
+    pub otlp: Option<hyper::Uri>,
+    pub opts: MetricsOptions,
+}
+
+impl Outputs {
+    pub fn is_empty(&self) -> bool {
+        self.prometheus.is_none() && self.otlp.is_none()
+    }
+
+    /// Binds the Prometheus port and makes the OTLP pusher, as asked.
+    pub async fn start(
+        &self,
+        host: &str,
+    ) -> anyhow::Result<(Option<Exporter>, Option<otlp::Pusher>)> {
+        let exporter = match self.prometheus {
+            Some(addr) => Some(Exporter::start(addr, self.opts).await?),
+            None => None,
+        };
+        let pusher = self
+            .otlp
+            .clone()
+            .map(|u| otlp::Pusher::new(u, self.opts, host.to_string()));
+        Ok((exporter, pusher))
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct MetricsOptions {
@@ -247,41 +277,42 @@ impl Metrics {
 
     /// The OpenMetrics exposition.
     pub fn render(&self) -> String {
+        encode::text(&self.families())
+    }
+
+    /// Every metric with its series, for the text and OTLP encoders.
+    pub fn families(&self) -> Vec<MetricFamily> {
         let mut series: Vec<&Series> = self.series.values().collect();
         series.sort_by(|a, b| a.labels.cmp(&b.labels));
         if self.folded_total > 0 {
             series.push(&self.other);
         }
-        let mut o = String::with_capacity(4096 + series.len() * 4096);
-        let le = le_bounds();
-        family::runq::metrics::render(
+        let mut out = Vec::with_capacity(32);
+        family::runq::metrics::families(
             &series
                 .iter()
                 .map(|s| (&s.labels, &s.runq))
                 .collect::<Vec<_>>(),
-            &le,
-            &mut o,
+            &mut out,
         );
-        family::throttle::metrics::render(
+        family::throttle::metrics::families(
             &series
                 .iter()
                 .map(|s| (&s.labels, &s.throttle))
                 .collect::<Vec<_>>(),
-            &le,
-            &mut o,
+            &mut out,
         );
-        family::reads::metrics::render(
+        family::reads::metrics::families(
             &series
                 .iter()
                 .map(|s| (&s.labels, &s.reads))
                 .collect::<Vec<_>>(),
             &self.reads_host,
-            &mut o,
+            &mut out,
         );
-        family(
-            &mut o,
+        let mut f = MetricFamily::new(
             "cgtrace_flagged_windows",
-            "counter",
+            Kind::Counter,
             "",
             "Windows in which cgtrace made a diagnosis of the cgroup, by family and code (the stream's flags)",
         );
@@ -289,119 +320,104 @@ impl Metrics {
             for ((fam, code), n) in &s.flagged {
                 let mut l = s.labels.clone();
                 l.push(("family", fam.clone()));
-                let _ = writeln!(
-                    o,
-                    "cgtrace_flagged_windows_total{} {n}",
-                    labels(&l, Some(("code", code)))
-                );
+                f.num(&l, Some(("code", code)), *n as f64);
             }
         }
-        family(
-            &mut o,
+        out.push(f);
+        let none = Labels::new();
+        let mut one = |name, kind, unit, help, v: f64| {
+            let mut f = MetricFamily::new(name, kind, unit, help);
+            f.num(&none, None, v);
+            out.push(f);
+        };
+        one(
             "cgtrace_events_seen",
-            "counter",
+            Kind::Counter,
             "",
             "Scheduler events the kernel programs handled",
+            self.seen as f64,
         );
-        let _ = writeln!(o, "cgtrace_events_seen_total {}", self.seen);
-        family(
-            &mut o,
+        one(
             "cgtrace_events_dropped",
-            "counter",
+            Kind::Counter,
             "",
             "Events or waits lost (full maps or ring buffer, undecodable)",
+            self.dropped as f64,
         );
-        let _ = writeln!(o, "cgtrace_events_dropped_total {}", self.dropped);
-        family(
-            &mut o,
+        let mut f = MetricFamily::new(
             "cgtrace_kernel_program",
-            "counter",
+            Kind::Counter,
             "",
             "Each counter of the kernel programs",
         );
         for (k, v) in &self.counters {
-            let _ = writeln!(
-                o,
-                "cgtrace_kernel_program_total{{counter=\"{}\"}} {v}",
-                escape(k)
-            );
+            f.num(&none, Some(("counter", k)), *v as f64);
         }
-        family(
-            &mut o,
+        out.push(f);
+        let mut one = |name, kind, unit, help, v: f64| {
+            let mut f = MetricFamily::new(name, kind, unit, help);
+            f.num(&none, None, v);
+            out.push(f);
+        };
+        one(
             "cgtrace_windows",
-            "counter",
+            Kind::Counter,
             "",
             "Windows aggregated",
+            self.windows as f64,
         );
-        let _ = writeln!(o, "cgtrace_windows_total {}", self.windows);
-        family(
-            &mut o,
+        one(
             "cgtrace_last_window_seq",
-            "gauge",
+            Kind::Gauge,
             "",
             "seq of the last window in these figures",
+            self.last_seq as f64,
         );
-        let _ = writeln!(o, "cgtrace_last_window_seq {}", self.last_seq);
-        family(
-            &mut o,
+        one(
             "cgtrace_last_window_end_seconds",
-            "gauge",
+            Kind::Gauge,
             "seconds",
             "Unix time the last window ended",
+            self.last_end_ms as f64 / 1e3,
         );
-        let _ = writeln!(
-            o,
-            "cgtrace_last_window_end_seconds {}",
-            num(self.last_end_ms as f64 / 1e3)
-        );
-        family(
-            &mut o,
+        one(
             "cgtrace_series_cgroups",
-            "gauge",
+            Kind::Gauge,
             "",
             "Cgroups with series of their own (at most --max-series)",
+            self.series.len() as f64,
         );
-        let _ = writeln!(o, "cgtrace_series_cgroups {}", self.series.len());
-        family(
-            &mut o,
+        one(
             "cgtrace_series_folded",
-            "counter",
+            Kind::Counter,
             "",
             "Cgroups summed into cgroup=\"other\" past --max-series",
+            self.folded_total as f64,
         );
-        let _ = writeln!(o, "cgtrace_series_folded_total {}", self.folded_total);
-        family(
-            &mut o,
+        one(
             "cgtrace_series_expired",
-            "counter",
+            Kind::Counter,
             "",
             "Cgroups whose series were dropped after --series-ttl without activity",
+            self.expired_total as f64,
         );
-        let _ = writeln!(o, "cgtrace_series_expired_total {}", self.expired_total);
         if let Some(c) = &self.own {
-            family(
-                &mut o,
+            one(
                 "cgtrace_process_cpu_seconds",
-                "counter",
+                Kind::Counter,
                 "seconds",
                 "CPU cgtrace's own process used (user and system)",
+                c.cpu_seconds,
             );
-            let _ = writeln!(
-                o,
-                "cgtrace_process_cpu_seconds_total {}",
-                num(c.cpu_seconds)
-            );
-            family(
-                &mut o,
+            one(
                 "cgtrace_process_resident_memory_bytes",
-                "gauge",
+                Kind::Gauge,
                 "bytes",
                 "cgtrace's own resident memory",
+                c.rss_bytes as f64,
             );
-            let _ = writeln!(o, "cgtrace_process_resident_memory_bytes {}", c.rss_bytes);
         }
-        o.push_str("# EOF\n");
-        o
+        out
     }
 }
 

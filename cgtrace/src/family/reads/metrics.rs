@@ -4,10 +4,10 @@
 //! Per-file and per-comm series are left to the stream and the report: file names and comms are
 //! unbounded, a filesystem (`cgroup`, `cgroup2`, `sysfs`, `proc`, `fuse`, `rstat`) is not.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::collections::BTreeMap;
 
 use crate::{
-    metrics::encode::{Labels, family, labels, num},
+    metrics::encode::{Kind, Labels, MetricFamily},
     model::{CgroupWindow, Window},
 };
 
@@ -63,9 +63,9 @@ const COUNTERS: [(&str, &str, &str); 3] = [
 ];
 
 /// The reads series of every cgroup that read pseudo-files, and the host's.
-pub fn render(series: &[(&Labels, &Series)], host: &Host, o: &mut String) {
+pub fn families(series: &[(&Labels, &Series)], host: &Host, out: &mut Vec<MetricFamily>) {
     for (i, (name, unit, help)) in COUNTERS.into_iter().enumerate() {
-        family(o, name, "counter", unit, help);
+        let mut f = MetricFamily::new(name, Kind::Counter, unit, help);
         for (l, s) in series {
             for (fs, r) in &s.by_fs {
                 let v = match i {
@@ -73,34 +73,36 @@ pub fn render(series: &[(&Labels, &Series)], host: &Host, o: &mut String) {
                     1 => r.total_us / 1e6,
                     _ => r.flush_us / 1e6,
                 };
-                let _ = writeln!(o, "{name}_total{} {}", labels(l, Some(("fs", fs))), num(v));
+                f.num(l, Some(("fs", fs)), v);
             }
         }
+        out.push(f);
     }
-    family(
-        o,
+    let none = Labels::new();
+    let mut f = MetricFamily::new(
         "cgtrace_dying_memcgs",
-        "gauge",
+        Kind::Gauge,
         "",
         "Removed memory cgroups the kernel still holds (each slows memory.stat reads)",
     );
     if let Some(d) = host.dying {
-        let _ = writeln!(o, "cgtrace_dying_memcgs {d}");
+        f.num(&none, None, d as f64);
     }
-    family(
-        o,
+    out.push(f);
+    let mut f = MetricFamily::new(
         "cgtrace_cgroups_created",
-        "counter",
+        Kind::Counter,
         "",
         "Cgroups created (mkdir)",
     );
-    let _ = writeln!(o, "cgtrace_cgroups_created_total {}", host.created);
-    family(
-        o,
+    f.num(&none, None, host.created as f64);
+    out.push(f);
+    let mut f = MetricFamily::new(
         "cgtrace_cgroups_removed",
-        "counter",
+        Kind::Counter,
         "",
         "Cgroups removed (rmdir)",
     );
-    let _ = writeln!(o, "cgtrace_cgroups_removed_total {}", host.removed);
+    f.num(&none, None, host.removed as f64);
+    out.push(f);
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    metrics::encode::{CumHist, Labels, family, histogram, labels},
+    metrics::encode::{CumHist, Kind, Labels, MetricFamily},
     model::CgroupWindow,
 };
 
@@ -22,18 +22,17 @@ impl Series {
 }
 
 /// `cgtrace_runq_wait_seconds{…, kind}` of every cgroup.
-pub fn render(series: &[(&Labels, &Series)], le: &[String], o: &mut String) {
-    family(
-        o,
+pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
+    let mut f = MetricFamily::new(
         "cgtrace_runq_wait_seconds",
-        "histogram",
+        Kind::Histogram,
         "seconds",
         "Run-queue waits (time runnable before running), by wait kind, since cgtrace started",
     );
     for (l, s) in series {
         for (kind, h) in &s.by_kind {
-            let l = labels(l, Some(("kind", kind)));
-            histogram(o, "cgtrace_runq_wait_seconds", &l, h, le);
+            f.hist(l, Some(("kind", kind)), h);
         }
     }
+    out.push(f);
 }

@@ -1,10 +1,8 @@
 //! `throttle`'s metric series: the episode histogram, and periods, throttled periods and
 //! throttled time, ours and the kernel's, per cgroup with a quota.
 
-use std::fmt::Write as _;
-
 use crate::{
-    metrics::encode::{CumHist, Labels, family, histogram, labels, num},
+    metrics::encode::{CumHist, Kind, Labels, MetricFamily},
     model::CgroupWindow,
 };
 
@@ -71,55 +69,45 @@ impl Series {
 }
 
 /// The throttle series of every cgroup that had a `throttle` part.
-pub fn render(series: &[(&Labels, &Series)], le: &[String], o: &mut String) {
+pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
     let throttled = || series.iter().filter(|(_, s)| s.seen);
-    family(
-        o,
+    let mut f = MetricFamily::new(
         "cgtrace_throttle_episode_seconds",
-        "histogram",
+        Kind::Histogram,
         "seconds",
         "CFS throttle episodes (one cgroup on one CPU), since cgtrace started",
     );
     for (l, s) in throttled() {
-        histogram(
-            o,
-            "cgtrace_throttle_episode_seconds",
-            &labels(l, None),
-            &s.episodes,
-            le,
-        );
+        f.hist(l, None, &s.episodes);
     }
+    out.push(f);
     for (i, (name, unit, help)) in THROTTLE_COUNTERS.into_iter().enumerate() {
-        family(o, name, "counter", unit, help);
+        let mut f = MetricFamily::new(name, Kind::Counter, unit, help);
         for (l, s) in throttled() {
-            let _ = writeln!(o, "{name}_total{} {}", labels(l, None), num(s.counter(i)));
+            f.num(l, None, s.counter(i));
         }
+        out.push(f);
     }
-    family(
-        o,
+    let mut f = MetricFamily::new(
         "cgtrace_cpu_quota_cores",
-        "gauge",
+        Kind::Gauge,
         "",
         "The cgroup's CFS quota in CPUs (quota / period) at its last window",
     );
     for (l, s) in throttled() {
         if let Some(q) = s.quota_cores {
-            let _ = writeln!(o, "cgtrace_cpu_quota_cores{} {}", labels(l, None), num(q));
+            f.num(l, None, q);
         }
     }
-    family(
-        o,
+    out.push(f);
+    let mut f = MetricFamily::new(
         "cgtrace_cpu_usage_seconds",
-        "counter",
+        Kind::Counter,
         "seconds",
         "CPU the cgroup used (the kernel's usage counter) over the windows cgtrace read it",
     );
     for (l, s) in throttled().filter(|(_, s)| s.usage_seen) {
-        let _ = writeln!(
-            o,
-            "cgtrace_cpu_usage_seconds_total{} {}",
-            labels(l, None),
-            num(s.usage_us / 1e6)
-        );
+        f.num(l, None, s.usage_us / 1e6);
     }
+    out.push(f);
 }

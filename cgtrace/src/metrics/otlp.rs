@@ -1,0 +1,340 @@
+//! `--otlp URL`: the metrics `--prometheus` serves, pushed after every window as OTLP/HTTP
+//! protobuf (`POST URL`, `Content-Type: application/x-protobuf`; an OpenTelemetry collector's
+//! `otlphttp` receiver listens at `http://HOST:4318/v1/metrics`).
+//!
+//! The messages are the reference ones (`opentelemetry-proto`), encoded with prost. Every metric
+//! is cumulative since cgtrace started, as in the text exposition: counters are monotonic
+//! cumulative sums, histograms carry the same explicit bounds (the powers of two from 1.024 µs to
+//! 34.4 s, in seconds) and exact counts, and each series' labels (`cgroup`, `namespace`, `pod`,
+//! `container`, `kind`, …) are its data point's attributes. The resource names the host.
+//!
+//! A push runs on its own task with a 10 s timeout; while one is in flight the next window's is
+//! skipped and counted, so a slow or absent collector never holds the pump back.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Uri, header};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
+    metrics::v1::{
+        AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
+    },
+    resource::v1::Resource,
+};
+use prost::Message as _;
+
+use super::{
+    Metrics, MetricsOptions,
+    encode::{Kind, LE_FIRST, LE_LAST, MetricFamily, Value},
+};
+use crate::{
+    driver::{Flow, Sink, Turn},
+    model::Window,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn attr(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_string())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn unit(u: &str) -> &'static str {
+    match u {
+        "seconds" => "s",
+        "bytes" => "By",
+        _ => "1",
+    }
+}
+
+/// The explicit bounds of every histogram, in seconds.
+pub fn bounds() -> Vec<f64> {
+    (LE_FIRST..=LE_LAST)
+        .map(|b| (1u64 << b) as f64 / 1e9)
+        .collect()
+}
+
+/// The OTLP request for `families` at `now_ns` (Unix), cumulative since `start_ns`.
+pub fn request(
+    families: &[MetricFamily],
+    host: &str,
+    start_ns: u64,
+    now_ns: u64,
+) -> ExportMetricsServiceRequest {
+    let bounds = bounds();
+    let mut metrics = Vec::with_capacity(families.len());
+    for f in families.iter().filter(|f| !f.samples.is_empty()) {
+        let attrs = |s: &super::encode::Sample| -> Vec<KeyValue> {
+            s.labels.iter().map(|(k, v)| attr(k, v)).collect()
+        };
+        let numbers = || -> Vec<NumberDataPoint> {
+            f.samples
+                .iter()
+                .filter_map(|s| match s.value {
+                    Value::Num(v) => Some(NumberDataPoint {
+                        attributes: attrs(s),
+                        start_time_unix_nano: start_ns,
+                        time_unix_nano: now_ns,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    }),
+                    Value::Hist(_) => None,
+                })
+                .collect()
+        };
+        let data = match f.kind {
+            Kind::Counter => metric::Data::Sum(Sum {
+                data_points: numbers(),
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                is_monotonic: true,
+            }),
+            Kind::Gauge => metric::Data::Gauge(Gauge {
+                data_points: numbers(),
+            }),
+            Kind::Histogram => metric::Data::Histogram(Histogram {
+                data_points: f
+                    .samples
+                    .iter()
+                    .filter_map(|s| match &s.value {
+                        Value::Hist(h) => {
+                            let mut counts = h.bucket_counts().to_vec();
+                            let below: u64 = counts.iter().sum();
+                            counts.push(h.count().saturating_sub(below));
+                            Some(HistogramDataPoint {
+                                attributes: attrs(s),
+                                start_time_unix_nano: start_ns,
+                                time_unix_nano: now_ns,
+                                count: h.count(),
+                                sum: Some(h.sum_seconds()),
+                                bucket_counts: counts,
+                                explicit_bounds: bounds.clone(),
+                                ..Default::default()
+                            })
+                        }
+                        Value::Num(_) => None,
+                    })
+                    .collect(),
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            }),
+        };
+        metrics.push(Metric {
+            name: f.name.to_string(),
+            description: f.help.to_string(),
+            unit: unit(f.unit).to_string(),
+            data: Some(data),
+            ..Default::default()
+        });
+    }
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    attr("service.name", "cgtrace"),
+                    attr("service.version", env!("CARGO_PKG_VERSION")),
+                    attr("host.name", host),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "cgtrace".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Parses `--otlp URL` (http only: a collector on the node or in the cluster).
+pub fn parse_url(s: &str) -> Result<Uri, String> {
+    let u: Uri = s.parse().map_err(|e| {
+        format!("{s:?}: not a URL ({e}): use e.g. http://127.0.0.1:4318/v1/metrics")
+    })?;
+    if u.scheme_str() != Some("http") || u.host().is_none() {
+        return Err(format!(
+            "{s:?}: use an http:// URL with a host, e.g. http://127.0.0.1:4318/v1/metrics (https is not supported)"
+        ));
+    }
+    Ok(u)
+}
+
+/// The push sink: the same metrics as `--prometheus`, pushed after every window.
+pub struct Pusher {
+    metrics: Metrics,
+    url: Uri,
+    host: String,
+    start_ns: u64,
+    client: Client<HttpConnector, Full<Bytes>>,
+    in_flight: Arc<AtomicBool>,
+    /// Pushes done, skipped (one still in flight) and failed, for the closing line.
+    pub stats: Arc<PushStats>,
+}
+
+#[derive(Debug, Default)]
+pub struct PushStats {
+    pub sent: AtomicU64,
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl Pusher {
+    pub fn new(url: Uri, opts: MetricsOptions, host: String) -> Self {
+        Self {
+            metrics: Metrics::new(opts),
+            url,
+            host,
+            start_ns: now_unix_ns(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            in_flight: Arc::new(AtomicBool::new(false)),
+            stats: Arc::default(),
+        }
+    }
+
+    fn push(&mut self, w: &Window) {
+        self.metrics.update(w);
+        if self.in_flight.swap(true, Ordering::AcqRel) {
+            self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let body = request(
+            &self.metrics.families(),
+            &self.host,
+            self.start_ns,
+            now_unix_ns(),
+        )
+        .encode_to_vec();
+        let req = Request::post(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Full::new(Bytes::from(body)));
+        let Ok(req) = req else {
+            self.in_flight.store(false, Ordering::Release);
+            return;
+        };
+        let (client, flight, stats, url) = (
+            self.client.clone(),
+            self.in_flight.clone(),
+            self.stats.clone(),
+            self.url.clone(),
+        );
+        tokio::spawn(async move {
+            match tokio::time::timeout(TIMEOUT, client.request(req)).await {
+                Ok(Ok(r)) if r.status().is_success() => {
+                    stats.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                r => {
+                    let n = stats.failed.fetch_add(1, Ordering::Relaxed);
+                    let why = match r {
+                        Ok(Ok(r)) => format!("HTTP {}", r.status()),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "timed out".into(),
+                    };
+                    // The first failure and then one in a hundred, not one a window.
+                    if n % 100 == 0 {
+                        log::warn!("--otlp {url}: push failed ({why}); {} failed so far", n + 1);
+                    }
+                }
+            }
+            flight.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl Sink for Pusher {
+    fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
+        if let Some(w) = t.window {
+            self.push(w.window);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::encode::{CumHist, Labels};
+
+    #[test]
+    fn histograms_keep_the_bounds_and_exact_counts() {
+        let mut h = CumHist::default();
+        let mut hs = crate::hist::Hist::default();
+        for ns in [1_500u64, 3_000, 5_000_000, 70_000_000_000] {
+            hs.record(ns);
+        }
+        h.add(&hs.summary());
+        let labels: Labels = vec![("cgroup", "/a".into()), ("pod", "web-0".into())];
+        let mut f = MetricFamily::new("cgtrace_runq_wait_seconds", Kind::Histogram, "seconds", "x");
+        f.hist(&labels, Some(("kind", "wakeup")), &h);
+        let mut c = MetricFamily::new("cgtrace_windows", Kind::Counter, "", "y");
+        c.num(&Labels::new(), None, 3.0);
+        let req = request(&[f, c], "node-1", 1, 2);
+        let bytes = req.encode_to_vec();
+        let back = ExportMetricsServiceRequest::decode(&bytes[..]).unwrap();
+        let m = &back.resource_metrics[0].scope_metrics[0].metrics;
+        let Some(metric::Data::Histogram(hist)) = &m[0].data else {
+            panic!("{m:?}")
+        };
+        let p = &hist.data_points[0];
+        assert_eq!(p.count, 4);
+        assert_eq!(p.explicit_bounds.len(), (LE_LAST - LE_FIRST + 1) as usize);
+        assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
+        assert_eq!(p.bucket_counts.iter().sum::<u64>(), 4);
+        assert_eq!(
+            *p.bucket_counts.last().unwrap(),
+            1,
+            "70 s is above the last bound"
+        );
+        assert_eq!(p.bucket_counts[0], 0);
+        assert_eq!(p.bucket_counts[1], 1, "1.5 µs: (1.024, 2.048] µs");
+        let keys: Vec<&str> = p.attributes.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(keys, ["cgroup", "pod", "kind"]);
+        assert_eq!(m[0].unit, "s");
+        let Some(metric::Data::Sum(sum)) = &m[1].data else {
+            panic!()
+        };
+        assert!(sum.is_monotonic);
+        assert_eq!(
+            sum.data_points[0].value,
+            Some(number_data_point::Value::AsDouble(3.0))
+        );
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        assert!(parse_url("http://127.0.0.1:4318/v1/metrics").is_ok());
+        assert!(
+            parse_url("https://x/v1/metrics")
+                .unwrap_err()
+                .contains("https")
+        );
+        assert!(parse_url("not a url").unwrap_err().contains("not a URL"));
+    }
+}
