@@ -95,12 +95,24 @@ install_cargo_fuzz() {
   cargo +"$STABLE" install --locked --force "cargo-fuzz@$CARGO_FUZZ_VERSION"
 }
 
+# The OTLP receiver of tests/tests/otlp.rs: the reference protobuf definitions from PyPI.
+OTLP_VENV=/opt/cgtrace/otlp-venv
+install_otlp_receiver() {
+  if "$OTLP_VENV/bin/python" -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' 2>/dev/null; then
+    say "opentelemetry-proto (PyPI): present"; return
+  fi
+  say "opentelemetry-proto (PyPI): installing into $OTLP_VENV"
+  python3 -m venv "$OTLP_VENV"
+  "$OTLP_VENV/bin/pip" install -q "opentelemetry-proto==1.45.2"
+}
+
 deps() {
   install_apt
   install_toolchain "$STABLE" rustfmt clippy
   install_toolchain "$NIGHTLY" rust-src rustfmt clippy
   install_bpf_linker
   install_cargo_fuzz
+  install_otlp_receiver
 }
 
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay

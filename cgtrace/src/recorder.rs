@@ -230,6 +230,9 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         sinks.push(p);
     }
     driver::run(pump, &mut sinks, control).await?;
+    if let Some(p) = pusher.as_mut() {
+        p.flush().await;
+    }
     let s = rec.writer.stats;
     eprintln!(
         "cgtrace: recorded {} windows and {} events to {} ({}{}){}",

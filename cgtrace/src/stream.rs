@@ -139,5 +139,8 @@ pub async fn run(
         sinks.push(p);
     }
     driver::run(pump, &mut sinks, control).await?;
+    if let Some(p) = pusher.as_mut() {
+        p.flush().await;
+    }
     Ok(())
 }

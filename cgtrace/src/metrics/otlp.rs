@@ -9,12 +9,13 @@
 //! `container`, `kind`, …) are its data point's attributes. The resource names the host.
 //!
 //! A push runs on its own task with a 10 s timeout; while one is in flight the next window's is
-//! skipped and counted, so a slow or absent collector never holds the pump back.
+//! skipped and counted, so a slow or absent collector never holds the pump back. The last
+//! window's push is always sent, and [`Pusher::flush`] waits for it before cgtrace exits.
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -188,7 +189,7 @@ pub struct Pusher {
     host: String,
     start_ns: u64,
     client: Client<HttpConnector, Full<Bytes>>,
-    in_flight: Arc<AtomicBool>,
+    in_flight: Vec<tokio::task::JoinHandle<()>>,
     /// Pushes done, skipped (one still in flight) and failed, for the closing line.
     pub stats: Arc<PushStats>,
 }
@@ -208,14 +209,16 @@ impl Pusher {
             host,
             start_ns: now_unix_ns(),
             client: Client::builder(TokioExecutor::new()).build_http(),
-            in_flight: Arc::new(AtomicBool::new(false)),
+            in_flight: Vec::new(),
             stats: Arc::default(),
         }
     }
 
-    fn push(&mut self, w: &Window) {
+    /// Adds the window; pushes unless a push is still in flight (`always`: push anyway).
+    fn push(&mut self, w: &Window, always: bool) {
         self.metrics.update(w);
-        if self.in_flight.swap(true, Ordering::AcqRel) {
+        self.in_flight.retain(|h| !h.is_finished());
+        if !self.in_flight.is_empty() && !always {
             self.stats.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -230,16 +233,10 @@ impl Pusher {
             .header(header::CONTENT_TYPE, "application/x-protobuf")
             .body(Full::new(Bytes::from(body)));
         let Ok(req) = req else {
-            self.in_flight.store(false, Ordering::Release);
             return;
         };
-        let (client, flight, stats, url) = (
-            self.client.clone(),
-            self.in_flight.clone(),
-            self.stats.clone(),
-            self.url.clone(),
-        );
-        tokio::spawn(async move {
+        let (client, stats, url) = (self.client.clone(), self.stats.clone(), self.url.clone());
+        self.in_flight.push(tokio::spawn(async move {
             match tokio::time::timeout(TIMEOUT, client.request(req)).await {
                 Ok(Ok(r)) if r.status().is_success() => {
                     stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -257,17 +254,30 @@ impl Pusher {
                     }
                 }
             }
-            flight.store(false, Ordering::Release);
-        });
+        }));
+    }
+
+    /// Waits for the pushes in flight (the last window's, at the end).
+    pub async fn flush(&mut self) {
+        for h in self.in_flight.drain(..) {
+            let _ = h.await;
+        }
     }
 }
 
 impl Sink for Pusher {
     fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
         if let Some(w) = t.window {
-            self.push(w.window);
+            self.push(w.window, false);
         }
         Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self, t: &mut Turn<'_>, _summary: &str) -> anyhow::Result<()> {
+        if let Some(w) = t.window {
+            self.push(w.window, true);
+        }
+        Ok(())
     }
 }
 

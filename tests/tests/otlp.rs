@@ -1,0 +1,113 @@
+//! `--otlp URL` against a receiver built on the reference protobuf definitions (PyPI's
+//! `opentelemetry-proto`, `tests/otlp/receiver.py`): the histograms it decodes carry the busy
+//! cgroup's run-queue waits, with cgtrace's bounds and exact counts, and the last push equals
+//! what the stream's windows summed to.
+use std::{
+    fs,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use cgtrace_tests::{
+    can_trace,
+    cgroup::TestCgroup,
+    record::{cgtrace, free_port, lines, windows},
+    workload::{self, cpus},
+};
+use serde_json::Value;
+
+/// The Python with opentelemetry-proto that `scripts/setup.sh` installs.
+const PYTHON: &str = "/opt/cgtrace/otlp-venv/bin/python";
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        Path::new(PYTHON).exists(),
+        "{PYTHON} is missing: run scripts/setup.sh deps (a venv with opentelemetry-proto from PyPI)"
+    );
+    let out = std::env::temp_dir().join(format!("cgtrace-otlp-{}.jsonl", std::process::id()));
+    let _ = fs::remove_file(&out);
+    let port = free_port()?;
+    let _receiver = Killed(
+        Command::new(PYTHON)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("otlp/receiver.py"))
+            .arg(port.to_string())
+            .arg(&out)
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    // Ready when it accepts a connection.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "the receiver did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let busy = TestCgroup::new("otlp-busy")?;
+    let _spin = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let url = format!("http://127.0.0.1:{port}/v1/metrics");
+    let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
+    assert_eq!(code, 0, "{err}");
+    let stream = lines(&stdout)?;
+    let waits: u64 = windows(&stream)
+        .iter()
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+        .filter(|c| c["path"] == busy.rel.as_str())
+        .map(|c| c["runq"]["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(waits > 100, "{waits} waits in the stream");
+
+    let got: Vec<Value> = fs::read_to_string(&out)
+        .context("the receiver wrote nothing")?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let _ = fs::remove_file(&out);
+    let hists: Vec<&Value> = got
+        .iter()
+        .filter(|p| {
+            p["metric"] == "cgtrace_runq_wait_seconds"
+                && p["attributes"]["cgroup"] == busy.rel.as_str()
+        })
+        .collect();
+    assert!(!hists.is_empty(), "no run-queue histogram of {}", busy.rel);
+    for p in &hists {
+        let buckets: Vec<u64> = p["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect();
+        assert_eq!(p["bounds"].as_array().unwrap().len(), 26, "1.024 µs … 34.4 s");
+        assert_eq!(buckets.len(), 27);
+        assert_eq!(buckets.iter().sum::<u64>(), p["count"].as_u64().unwrap());
+        assert_eq!(p["unit"], "s");
+        assert_eq!(p["temporality"], 2, "cumulative");
+        assert_eq!(p["resource"]["service.name"], "cgtrace");
+    }
+    // Cumulative: the largest count of each kind, summed, is every wait the windows counted.
+    let mut by_kind = std::collections::BTreeMap::new();
+    for p in &hists {
+        let k = p["attributes"]["kind"].as_str().unwrap_or("?").to_string();
+        let c = p["count"].as_u64().unwrap();
+        let e = by_kind.entry(k).or_insert(0u64);
+        *e = (*e).max(c);
+    }
+    let pushed: u64 = by_kind.values().sum();
+    eprintln!("stream {waits} waits, OTLP {pushed} by kind {by_kind:?}");
+    assert_eq!(pushed, waits, "the last push holds every wait of every window");
+    Ok(())
+}
