@@ -22,7 +22,7 @@ BPF_LINKER_VERSION=0.13.0
 CARGO_FUZZ_VERSION=0.13.2
 # python3-prometheus-client: the OpenMetrics parser the Prometheus test checks scrapes with.
 # fuse3, lxcfs, strace: the reads tests (a slow FUSE filesystem, lxcfs, strace -T as reference).
-APT_PACKAGES=(build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless curl python3-prometheus-client fuse3 lxcfs strace chromium prometheus)
+APT_PACKAGES=(podman runc musl-tools build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless curl python3-prometheus-client fuse3 lxcfs strace chromium prometheus)
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and loads eBPF programs): sudo $0 $*"
 command -v rustup >/dev/null || die "rustup not found: install it (https://rustup.rs) and re-run"
@@ -136,6 +136,27 @@ fuzz_short() {
   done
 }
 
+# The container image: a static x86_64 musl binary (musl, not static glibc: glibc's static
+# getaddrinfo needs NSS modules at run time and the image has no libc to load them from) copied
+# into an image FROM scratch (deploy/image/Containerfile), built with podman (runc: crun refuses
+# hybrid cgroup hosts). Tagged localhost/cgtrace:<version> and :latest.
+IMAGE=localhost/cgtrace
+build_image() {
+  say "container image $IMAGE: static musl binary, FROM scratch (podman)"
+  rustup target add --toolchain "$STABLE" x86_64-unknown-linux-musl >/dev/null
+  CC_x86_64_unknown_linux_musl=musl-gcc cargo build --release --locked \
+    --target x86_64-unknown-linux-musl -p cgtrace
+  local ctx version
+  ctx=$(mktemp -d)
+  cp target/x86_64-unknown-linux-musl/release/cgtrace "$ctx/cgtrace"
+  strip "$ctx/cgtrace"
+  cp deploy/image/Containerfile "$ctx/"
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+  podman build -q -t "$IMAGE:$version" -t "$IMAGE:latest" -f "$ctx/Containerfile" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  say "built $IMAGE:$version ($(podman image inspect --format '{{.Size}}' "$IMAGE:$version") bytes)"
+}
+
 build() {
   say "building cgtrace (release)"
   cargo build --release --locked -p cgtrace
@@ -168,6 +189,7 @@ case "${1:-}" in
       say "starting cgtrace top $*"; exec target/release/cgtrace top "$@"
     fi
     say "no terminal: starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
-  test) deps; build; run_tests ;;
-  *) die "usage: $0 run [ARGS…] | test | deps" ;;
+  test) deps; build; build_image; run_tests ;;
+  image) deps; build_image ;;
+  *) die "usage: $0 run [ARGS…] | test | deps | image" ;;
 esac

@@ -91,7 +91,11 @@ fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() 
             .iter()
             .map(|b| b.as_u64().unwrap())
             .collect();
-        assert_eq!(p["bounds"].as_array().unwrap().len(), 26, "1.024 µs … 34.4 s");
+        assert_eq!(
+            p["bounds"].as_array().unwrap().len(),
+            26,
+            "1.024 µs … 34.4 s"
+        );
         assert_eq!(buckets.len(), 27);
         assert_eq!(buckets.iter().sum::<u64>(), p["count"].as_u64().unwrap());
         assert_eq!(p["unit"], "s");
@@ -108,6 +112,9 @@ fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() 
     }
     let pushed: u64 = by_kind.values().sum();
     eprintln!("stream {waits} waits, OTLP {pushed} by kind {by_kind:?}");
-    assert_eq!(pushed, waits, "the last push holds every wait of every window");
+    assert_eq!(
+        pushed, waits,
+        "the last push holds every wait of every window"
+    );
     Ok(())
 }
