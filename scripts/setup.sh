@@ -95,15 +95,30 @@ install_cargo_fuzz() {
   cargo +"$STABLE" install --locked --force "cargo-fuzz@$CARGO_FUZZ_VERSION"
 }
 
-# The OTLP receiver of tests/tests/otlp.rs: the reference protobuf definitions from PyPI.
+# A Python for the tests' clients: the OTLP receiver of tests/tests/otlp.rs (the reference
+# protobuf definitions from PyPI) and deploy/test.sh's YAML checks.
 OTLP_VENV=/opt/cgtrace/otlp-venv
 install_otlp_receiver() {
-  if "$OTLP_VENV/bin/python" -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' 2>/dev/null; then
-    say "opentelemetry-proto (PyPI): present"; return
+  if "$OTLP_VENV/bin/python" -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2, yaml' 2>/dev/null; then
+    say "opentelemetry-proto, PyYAML (PyPI): present"; return
   fi
-  say "opentelemetry-proto (PyPI): installing into $OTLP_VENV"
+  say "opentelemetry-proto, PyYAML (PyPI): installing into $OTLP_VENV"
   python3 -m venv "$OTLP_VENV"
-  "$OTLP_VENV/bin/pip" install -q "opentelemetry-proto==1.45.2"
+  "$OTLP_VENV/bin/pip" install -q "opentelemetry-proto==1.45.2" "PyYAML==6.0.2"
+}
+
+# helm, from the Go module proxy, for deploy/test.sh.
+HELM_VERSION=v3.16.4
+GOBIN_DIR=/opt/cgtrace/go/bin
+install_helm() {
+  # `go install` leaves the version out of helm's own `version`: a stamp file says which it is.
+  if [[ -x $GOBIN_DIR/helm && $(cat "$GOBIN_DIR/.helm-version" 2>/dev/null) == "$HELM_VERSION" ]]; then
+    say "helm $HELM_VERSION: present"; return
+  fi
+  say "helm $HELM_VERSION: building from the Go module proxy"
+  mkdir -p "$GOBIN_DIR"
+  GOBIN="$GOBIN_DIR" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  echo "$HELM_VERSION" >"$GOBIN_DIR/.helm-version"
 }
 
 deps() {
@@ -113,6 +128,7 @@ deps() {
   install_bpf_linker
   install_cargo_fuzz
   install_otlp_receiver
+  install_helm
 }
 
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay
@@ -171,6 +187,8 @@ run_tests() {
   (cd cgtrace-ebpf && cargo clippy --locked --release --target bpfel-unknown-none -Z build-std=core -- -D warnings)
   say "unprivileged tests (cargo test)"
   cargo test --locked
+  say "deployment: helm lint and template of deploy/helm/cgtrace, the systemd unit"
+  deploy/test.sh
   say "fuzzing the recording reader, whole and per layer, for ${FUZZ_SECONDS:-60} s (cargo fuzz)"
   fuzz_short
   say "privileged tests on this kernel (real cgroups, real load; every one must run)"

@@ -161,7 +161,23 @@ impl Sink for Recorder {
 pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(opts.duration)?;
     // The file first: a bad path is one line before anything is traced.
-    if matches!(opts.on_full, OnFull::Rotate { .. }) {
+    if let OnFull::Rotate { keep } = opts.on_full {
+        // A flight recorder restarted (a node agent, a service): the last run's parts are kept,
+        // shifted like a rotation, instead of being refused or overwritten.
+        let last = std::fs::symlink_metadata(&opts.output);
+        if !opts.force && last.as_ref().is_ok_and(|m| m.file_type().is_file()) {
+            writer::shift_parts(&opts.output, keep).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} exists and could not be rotated away: {e}",
+                    opts.output.display()
+                )
+            })?;
+            eprintln!(
+                "cgtrace: {} existed: rotated to {}.1 (--rotate keeps the last run)",
+                opts.output.display(),
+                opts.output.display()
+            );
+        }
         let next = Writer::next_path(&opts.output);
         if std::fs::symlink_metadata(&next).is_ok() {
             if opts.force {

@@ -698,3 +698,24 @@ fn reads_in_place_past_garbage_of_any_length() {
     assert_eq!(windows_of(&rec), vec![1, 2, 1, 2]);
     assert!(rec.stats.skipped_bytes >= 3 << 20);
 }
+
+#[test]
+fn shifting_parts_keeps_the_newest_and_replaces_links_without_following() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"precious").unwrap();
+    std::fs::write(&p, b"run 3").unwrap();
+    std::fs::write(dir.path().join("r.1"), b"run 2").unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("r.2")).unwrap();
+    super::writer::shift_parts(&p, 2).unwrap();
+    assert!(!p.exists());
+    assert_eq!(std::fs::read(dir.path().join("r.1")).unwrap(), b"run 3");
+    assert_eq!(std::fs::read(dir.path().join("r.2")).unwrap(), b"run 2");
+    assert!(!dir.path().join("r.3").exists(), "the oldest goes");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"precious",
+        "the link was removed, not followed"
+    );
+}

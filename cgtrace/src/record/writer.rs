@@ -513,31 +513,7 @@ impl Writer {
             "cannot create the next part {}",
             next.display()
         )))?;
-        let numbered = |n: u32| {
-            let mut p = self.path.clone().into_os_string();
-            p.push(format!(".{n}"));
-            PathBuf::from(p)
-        };
-        let renamed = (|| {
-            if keep == 0 {
-                fs::remove_file(&self.path)?;
-            } else {
-                match fs::remove_file(numbered(keep)) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-                for n in (1..keep).rev() {
-                    match fs::rename(numbered(n), numbered(n + 1)) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                fs::rename(&self.path, numbered(1))?;
-            }
-            fs::rename(&next, &self.path)
-        })();
+        let renamed = shift_parts(&self.path, keep).and_then(|()| fs::rename(&next, &self.path));
         if let Err(e) = renamed {
             let _ = fs::remove_file(&next);
             return Err(err("renaming the parts".into())(e));
@@ -557,6 +533,28 @@ impl Writer {
         self.build_chunk();
         Ok(())
     }
+}
+
+/// FILE.keep is removed, FILE.n → FILE.n+1, FILE → FILE.1 (with `keep` 0, FILE is removed).
+/// Renames replace a link at the target, never follow it. Parts that are missing are skipped.
+pub fn shift_parts(path: &Path, keep: u32) -> io::Result<()> {
+    let numbered = |n: u32| {
+        let mut p = path.to_path_buf().into_os_string();
+        p.push(format!(".{n}"));
+        PathBuf::from(p)
+    };
+    let gone_ok = |r: io::Result<()>| match r {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    };
+    if keep == 0 {
+        return gone_ok(fs::remove_file(path));
+    }
+    gone_ok(fs::remove_file(numbered(keep)))?;
+    for n in (1..keep).rev() {
+        gone_ok(fs::rename(numbered(n), numbered(n + 1)))?;
+    }
+    gone_ok(fs::rename(path, numbered(1)))
 }
 
 /// Creates `path` exclusively with mode 0600, not through a link.
