@@ -2,8 +2,9 @@
 //! family's series (`family::<name>::metrics`) and the exporter, and their OpenMetrics text
 //! ([`text`]); [`super::otlp`] encodes the same data as OTLP. Histograms are cumulative in
 //! cgtrace's exact `le` bounds.
-
-use std::fmt::Write as _;
+//!
+//! The text is `prometheus-client`'s (label values are cgroup paths and container names a tenant
+//! chooses: it escapes them; `tests::tenant_label_values_are_escaped` checks it).
 
 use crate::hist::HistSummary;
 
@@ -11,10 +12,10 @@ use crate::hist::HistSummary;
 /// open-ended top bucket (60.1 s and up), so every bound is exact.
 pub const LE_FIRST: u32 = 10;
 pub const LE_LAST: u32 = 35;
-/// The `le` bounds as the exposition prints them (seconds).
-pub fn le_bounds() -> Vec<String> {
+/// The `le` bounds, in seconds.
+pub fn le_bounds() -> Vec<f64> {
     (LE_FIRST..=LE_LAST)
-        .map(|b| format!("{:e}", (1u64 << b) as f64 / 1e9))
+        .map(|b| (1u64 << b) as f64 / 1e9)
         .collect()
 }
 
@@ -65,16 +66,6 @@ pub enum Kind {
     Counter,
     Gauge,
     Histogram,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Counter => "counter",
-            Self::Gauge => "gauge",
-            Self::Histogram => "histogram",
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -136,85 +127,95 @@ fn with(base: &Labels, extra: Option<(&'static str, &str)>) -> Labels {
     l
 }
 
-/// The OpenMetrics text of `families`, ending in `# EOF`.
+/// The OpenMetrics text of `families`, ending in `# EOF`, written by `prometheus-client`'s
+/// encoder (it escapes label values and help, and names counters and units as the format asks).
 pub fn text(families: &[MetricFamily]) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Snapshot(families.to_vec())));
     let n: usize = families.iter().map(|f| f.samples.len()).sum();
     let mut o = String::with_capacity(4096 + n * 160);
-    let le = le_bounds();
-    for f in families {
-        family(&mut o, f.name, f.kind.as_str(), f.unit, f.help);
-        for s in &f.samples {
-            let l = labels(&s.labels, None);
-            match (&s.value, f.kind) {
-                (Value::Hist(h), _) => histogram(&mut o, f.name, &l, h, &le),
-                (Value::Num(v), Kind::Counter) => {
-                    let _ = writeln!(o, "{}_total{l} {}", f.name, num(*v));
-                }
-                (Value::Num(v), _) => {
-                    let _ = writeln!(o, "{}{l} {}", f.name, num(*v));
-                }
-            }
-        }
-    }
-    o.push_str("# EOF\n");
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut o, &registry);
     o
 }
 
-pub fn family(o: &mut String, name: &str, kind: &str, unit: &str, help: &str) {
-    let _ = writeln!(o, "# TYPE {name} {kind}");
-    if !unit.is_empty() {
-        let _ = writeln!(o, "# UNIT {name} {unit}");
-    }
-    let _ = writeln!(o, "# HELP {name} {help}");
-}
+/// The families of one scrape, handed to `prometheus-client` as a collector.
+#[derive(Debug)]
+struct Snapshot(Vec<MetricFamily>);
 
-/// `{a="x",b="y"}` (empty string when there are none).
-pub fn labels(base: &[(&'static str, String)], extra: Option<(&str, &str)>) -> String {
-    let mut parts: Vec<String> = base
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    if let Some((k, v)) = extra {
-        parts.push(format!("{k}=\"{}\"", escape(v)));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-pub fn histogram(o: &mut String, name: &str, l: &str, h: &CumHist, le: &[String]) {
-    // `l` is `{…}`: the `le` label goes inside it.
-    let inner = l.trim_start_matches('{').trim_end_matches('}');
-    let sep = if inner.is_empty() { "" } else { "," };
-    let mut cum = 0;
-    for (i, bound) in le.iter().enumerate() {
-        cum += h.le[i];
-        let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"{bound}\"}} {cum}");
-    }
-    let _ = writeln!(o, "{name}_bucket{{{inner}{sep}le=\"+Inf\"}} {}", h.count);
-    let _ = writeln!(o, "{name}_count{l} {}", h.count);
-    let _ = writeln!(o, "{name}_sum{l} {}", num(h.sum_us / 1e6));
-}
-
-pub fn num(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        "0".into()
-    }
-}
-
-pub fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        use prometheus_client::{encoding::NoLabelSet, metrics::MetricType, registry::Unit};
+        let bounds = le_bounds();
+        for f in &self.0 {
+            // The crate appends the unit to the name: give it the name without it.
+            let (name, unit) = match f.unit {
+                "seconds" => (f.name.trim_end_matches("_seconds"), Some(Unit::Seconds)),
+                "bytes" => (f.name.trim_end_matches("_bytes"), Some(Unit::Bytes)),
+                _ => (f.name, None),
+            };
+            let kind = match f.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Histogram => MetricType::Histogram,
+            };
+            let mut metric = encoder.encode_descriptor(name, f.help, unit.as_ref(), kind)?;
+            for s in &f.samples {
+                let labels: Vec<(&str, &str)> =
+                    s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let mut e = metric.encode_family(&labels)?;
+                match (&s.value, f.kind) {
+                    // Whole numbers as integers (`6`, not `6.0`).
+                    (Value::Num(v), Kind::Counter) => match whole(*v) {
+                        Some(n) => e.encode_counter::<NoLabelSet, _, u64>(&(n as u64), None)?,
+                        None => e.encode_counter::<NoLabelSet, _, u64>(&finite(*v), None)?,
+                    },
+                    (Value::Num(v), _) => match whole(*v) {
+                        Some(n) => e.encode_gauge(&n)?,
+                        None => e.encode_gauge(&finite(*v))?,
+                    },
+                    (Value::Hist(h), _) => {
+                        let mut buckets: Vec<(f64, u64)> =
+                            bounds.iter().copied().zip(h.le.iter().copied()).collect();
+                        let below: u64 = h.le.iter().sum();
+                        buckets.push((f64::INFINITY, h.count.saturating_sub(below)));
+                        e.encode_histogram::<NoLabelSet>(h.sum_seconds(), h.count, &buckets, None)?;
+                    }
+                }
+            }
         }
+        Ok(())
     }
-    s
+}
+
+/// `v` as an integer when it is one (and exact as f64).
+fn whole(v: f64) -> Option<i64> {
+    (v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15).then_some(v as i64)
+}
+
+fn finite(v: f64) -> f64 {
+    if v.is_finite() { v } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tenant's cgroup named with a quote, a backslash and a line feed.
+    const EVIL: &str = "/kubepods/a\"b\\c\nd";
+
+    #[test]
+    fn tenant_label_values_are_escaped() {
+        let mut f = MetricFamily::new("cgtrace_windows", Kind::Counter, "", "x");
+        f.num(&vec![("cgroup", EVIL.to_string())], None, 1.0);
+        let t = text(&[f]);
+        assert!(
+            t.contains(r#"cgtrace_windows_total{cgroup="/kubepods/a\"b\\c\nd"} 1"#),
+            "{t}"
+        );
+        assert_eq!(t.lines().count(), 4, "no line split by the value: {t}");
+    }
 }

@@ -718,24 +718,24 @@ mod tests {
         let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
         assert!(
             t.contains(&format!(
-                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"1.024e-6\"}} 2\n"
+                "cgtrace_runq_wait_seconds_bucket{{le=\"0.000001024\",{l}}} 2\n"
             )),
             "{t}"
         );
         assert!(t.contains(&format!(
-            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"2.048e-6\"}} 4\n"
+            "cgtrace_runq_wait_seconds_bucket{{le=\"0.000002048\",{l}}} 4\n"
         )));
         assert!(t.contains(&format!(
-            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"4.096e-6\"}} 4\n"
+            "cgtrace_runq_wait_seconds_bucket{{le=\"0.000004096\",{l}}} 4\n"
         )));
         assert!(
             t.contains(&format!(
-                "cgtrace_runq_wait_seconds_bucket{{{l},le=\"3.4359738368e1\"}} 5\n"
+                "cgtrace_runq_wait_seconds_bucket{{le=\"34.359738368\",{l}}} 5\n"
             )),
             "{t}"
         );
         assert!(t.contains(&format!(
-            "cgtrace_runq_wait_seconds_bucket{{{l},le=\"+Inf\"}} 6\n"
+            "cgtrace_runq_wait_seconds_bucket{{le=\"+Inf\",{l}}} 6\n"
         )));
         assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
         assert!(t.contains("cgtrace_events_seen_total 20\n"));

@@ -40,7 +40,7 @@ use prost::Message as _;
 
 use super::{
     Metrics, MetricsOptions,
-    encode::{Kind, LE_FIRST, LE_LAST, MetricFamily, Value},
+    encode::{Kind, MetricFamily, Value, le_bounds},
 };
 use crate::{
     driver::{Flow, Sink, Turn},
@@ -67,13 +67,6 @@ fn unit(u: &str) -> &'static str {
     }
 }
 
-/// The explicit bounds of every histogram, in seconds.
-pub fn bounds() -> Vec<f64> {
-    (LE_FIRST..=LE_LAST)
-        .map(|b| (1u64 << b) as f64 / 1e9)
-        .collect()
-}
-
 /// The OTLP request for `families` at `now_ns` (Unix), cumulative since `start_ns`.
 pub fn request(
     families: &[MetricFamily],
@@ -81,7 +74,7 @@ pub fn request(
     start_ns: u64,
     now_ns: u64,
 ) -> ExportMetricsServiceRequest {
-    let bounds = bounds();
+    let bounds = le_bounds();
     let mut metrics = Vec::with_capacity(families.len());
     for f in families.iter().filter(|f| !f.samples.is_empty()) {
         let attrs = |s: &super::encode::Sample| -> Vec<KeyValue> {
@@ -314,7 +307,7 @@ mod tests {
         };
         let p = &hist.data_points[0];
         assert_eq!(p.count, 4);
-        assert_eq!(p.explicit_bounds.len(), (LE_LAST - LE_FIRST + 1) as usize);
+        assert_eq!(p.explicit_bounds.len(), 26, "1.024 µs … 34.4 s");
         assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
         assert_eq!(p.bucket_counts.iter().sum::<u64>(), 4);
         assert_eq!(
