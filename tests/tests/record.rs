@@ -399,8 +399,18 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
     let line = one_line(&err);
     assert!(line.contains("ends inside a chunk"), "{line}");
     assert!(windows(&lines_cut).len() >= all_windows - 2);
+    // Damage the middle chunk holding the most records (a window and its events; the cgroup and
+    // file tables sit in chunks of their own with one record each, and losing one loses no line).
+    let records_at = |i: usize| u32::from_le_bytes(bytes[i + 16..i + 20].try_into().unwrap());
+    let pick = (1..starts.len() - 1)
+        .max_by_key(|&k| records_at(starts[k]))
+        .unwrap();
+    assert!(
+        records_at(starts[pick]) > 1,
+        "no chunk holds a window and events"
+    );
     let mut corrupt = bytes.clone();
-    let mid = (starts[2] + starts[3]) / 2;
+    let mid = (starts[pick] + starts[pick + 1]) / 2;
     corrupt[mid] ^= 0xa5;
     let corrupt = write("corrupt.cgtr", &corrupt)?;
     let (code, lines_bad, err) = replay_stream(&corrupt, &["--events"])?;
