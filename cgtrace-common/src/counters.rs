@@ -30,8 +30,12 @@ pub const READ_FILES_FULL: u32 = 11;
 /// A group's period counters could not be stored: `THROTTLE_STATS` full (its periods are not
 /// counted until an entry frees).
 pub const THROTTLE_STATS_FULL: u32 = 12;
+/// Open throttle episodes dropped as stale: their `cfs_rq` now belongs to another cgroup (freed
+/// with its group and reused), or they were open longer than
+/// [`MAX_EPISODE_NS`](crate::throttle::MAX_EPISODE_NS).
+pub const THROTTLE_STALE: u32 = 13;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 13;
+pub const NR_COUNTERS: u32 = 14;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -48,6 +52,7 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "read_stats_full",
     "read_files_full",
     "throttle_stats_full",
+    "throttle_stale",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

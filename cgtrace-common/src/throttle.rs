@@ -106,6 +106,11 @@ pub const CLOSE_UNTHROTTLE: u32 = 3;
 /// 100 ms periods.
 pub const WATCH_NS: u64 = 1_000_000_000;
 
+/// An open episode older than this is stale (the longest CFS period is 1 s, and every period
+/// refill unthrottles a group with runtime left): its `cfs_rq` went with its cgroup, or the
+/// close was missed. It is dropped and counted (`throttle_stale`), never reported.
+pub const MAX_EPISODE_NS: u64 = 60_000_000_000;
+
 /// A thread of a watched group came off the CPU after running `runtime_ns`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -133,4 +138,6 @@ pub struct PeriodEvent {
 mod pod {
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::ThrottleStats {}
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::HookEpisode {}
 }

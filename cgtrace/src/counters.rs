@@ -36,7 +36,11 @@ impl CounterReader {
 }
 
 /// Seen/dropped totals and named counters from kernel deltas plus the daemon's own losses.
-pub fn event_counts(kernel: &[u64; NR_COUNTERS as usize], daemon_dropped: u64) -> EventCounts {
+pub fn event_counts(
+    kernel: &[u64; NR_COUNTERS as usize],
+    daemon_dropped: u64,
+    drain_full: u64,
+) -> EventCounts {
     let k = |i: u32| kernel[i as usize];
     let mut named: BTreeMap<String, u64> = BTreeMap::new();
     for (i, name) in NAMES.iter().enumerate() {
@@ -45,12 +49,14 @@ pub fn event_counts(kernel: &[u64; NR_COUNTERS as usize], daemon_dropped: u64) -
         }
     }
     named.insert("undecodable".into(), daemon_dropped);
+    named.insert("drain_full".into(), drain_full);
     EventCounts {
         seen: k(counters::SCHED_SWITCH) + k(counters::SCHED_WAKEUP),
         dropped: k(counters::RUNQ_START_FULL)
             + k(counters::RUNQ_HIST_FULL)
             + k(counters::RINGBUF_FULL)
-            + daemon_dropped,
+            + daemon_dropped
+            + drain_full,
         counters: named,
     }
 }
@@ -67,10 +73,11 @@ mod tests {
         k[counters::RUNQ_WAITS as usize] = 120;
         k[counters::RUNQ_START_FULL as usize] = 1;
         k[counters::RINGBUF_FULL as usize] = 2;
-        let e = event_counts(&k, 3);
+        let e = event_counts(&k, 3, 4);
         assert_eq!(e.seen, 150);
-        assert_eq!(e.dropped, 6);
+        assert_eq!(e.dropped, 10);
         assert_eq!(e.counters["runq_waits"], 120);
         assert_eq!(e.counters["undecodable"], 3);
+        assert_eq!(e.counters["drain_full"], 4);
     }
 }

@@ -11,7 +11,6 @@ use cgtrace_common::{
     layout::Config,
 };
 use tokio::{
-    io::unix::AsyncFd,
     time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at},
 };
 
@@ -19,6 +18,7 @@ use crate::{
     aggregate::Aggregator,
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
+    drain::Drain,
     events::EventSelection,
     family::{Collector, EventLine, FAMILIES, Records, Start, WindowInput, take_map},
     loader::{TraceOptions, Tracer},
@@ -73,18 +73,8 @@ impl RawRecords {
     }
 
     /// Calls `f` with each record kept, then forgets them.
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) {
-        let mut p = 0;
-        while p + 4 <= self.buf.len() {
-            let len = u32::from_ne_bytes([
-                self.buf[p],
-                self.buf[p + 1],
-                self.buf[p + 2],
-                self.buf[p + 3],
-            ]) as usize;
-            f(&self.buf[p + 4..p + 4 + len]);
-            p += 4 + len;
-        }
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) {
+        crate::drain::for_each(&self.buf, f);
         self.buf.clear();
     }
 }
@@ -95,6 +85,8 @@ pub struct Session {
     /// One per attached family, in registry order.
     collectors: Vec<Box<dyn Collector>>,
     counters: CounterReader,
+    /// The programs' own counters (`recursion_misses`).
+    progs: crate::progstats::ProgStats,
     aggregator: Aggregator,
     window_start: Instant,
     /// What the ring buffer delivered since the last window.
@@ -102,6 +94,10 @@ pub struct Session {
     /// When recording: every record exactly as it came out of the ring buffer.
     pub raw: Option<RawRecords>,
     drain_reported: u64,
+    /// Records the drain thread's queue could not hold, since the last window.
+    drain_full: u64,
+    /// The drain thread's batch, swapped with its queue.
+    batch: Vec<u8>,
 }
 
 /// The stream's name for a cgroup layout.
@@ -177,6 +173,7 @@ impl Session {
         let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
             take_map(ebpf, "COUNTERS")?.try_into()?;
         let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?.try_into()?;
+        let progs = crate::progstats::ProgStats::new(ebpf);
         let hello = Hello {
             kind: "hello".into(),
             schema: SCHEMA,
@@ -210,6 +207,7 @@ impl Session {
         let session = Self {
             collectors,
             counters: CounterReader::new(counters),
+            progs,
             aggregator,
             _tracer: tracer,
             hello,
@@ -217,18 +215,25 @@ impl Session {
             records: Records::default(),
             raw: None,
             drain_reported: 0,
+            drain_full: 0,
+            batch: Vec::new(),
         };
         Ok((session, ring))
     }
 
-    /// Reads every pending record from the ring buffer.
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
-        while let Some(item) = ring.next() {
-            if let Some(raw) = self.raw.as_mut() {
-                raw.push(&item);
+    /// Takes every record the drain thread queued.
+    pub fn drain(&mut self, drain: &Drain) {
+        let mut batch = std::mem::take(&mut self.batch);
+        self.drain_full += drain.take(&mut batch);
+        let (raw, records) = (&mut self.raw, &mut self.records);
+        crate::drain::for_each(&batch, |item| {
+            if let Some(raw) = raw.as_mut() {
+                raw.push(item);
             }
-            self.records.consume(&item);
-        }
+            records.consume(item);
+        });
+        batch.clear();
+        self.batch = batch;
     }
 
     /// Chooses the families whose event lines are kept (`--events`).
@@ -271,7 +276,16 @@ impl Session {
         let lost = self.records.undecodable + self.records.lines_dropped;
         let undecodable = lost - self.drain_reported;
         self.drain_reported = lost;
-        input.events = event_counts(&kernel, undecodable);
+        input.events = event_counts(&kernel, undecodable, std::mem::take(&mut self.drain_full));
+        // Runs the kernel skipped (a program nested in itself on a CPU): not lost data of a
+        // family by themselves (period counts heal from the kernel's own counters), but shown.
+        let misses = self
+            .progs
+            .read_window()
+            .iter()
+            .map(|(_, c)| c.recursion_misses)
+            .sum();
+        input.events.counters.insert("recursion_misses".into(), misses);
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
@@ -316,13 +330,16 @@ pub enum Pumped {
     Window(Box<Window>),
 }
 
+/// The drain thread's queue holds this many ring buffers' worth of records.
+pub const DRAIN_QUEUE_RINGS: usize = 8;
+
 /// The one collection loop of a live session, shared by the stream and the view: drains the ring
 /// buffer when it signals (or every 200 ms) and ends a window on every interval tick. Callers
 /// `select!` on [`Pump::next`] next to their own events (signals, keys, a deadline); `next` is
 /// cancel-safe, as it changes nothing until its only await has returned.
 pub struct Pump {
     pub session: Session,
-    ring: AsyncFd<RingBuf<MapData>>,
+    drain: Drain,
     tick: Interval,
     drain_tick: Interval,
 }
@@ -331,13 +348,12 @@ impl Pump {
     /// Starts tracing. Must run inside a tokio runtime (the ring buffer is registered with it).
     pub fn start(opts: &SessionOptions) -> anyhow::Result<Self> {
         let (session, ring) = Session::start(opts)?;
-        // SAFETY: the ring buffer owns its map fd, which stays open and unchanged until `ring`
-        // drops.
-        let ring = unsafe { AsyncFd::register(ring) }
-            .map_err(|e| anyhow!("polling the ring buffer: {e}"))?;
+        let cap = (opts.ringbuf_bytes as usize).saturating_mul(DRAIN_QUEUE_RINGS);
+        let drain =
+            Drain::start(ring, cap).map_err(|e| anyhow!("starting the drain thread: {e}"))?;
         let mut pump = Self {
             session,
-            ring,
+            drain,
             tick: interval(opts.interval),
             drain_tick: interval(Duration::from_millis(200)),
         };
@@ -355,12 +371,7 @@ impl Pump {
     /// Waits for the ring buffer or a tick, drains, and ends a window on an interval tick.
     pub async fn next(&mut self) -> anyhow::Result<Pumped> {
         let window = tokio::select! {
-            r = self.ring.readable_mut() => {
-                if let Ok(mut guard) = r {
-                    guard.clear_ready();
-                }
-                false
-            }
+            () = self.drain.ready() => false,
             _ = self.drain_tick.tick() => false,
             _ = self.tick.tick() => true,
         };
@@ -374,12 +385,13 @@ impl Pump {
 
     /// Drains what is pending now.
     pub fn drain(&mut self) {
-        self.session.drain(self.ring.get_mut());
+        self.session.drain(&self.drain);
     }
 
     /// Drains, then ends the current (partial) window: the last one before stopping, so nothing
     /// traced goes unreported.
     pub fn last_window(&mut self) -> anyhow::Result<Window> {
+        self.drain.finish();
         self.drain();
         self.session.next_window()
     }

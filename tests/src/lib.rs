@@ -4,6 +4,7 @@ pub mod cgroup;
 pub mod fuse;
 pub mod lxcfs;
 pub mod memcg;
+pub mod node;
 pub mod record;
 pub mod runqlat;
 pub mod strace;

@@ -49,8 +49,13 @@ pub fn line_channel(child: &mut Child) -> Result<mpsc::Receiver<String>> {
 impl Stream {
     /// Starts `cgtrace stream ARGS` and waits for the hello line.
     pub fn start(args: &[&str]) -> Result<Self> {
+        Self::start_cmd(&[&["stream"], args].concat())
+    }
+
+    /// Starts `cgtrace ARGS` (a command that prints the stream: `stream`, `record --stream`) and
+    /// waits for the hello line.
+    pub fn start_cmd(args: &[&str]) -> Result<Self> {
         let mut child = Command::new(cgtrace_bin())
-            .arg("stream")
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

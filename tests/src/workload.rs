@@ -7,14 +7,17 @@ use std::{
 
 use anyhow::{Context, Result};
 
-/// A test binary of this crate (`spin`, `sleeper`, `pipe_pair`), built next to the test.
+/// A test binary of this crate (`spin`, `sleeper`, `pipe_pair`, `podproc`), built next to the
+/// running test (`target/<profile>/deps/<test>-hash`) or binary (`target/<profile>/<bin>`).
 pub fn bin(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>-hash -> target/<profile>/<name>
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|d| d.join(name))
-        .expect("target dir")
+    let dir = exe.parent().expect("target dir");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target dir")
+    } else {
+        dir
+    };
+    dir.join(name)
 }
 
 pub struct Task {

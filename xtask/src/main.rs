@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_reads;
+mod sim;
 mod vm;
 
 #[derive(Parser)]
@@ -18,11 +19,14 @@ enum Task {
     Vm(vm::VmArgs),
     /// Benchmarks of cgtrace's overhead on the traced host.
     Bench(bench::BenchArgs),
+    /// Simulations at production scale (a Kubernetes node for an hour).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Vm(args) => vm::run(args),
         Task::Bench(args) => bench::run(args),
+        Task::Sim(args) => sim::run(args),
     }
 }

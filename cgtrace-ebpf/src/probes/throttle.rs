@@ -13,7 +13,8 @@ use cgtrace_common::{
     event::{EventHeader, KIND_THROTTLE, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
     layout::ABSENT,
     throttle::{
-        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_OPEN_PER_CPU, MODE_TRACEPOINT, PeriodEvent,
+        CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_EPISODE_NS, MAX_OPEN_PER_CPU, MODE_TRACEPOINT,
+        PeriodEvent,
         SliceEvent, ThrottleEvent, ThrottleStats, WATCH_NS,
     },
 };
@@ -242,8 +243,30 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
         let now = bpf_ktime_get_ns();
         for i in 0..MAX_OPEN_PER_CPU {
             let slot = &mut (*open).slots[i];
+            if slot.cfs_rq == 0 {
+                continue;
+            }
+            // Open past any real episode: its cfs_rq went with its group (freed memory may read
+            // as throttled forever). Dropped, never reported.
+            if now.saturating_sub(slot.start_ns) > MAX_EPISODE_NS {
+                slot.cfs_rq = 0;
+                (*open).n_open = (*open).n_open.saturating_sub(1);
+                count(c, counters::THROTTLE_STALE);
+                continue;
+            }
             // Slot pointers come from a map: untyped for the verifier, so read with the helper.
-            if slot.cfs_rq == 0 || cfs_rq_throttled::<false>(slot.cfs_rq as *const u8) {
+            let cfs_rq = slot.cfs_rq as *const u8;
+            if cfs_rq_throttled::<false>(cfs_rq) {
+                continue;
+            }
+            // Closing: the cfs_rq must still be the group's that opened the episode (a group
+            // removed while throttled frees it, and another group may reuse the memory).
+            let tg: *const u8 =
+                read::<_, false>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+            if slot.cgroup_id != 0 && tg_cgroup_id::<false>(tg).unwrap_or(0) != slot.cgroup_id {
+                slot.cfs_rq = 0;
+                (*open).n_open = (*open).n_open.saturating_sub(1);
+                count(c, counters::THROTTLE_STALE);
                 continue;
             }
             let ev = ThrottleEvent {

@@ -15,7 +15,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters,
     event::{EventHeader, KIND_THROTTLE},
-    throttle::{CLOSE_UNTHROTTLE, HookEpisode, ThrottleEvent, WATCH_NS},
+    throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent, WATCH_NS},
 };
 
 use crate::{
@@ -64,13 +64,24 @@ fn open<const DIRECT: bool>(cfs_rq: *const u8) {
         runnable: read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0),
         cpu,
     };
+    let key = cfs_rq as u64;
     if THROTTLE_EPISODES
-        .insert(&(cfs_rq as u64), &ep, u64::from(BPF_NOEXIST))
+        .insert(&key, &ep, u64::from(BPF_NOEXIST))
         .is_err()
-        // SAFETY: lookup only, to tell "already open" from "map full".
-        && unsafe { THROTTLE_EPISODES.get(&(cfs_rq as u64)) }.is_none()
     {
-        count(counters(), counters::THROTTLE_SLOTS_FULL);
+        // SAFETY: the value is copied out.
+        match unsafe { THROTTLE_EPISODES.get(&key) }.copied() {
+            None => count(counters(), counters::THROTTLE_SLOTS_FULL),
+            // An entry left by a group whose cfs_rq this one reuses, or one whose close was
+            // missed long ago: replace it.
+            Some(old)
+                if old.cgroup_id != cgroup_id || now.saturating_sub(old.start_ns) > MAX_EPISODE_NS =>
+            {
+                count(counters(), counters::THROTTLE_STALE);
+                let _ = THROTTLE_EPISODES.insert(&key, &ep, 0);
+            }
+            Some(_) => {}
+        }
     }
     let _ = THROTTLE_WATCH.insert(&cgroup_id, &(now + WATCH_NS), 0);
     seed_period_counts(tg, cgroup_id);
@@ -105,6 +116,14 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
     let _ = THROTTLE_EPISODES.remove(&key);
     // SAFETY: helpers without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // The cfs_rq must still be the group's that opened the episode, and the episode not stale.
+    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    if (ep.cgroup_id != 0 && tg_cgroup_id::<DIRECT>(tg).unwrap_or(0) != ep.cgroup_id)
+        || now.saturating_sub(ep.start_ns) > MAX_EPISODE_NS
+    {
+        count(counters(), counters::THROTTLE_STALE);
+        return;
+    }
     let after = kernel_throttled_time::<DIRECT>(cfs_rq);
     let end = if ep.unthrottle_ns >= ep.start_ns {
         ep.unthrottle_ns

@@ -197,6 +197,15 @@ pub struct ReadsWindow {
     pub memcgs: Vec<MemcgTarget>,
 }
 
+/// The `READ_FILES` key of a read key.
+fn file_key(key: &ReadKey) -> FileKey {
+    FileKey {
+        file: key.file,
+        dev: key.dev,
+        _pad: 0,
+    }
+}
+
 /// Reads `READ_STATS`/`READ_FILES` once per window.
 pub struct ReadsReader {
     stats: HashMap<MapData, ReadKey, ReadStats>,
@@ -205,7 +214,13 @@ pub struct ReadsReader {
     info: StdHashMap<FileKey, FileInfo>,
     mounts: StdHashMap<u32, Mount>,
     mountinfo: PathBuf,
+    /// `READ_FILES` entries no key referred to at the last sweep: deleted if still so at the next.
+    orphan_files: std::collections::HashSet<FileKey>,
+    windows: u64,
 }
+
+/// `READ_FILES` is swept for names no `READ_STATS` key refers to every this many windows.
+const FILES_SWEEP_WINDOWS: u64 = 10;
 
 /// Keys idle this many windows are deleted from the kernel map (their last delta was reported).
 const IDLE_WINDOWS: u32 = 30;
@@ -226,7 +241,53 @@ impl ReadsReader {
             info: StdHashMap::new(),
             mounts,
             mountinfo,
+            orphan_files: std::collections::HashSet::new(),
+            windows: 0,
         }
+    }
+
+    /// After a window's deltas were taken: deletes the kernel entries of keys whose reader or
+    /// target cgroup was removed (`removed`: ids from the window's churn, any hierarchy; their
+    /// last reads were just reported), and, every [`FILES_SWEEP_WINDOWS`], the file names no key
+    /// has referred to for a whole sweep. Returns the keys and files deleted.
+    pub fn age(&mut self, removed: &std::collections::HashSet<u64>) -> (usize, usize) {
+        let mut keys = 0;
+        if !removed.is_empty() {
+            let gone: Vec<ReadKey> = self
+                .prev
+                .iter()
+                .filter(|(k, p)| {
+                    removed.contains(&k.cgroup_id)
+                        || (p.stats.target_cgroup != 0 && removed.contains(&p.stats.target_cgroup))
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            for k in gone {
+                let _ = self.stats.remove(&k);
+                self.prev.remove(&k);
+                keys += 1;
+            }
+        }
+        self.windows += 1;
+        if self.windows % FILES_SWEEP_WINDOWS != 0 {
+            return (keys, 0);
+        }
+        let referenced: std::collections::HashSet<FileKey> =
+            self.prev.keys().map(file_key).collect();
+        let orphans: std::collections::HashSet<FileKey> = self
+            .files
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|f| !referenced.contains(f))
+            .collect();
+        let mut files = 0;
+        for f in orphans.intersection(&self.orphan_files) {
+            let _ = self.files.remove(f);
+            self.info.remove(f);
+            files += 1;
+        }
+        self.orphan_files = orphans;
+        (keys, files)
     }
 
     fn info_of(&mut self, key: &ReadKey) -> FileInfo {
@@ -238,11 +299,7 @@ impl ReadsReader {
                 memcg_stat: false,
             };
         }
-        let fk = FileKey {
-            file: key.file,
-            dev: key.dev,
-            _pad: 0,
-        };
+        let fk = file_key(key);
         if let Some(i) = self.info.get(&fk) {
             return i.clone();
         }
@@ -584,8 +641,9 @@ impl Collector for Reads {
         &INFO
     }
 
-    fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
+    fn read_window(&mut self, records: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
         let w = self.reader.read_window();
+        self.reader.age(&records.reads.churn.take_removed());
         input.reads = w.by_cgroup;
         self.memcgs = w.memcgs;
         Ok(())

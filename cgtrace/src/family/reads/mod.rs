@@ -189,15 +189,23 @@ pub(crate) fn name_str(b: &[u8]) -> String {
 pub struct ChurnCounter {
     by_hierarchy: BTreeMap<u32, [u64; 2]>,
     actors: StdHashMap<(String, u32, u64), (u64, u64, String)>,
+    /// Ids of the cgroups removed since the last window (any hierarchy), so the reads kept for
+    /// their files can go with them.
+    removed_ids: std::collections::HashSet<u64>,
 }
 
 /// Actors kept per window (the rest still count in the totals).
 const MAX_ACTORS: usize = 1024;
+/// Removed ids kept per window; beyond it the keys of the rest age out (`IDLE_WINDOWS`).
+const MAX_REMOVED_IDS: usize = 1 << 16;
 
 impl ChurnCounter {
     pub fn add(&mut self, ev: &CgroupChurnEvent) {
         let op = usize::from(ev.op != CHURN_MKDIR);
         self.by_hierarchy.entry(ev.hierarchy_id).or_default()[op] += 1;
+        if op == 1 && self.removed_ids.len() < MAX_REMOVED_IDS {
+            self.removed_ids.insert(ev.cgroup_id);
+        }
         let key = (comm_str(&ev.comm), ev.tgid, ev.actor_cgroup);
         if self.actors.len() >= MAX_ACTORS && !self.actors.contains_key(&key) {
             return;
@@ -211,6 +219,11 @@ impl ChurnCounter {
         } else {
             e.1 += 1;
         }
+    }
+
+    /// The ids of the cgroups removed since the last call.
+    pub fn take_removed(&mut self) -> std::collections::HashSet<u64> {
+        std::mem::take(&mut self.removed_ids)
     }
 
     /// The window's churn; `None` when nothing happened.

@@ -7,7 +7,7 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData};
-use cgtrace_common::throttle::ThrottleStats;
+use cgtrace_common::throttle::{HookEpisode, ThrottleStats};
 
 use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
 use crate::{
@@ -120,6 +120,8 @@ impl Throttle {
 /// Takes `THROTTLE_STATS`; the kernel's counters are read from the cgroups' own files.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let stats: HashMap<MapData, u64, _> = take_map(ctx.ebpf, "THROTTLE_STATS")?.try_into()?;
+    let episodes: HashMap<MapData, u64, HookEpisode> =
+        take_map(ctx.ebpf, "THROTTLE_EPISODES")?.try_into()?;
     let hier = ctx.runq_hierarchy;
     let files = CpuFiles {
         mount: hier.mount.clone(),
@@ -133,7 +135,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
         },
     };
     Ok(Box::new(Throttle::new(
-        ThrottleReader::new(stats),
+        ThrottleReader::new(stats).with_episodes(episodes),
         Some(files),
         ctx.flag_rules,
         ctx.max_cgroups,
@@ -151,6 +153,7 @@ impl Collector for Throttle {
         input: &mut WindowInput,
     ) -> anyhow::Result<()> {
         input.periods = self.reader.read_window();
+        self.reader.drop_gone_episodes();
         (input.episodes, input.burned) = records.throttle.take_window(monotonic_ns());
         Ok(())
     }
@@ -199,6 +202,10 @@ impl Collector for Throttle {
 pub struct ThrottleReader {
     stats: HashMap<MapData, u64, ThrottleStats>,
     prev: StdHashMap<u64, ThrottleStats>,
+    /// The hook modes' open episodes (keyed by `cfs_rq`): those of removed cgroups are deleted.
+    episodes: Option<HashMap<MapData, u64, HookEpisode>>,
+    /// Cgroups removed since the last sweep of `episodes`.
+    gone: std::collections::HashSet<u64>,
 }
 
 impl ThrottleReader {
@@ -206,7 +213,34 @@ impl ThrottleReader {
         Self {
             stats,
             prev: StdHashMap::new(),
+            episodes: None,
+            gone: std::collections::HashSet::new(),
         }
+    }
+
+    pub fn with_episodes(mut self, episodes: HashMap<MapData, u64, HookEpisode>) -> Self {
+        self.episodes = Some(episodes);
+        self
+    }
+
+    /// Deletes the open episodes of cgroups removed since the last call: a group removed while
+    /// throttled is never unthrottled, and its freed `cfs_rq` may be reused by a new group (the
+    /// programs also check the owner when they close an episode). Returns how many went.
+    pub fn drop_gone_episodes(&mut self) -> usize {
+        let (Some(map), false) = (self.episodes.as_mut(), self.gone.is_empty()) else {
+            return 0;
+        };
+        let stale: Vec<u64> = map
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, ep)| self.gone.contains(&ep.cgroup_id))
+            .map(|(k, _)| k)
+            .collect();
+        for k in &stale {
+            let _ = map.remove(k);
+        }
+        self.gone.clear();
+        stale.len()
     }
 
     /// Deltas since the last call, for cgroups whose bandwidth timer ran.
@@ -236,6 +270,9 @@ impl ThrottleReader {
     pub fn forget(&mut self, cgroup_id: u64) {
         let _ = self.stats.remove(&cgroup_id);
         self.prev.remove(&cgroup_id);
+        if self.episodes.is_some() && self.gone.len() < 1 << 16 {
+            self.gone.insert(cgroup_id);
+        }
     }
 }
 

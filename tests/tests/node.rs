@@ -1,0 +1,515 @@
+//! Production scale, checked against the kernel.
+//!
+//! - `eviction_under_churn_loses_nothing`: more live cgroups than `--max-cgroups`, a hundred
+//!   replaced a second, an agent reading each new cgroup's `cpu.stat` and `memory.stat` once: after
+//!   a 10 s warm-up no kernel table is full and no wait is dropped, the daemon's memory is flat,
+//!   and a cgroup made at the end is still reported.
+//! - `node_simulation_matches_the_kernel`: a simulated Kubernetes node ([`cgtrace_tests::node`])
+//!   for `CGTRACE_NODE_MINUTES` (default 5) under the flight-recorder configuration the Helm chart
+//!   deploys: throttling per throttled pod equals its `cpu.stat`, run-queue wait per sampled pod
+//!   equals the kernel's per-thread run_delay, dying memcgs equal the kernel's, every live pod is
+//!   named, no episode or wait is longer than the run, nothing is lost.
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    fs,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use cgtrace_tests::{
+    can_trace,
+    cgroup::runq_mount,
+    memcg::{dying_memcgs, memory_mount},
+    node::{self, Driver, Node, Spec},
+    stream::Stream,
+    workload::bin,
+};
+use serde_json::Value;
+
+/// Counters that say something was lost.
+fn losses(w: &Value) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    if let Some(c) = w["events"]["counters"].as_object() {
+        for (k, v) in c {
+            let n = v.as_u64().unwrap_or(0);
+            if (k.ends_with("_full") || k == "undecodable") && n > 0 {
+                out.push((k.clone(), n));
+            }
+        }
+    }
+    let dropped = w["events"]["dropped"].as_u64().unwrap_or(0);
+    if dropped > 0 {
+        out.push(("dropped".into(), dropped));
+    }
+    out
+}
+
+/// One flat cgroup in the run-queue and memory hierarchies with a 50 ms sleeper in it.
+struct Flat {
+    dirs: Vec<PathBuf>,
+    id: u64,
+    child: Child,
+}
+
+fn make_flat(parents: &[PathBuf], n: u64) -> Result<Flat> {
+    let mut dirs = Vec::new();
+    for p in parents {
+        let d = p.join(format!("c{n}"));
+        fs::create_dir(&d).with_context(|| format!("mkdir {}", d.display()))?;
+        dirs.push(d);
+    }
+    let join: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let child = Command::new(bin("podproc"))
+        .args(["sleep", "50"])
+        .env("CGTRACE_JOIN", join.join(":"))
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting podproc")?;
+    use std::os::unix::fs::MetadataExt;
+    let id = fs::metadata(&dirs[0])?.ino();
+    Ok(Flat { dirs, id, child })
+}
+
+/// Removes flat cgroups whose task was killed, once the kernel lets them go.
+fn reap(pending: &mut VecDeque<(Instant, Vec<PathBuf>)>, force: bool) {
+    while let Some((at, dirs)) = pending.front() {
+        if !force && at.elapsed() < Duration::from_millis(30) {
+            break;
+        }
+        let all = dirs
+            .iter()
+            .all(|d| fs::remove_dir(d).is_ok() || !d.exists());
+        if !all && !force {
+            break;
+        }
+        if !all {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        pending.pop_front();
+    }
+}
+
+#[test]
+fn eviction_under_churn_loses_nothing() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    const LIVE: usize = 300;
+    const PER_SECOND: u64 = 100;
+    let run = Duration::from_secs(60);
+    let (runq, _) = runq_mount();
+    let (mem, _) = memory_mount();
+    let tag = format!("cgtrace-test-evict-{}", std::process::id());
+    let mut parents = vec![runq.join(&tag)];
+    if mem != runq {
+        parents.push(mem.join(&tag));
+    }
+    for p in &parents {
+        let _ = fs::remove_dir(p);
+        fs::create_dir(p)?;
+    }
+    struct Cleanup(Vec<PathBuf>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                if let Ok(entries) = fs::read_dir(p) {
+                    for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                        let procs = fs::read_to_string(e.path().join("cgroup.procs"));
+                        for pid in procs.unwrap_or_default().lines() {
+                            if let Ok(pid) = pid.trim().parse::<i32>() {
+                                // SAFETY: kill has no memory-safety preconditions.
+                                unsafe { libc::kill(pid, libc::SIGKILL) };
+                            }
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            for p in &self.0 {
+                if let Ok(entries) = fs::read_dir(p) {
+                    for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                        let _ = fs::remove_dir(e.path());
+                    }
+                }
+                let _ = fs::remove_dir(p);
+            }
+        }
+    }
+    let _cleanup = Cleanup(parents.clone());
+    let mut live: VecDeque<Flat> = VecDeque::new();
+    let mut n = 0u64;
+    for _ in 0..LIVE {
+        live.push_back(make_flat(&parents, n)?);
+        n += 1;
+    }
+    let mut s = Stream::start(&[
+        "--max-cgroups",
+        "256",
+        "--reads-mode",
+        "syscall",
+        "--interval",
+        "1000",
+    ])?;
+    let daemon = s.child.id();
+    let started = Instant::now();
+    let mut pending = VecDeque::new();
+    let mut windows = Vec::new();
+    let mut rss_at_15 = 0;
+    let mut next = Instant::now();
+    let every = Duration::from_secs(1) / PER_SECOND as u32;
+    let mut replaced = 0u64;
+    let mut read_errors = 0u64;
+    while started.elapsed() < run {
+        // Replace the oldest; the agent reads the new one's files once.
+        if Instant::now() >= next {
+            next += every;
+            let mut old = live.pop_front().context("no live cgroup")?;
+            let _ = old.child.kill();
+            let _ = old.child.wait();
+            pending.push_back((Instant::now(), old.dirs));
+            let new = make_flat(&parents, n)?;
+            n += 1;
+            for f in [new.dirs[0].join("cpu.stat"), new.dirs.last().unwrap().join("memory.stat")] {
+                if fs::read(&f).is_err() {
+                    read_errors += 1;
+                }
+            }
+            live.push_back(new);
+            replaced += 1;
+        }
+        reap(&mut pending, false);
+        while let Ok(Some(v)) = s.next_line(Duration::from_millis(1)) {
+            if v["type"] == "window" {
+                windows.push((started.elapsed(), v));
+            }
+        }
+        if rss_at_15 == 0 && started.elapsed() >= Duration::from_secs(15) {
+            rss_at_15 = node::proc_usage(daemon).0;
+        }
+        let left = next.saturating_duration_since(Instant::now());
+        std::thread::sleep(left.min(Duration::from_millis(5)));
+    }
+    let rss_end = node::proc_usage(daemon).0;
+    // A cgroup made at the end is still reported.
+    let last = make_flat(&parents, n)?;
+    let last_id = last.id;
+    live.push_back(last);
+    let tail = s.windows(3)?;
+    let rate = replaced as f64 / run.as_secs_f64();
+    eprintln!(
+        "replaced {replaced} cgroups in {run:?} ({rate:.0}/s), {} windows, rss {rss_at_15} -> {rss_end} KiB, {read_errors} failed reads",
+        windows.len()
+    );
+    ensure!(rate >= 50.0, "only {rate:.0} replacements a second");
+    let mut lost = Vec::new();
+    let mut evicted = 0;
+    for (at, w) in &windows {
+        evicted += w["cgroups_evicted"].as_u64().unwrap_or(0);
+        if *at >= Duration::from_secs(11) {
+            for (k, v) in losses(w) {
+                lost.push(format!("{k} {v} at {at:?}"));
+            }
+        }
+    }
+    eprintln!("cgroups_evicted over the run: {evicted}");
+    for w in &tail {
+        for (k, v) in losses(w) {
+            lost.push(format!("{k} {v} at the end"));
+        }
+    }
+    ensure!(lost.is_empty(), "lost after the warm-up: {lost:?}");
+    ensure!(evicted > 0, "nothing was evicted: the test did not exceed --max-cgroups");
+    let reported = tail.iter().any(|w| {
+        w["cgroups"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c["id"] == last_id))
+    });
+    ensure!(reported, "the cgroup made at the end ({last_id}) was not reported");
+    ensure!(
+        rss_end <= rss_at_15 + rss_at_15 / 4 + 4096,
+        "the daemon grew from {rss_at_15} to {rss_end} KiB between 15 s and 60 s"
+    );
+    drop(s);
+    for mut f in live {
+        let _ = f.child.kill();
+        let _ = f.child.wait();
+        pending.push_back((Instant::now(), f.dirs));
+    }
+    reap(&mut pending, true);
+    Ok(())
+}
+
+/// Sums of one cgroup's numbers over a span of windows.
+#[derive(Default, Debug)]
+struct Sums {
+    nr_throttled: u64,
+    kernel_nr_throttled: u64,
+    throttled_us: f64,
+    kernel_throttled_us: f64,
+    windows_with_kernel: u64,
+}
+
+fn minutes() -> f64 {
+    std::env::var("CGTRACE_NODE_MINUTES")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(5.0)
+}
+
+#[test]
+fn node_simulation_matches_the_kernel() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let run = Duration::from_secs_f64(minutes() * 60.0);
+    let spec = Spec {
+        pods: 200,
+        replace_per_min: 60.0,
+        driver: match std::env::var("CGTRACE_NODE_DRIVER") {
+            Ok(d) => d.parse().map_err(anyhow::Error::msg)?,
+            Err(_) => Driver::Cgroupfs,
+        },
+        ..Spec::default()
+    };
+    eprintln!("node: {spec:?} for {run:?}");
+    let mut node = Node::start(spec.clone())?;
+    let dir = tempdir()?;
+    let file = dir.0.join("node.cgtr");
+    let mut s = Stream::start_cmd(&[
+        "record",
+        "-o",
+        &file.display().to_string(),
+        "--max-size",
+        "64M",
+        "--rotate",
+        "--stream",
+        "--reads-mode",
+        "syscall",
+    ])?;
+    let daemon = s.child.id();
+    let started = Instant::now();
+    let mut windows: Vec<(Duration, Value, HashMap<u64, u64>)> = Vec::new();
+    let mut rss_at_60 = 0;
+    let cpu_start = node::proc_usage(daemon).1;
+    while started.elapsed() < run {
+        match s.next_line(Duration::from_secs(10))? {
+            Some(v) if v["type"] == "window" => {
+                let delays = node.sample_run_delay();
+                windows.push((started.elapsed(), v, delays));
+            }
+            Some(_) => {}
+            None => bail!("cgtrace stopped"),
+        }
+        if rss_at_60 == 0 && started.elapsed() >= Duration::from_secs(60) {
+            rss_at_60 = node::proc_usage(daemon).0;
+        }
+    }
+    let (rss_end, cpu_end) = node::proc_usage(daemon);
+    node.stop_churn();
+    let made = node.made.load(std::sync::atomic::Ordering::Relaxed);
+    let removed = node.removed.load(std::sync::atomic::Ordering::Relaxed);
+    // Let the dying count settle, then compare it with the kernel's over a few windows.
+    let mut dying = Vec::new();
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(25) {
+        if let Some(v) = s.next_line(Duration::from_secs(10))?
+            && v["type"] == "window"
+        {
+            let kernel = dying_memcgs()?;
+            let ours = v["dying_memcgs"]["total"].as_u64();
+            if settle.elapsed() >= Duration::from_secs(12) {
+                dying.push((ours, kernel));
+            }
+            windows.push((started.elapsed(), v, node.sample_run_delay()));
+        }
+    }
+    let elapsed = started.elapsed();
+    let ticks = cgtrace_tests::workload::clock_ticks() as f64;
+    let cpu = (cpu_end - cpu_start) as f64 / ticks / run.as_secs_f64();
+    eprintln!(
+        "{} windows, pods made {made}, removed {removed}, stat reads {}, sysfs reads {}, daemon rss {rss_at_60} -> {rss_end} KiB, cpu {:.1} %",
+        windows.len(),
+        node.stat_reads.load(std::sync::atomic::Ordering::Relaxed),
+        node.sysfs_reads.load(std::sync::atomic::Ordering::Relaxed),
+        cpu * 100.0
+    );
+    let mut problems: Vec<String> = node.errors().into_iter().take(5).collect();
+    let per_min = removed as f64 / run.as_secs_f64() * 60.0;
+    if per_min < 50.0 {
+        problems.push(format!("only {per_min:.0} pod replacements a minute"));
+    }
+
+    // Nothing lost after the warm-up; no episode or wait longer than the run.
+    for (at, w, _) in &windows {
+        if *at >= Duration::from_secs(11) {
+            for (k, v) in losses(w) {
+                problems.push(format!("{k} {v} at {at:?}"));
+            }
+        }
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            for (what, us) in [
+                ("wait", c["runq"]["max_us"].as_f64()),
+                ("episode", c["throttle"]["episode"]["max_us"].as_f64()),
+            ] {
+                if let Some(us) = us.filter(|us| us / 1e6 > elapsed.as_secs_f64()) {
+                    problems.push(format!("{what} of {} longer than the run: {us} µs", c["path"]));
+                }
+            }
+        }
+    }
+
+    // Throttling per throttled pod (its pod and container cgroups) against cpu.stat.
+    let mut sums: HashMap<u64, Sums> = HashMap::new();
+    for (_, w, _) in &windows {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            let id = c["id"].as_u64().unwrap_or(0);
+            let t = &c["throttle"];
+            if t.is_object() && t["kernel"].is_object() {
+                let e = sums.entry(id).or_default();
+                e.nr_throttled += t["nr_throttled"].as_u64().unwrap_or(0);
+                e.kernel_nr_throttled += t["kernel"]["nr_throttled"].as_u64().unwrap_or(0);
+                e.throttled_us += t["throttled_us"].as_f64().unwrap_or(0.0);
+                e.kernel_throttled_us += t["kernel"]["throttled_us"].as_f64().unwrap_or(0.0);
+                e.windows_with_kernel += 1;
+            }
+        }
+    }
+    let throttled: Vec<(String, u64)> = node.with_pods(|pods| {
+        pods.iter()
+            .filter(|p| p.role == node::Role::Throttled)
+            .flat_map(|p| {
+                std::iter::once((p.rel.clone(), p.id))
+                    .chain(p.containers.iter().map(|c| (c.rel.clone(), c.id)))
+            })
+            .collect()
+    });
+    let mut throttled_checked = 0;
+    for (rel, id) in &throttled {
+        let Some(t) = sums.get(id) else {
+            problems.push(format!("no throttling reported for {rel}"));
+            continue;
+        };
+        eprintln!(
+            "throttled {rel}: nr_throttled ours {} kernel {}, time ours {:.0} kernel {:.0} µs over {} windows",
+            t.nr_throttled, t.kernel_nr_throttled, t.throttled_us, t.kernel_throttled_us, t.windows_with_kernel
+        );
+        if t.kernel_nr_throttled == 0 {
+            continue;
+        }
+        throttled_checked += 1;
+        if t.nr_throttled.abs_diff(t.kernel_nr_throttled) > 2 {
+            problems.push(format!(
+                "{rel}: nr_throttled ours {} vs kernel {}",
+                t.nr_throttled, t.kernel_nr_throttled
+            ));
+        }
+        let ratio = t.throttled_us / t.kernel_throttled_us.max(1.0);
+        if !(0.97..=1.03).contains(&ratio) {
+            problems.push(format!("{rel}: throttled time ours/kernel {ratio:.4}"));
+        }
+    }
+    if throttled_checked == 0 {
+        problems.push("no throttled pod was throttled".into());
+    }
+
+    // Run-queue wait per sampled container against run_delay, between the first and the last
+    // window after the warm-up (each sample is taken as its window arrives).
+    let span: Vec<&(Duration, Value, HashMap<u64, u64>)> = windows
+        .iter()
+        .filter(|(at, _, _)| *at >= Duration::from_secs(5))
+        .collect();
+    if let (Some(first), Some(last)) = (span.first(), span.last()) {
+        for (id, end) in &last.2 {
+            let Some(start) = first.2.get(id) else {
+                continue;
+            };
+            let ours: f64 = span[1..]
+                .iter()
+                .flat_map(|(_, w, _)| w["cgroups"].as_array().into_iter().flatten())
+                .filter(|c| c["id"] == *id)
+                .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
+                .sum();
+            let kernel = end.saturating_sub(*start) as f64 / 1e3;
+            let ratio = ours / kernel.max(1.0);
+            eprintln!("sampled {id}: run-queue wait ours {ours:.0} µs, kernel run_delay {kernel:.0} µs ({ratio:.4})");
+            if !(0.97..=1.03).contains(&ratio) {
+                problems.push(format!("cgroup {id}: wait ours/run_delay {ratio:.4}"));
+            }
+        }
+    }
+
+    // Dying memcgs against the kernel once churn stopped.
+    eprintln!("dying memcgs (ours, kernel) after churn stopped: {dying:?}");
+    if !dying
+        .iter()
+        .any(|(o, k)| o.is_some_and(|o| o.abs_diff(*k) <= (*k / 100).max(2)))
+    {
+        problems.push(format!("dying memcgs never matched the kernel: {dying:?}"));
+    }
+
+    // Every live pod's containers named, from kubelet's metadata; no removed cgroup reported after
+    // it went.
+    let live: HashMap<u64, String> = node.with_pods(|pods| {
+        pods.iter()
+            .flat_map(|p| p.containers.iter().map(|c| (c.id, p.container_display(c))))
+            .collect()
+    });
+    let mut seen = HashSet::new();
+    for (_, w, _) in windows.iter().rev().take(5) {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            let id = c["id"].as_u64().unwrap_or(0);
+            if let Some(want) = live.get(&id) {
+                seen.insert(id);
+                if c["name"] != want.as_str() || c["name_kind"] != "container" {
+                    problems.push(format!(
+                        "{} named {} ({}), want {want}",
+                        c["path"], c["name"], c["name_kind"]
+                    ));
+                }
+            }
+        }
+    }
+    let unseen = live.len() - seen.len();
+    if unseen > 0 {
+        problems.push(format!("{unseen} of {} live containers not reported in the last 5 windows", live.len()));
+    }
+    let gone: HashMap<u64, Instant> = node.gone.lock().unwrap().iter().copied().collect();
+    for (at, w, _) in &windows {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            let id = c["id"].as_u64().unwrap_or(0);
+            if let Some(when) = gone.get(&id)
+                && started + *at > *when + Duration::from_secs(3)
+            {
+                problems.push(format!("{} reported {:?} after it was removed", c["path"], started + *at - *when));
+            }
+        }
+    }
+    if rss_end > rss_at_60 + rss_at_60 / 4 + 8192 {
+        problems.push(format!("the daemon grew from {rss_at_60} to {rss_end} KiB"));
+    }
+    drop(s);
+    drop(node);
+    problems.dedup();
+    if !problems.is_empty() {
+        bail!("{} problems:\n{}", problems.len(), problems.join("\n"));
+    }
+    Ok(())
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> Result<TempDir> {
+    let d = std::env::temp_dir().join(format!("cgtrace-node-rec-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d)?;
+    Ok(TempDir(d))
+}
