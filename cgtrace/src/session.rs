@@ -10,9 +10,7 @@ use cgtrace_common::{
     hist::{NR_BUCKETS, SUB_BITS},
     layout::Config,
 };
-use tokio::{
-    time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at},
-};
+use tokio::time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at};
 
 use crate::{
     aggregate::Aggregator,
@@ -285,7 +283,10 @@ impl Session {
             .iter()
             .map(|(_, c)| c.recursion_misses)
             .sum();
-        input.events.counters.insert("recursion_misses".into(), misses);
+        input
+            .events
+            .counters
+            .insert("recursion_misses".into(), misses);
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;

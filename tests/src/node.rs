@@ -38,7 +38,9 @@ impl std::str::FromStr for Driver {
         match s {
             "cgroupfs" => Ok(Self::Cgroupfs),
             "systemd" => Ok(Self::Systemd),
-            _ => Err(format!("unknown cgroup driver {s:?}: use cgroupfs or systemd")),
+            _ => Err(format!(
+                "unknown cgroup driver {s:?}: use cgroupfs or systemd"
+            )),
         }
     }
 }
@@ -266,9 +268,16 @@ impl Node {
         node.make_base()?;
         let spec = &node.spec;
         let mut roles = Vec::new();
-        roles.extend(std::iter::repeat_n((Role::Throttled, true), spec.throttled_pods));
+        roles.extend(std::iter::repeat_n(
+            (Role::Throttled, true),
+            spec.throttled_pods,
+        ));
         for i in 0..spec.sampled_pods {
-            let role = if i % 2 == 0 { Role::Bursty } else { Role::Quiet };
+            let role = if i % 2 == 0 {
+                Role::Bursty
+            } else {
+                Role::Quiet
+            };
             roles.push((role, true));
         }
         let fixed = roles.len();
@@ -322,7 +331,8 @@ impl Node {
         }
         let every = Duration::from_secs_f64(60.0 / self.spec.replace_per_min);
         let (pods, stop, ctx) = (self.pods.clone(), self.stop.clone(), self.ctx());
-        let (removed, gone, errors) = (self.removed.clone(), self.gone.clone(), self.errors.clone());
+        let (removed, gone, errors) =
+            (self.removed.clone(), self.gone.clone(), self.errors.clone());
         self.threads.push(std::thread::spawn(move || {
             let mut next = Instant::now() + every;
             let mut k = 0u64;
@@ -344,11 +354,16 @@ impl Node {
                     let mut ids = vec![old.id];
                     ids.extend(old.containers.iter().map(|c| c.id));
                     if let Err(e) = remove_pod(old) {
-                        errors.lock().unwrap().push(format!("removing a pod: {e:#}"));
+                        errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("removing a pod: {e:#}"));
                     }
                     removed.fetch_add(1, Ordering::Relaxed);
                     let now = Instant::now();
-                    gone.lock().unwrap().extend(ids.into_iter().map(|id| (id, now)));
+                    gone.lock()
+                        .unwrap()
+                        .extend(ids.into_iter().map(|id| (id, now)));
                     match ctx.make_pod(role, false) {
                         Ok(pod) => pods.lock().unwrap().push_back(pod),
                         Err(e) => errors.lock().unwrap().push(format!("making a pod: {e:#}")),
@@ -368,7 +383,11 @@ impl Node {
     /// kubelet/cAdvisor: every container's and pod's `cpu.stat`, `memory.stat` and memory usage,
     /// every `stats_every`, from a thread named `cadvisor`.
     fn spawn_stat_reader(&mut self) {
-        let (pods, stop, reads) = (self.pods.clone(), self.stop.clone(), self.stat_reads.clone());
+        let (pods, stop, reads) = (
+            self.pods.clone(),
+            self.stop.clone(),
+            self.stat_reads.clone(),
+        );
         let errors = self.errors.clone();
         let every = self.spec.stats_every;
         let v2 = self.hier[0].v2;
@@ -643,7 +662,12 @@ impl Ctx {
         let period = 100_000;
         let quota = self.spec.throttled_millicores * period / 1000;
         if guaranteed {
-            set_quota(&self.hier[0], &pod.dirs[0], quota * self.spec.containers as u64, period)?;
+            set_quota(
+                &self.hier[0],
+                &pod.dirs[0],
+                quota * self.spec.containers as u64,
+                period,
+            )?;
         }
         for c in 0..self.spec.containers {
             let cid = cid_for(n, c);
@@ -682,7 +706,10 @@ impl Ctx {
             cmd.env("CGTRACE_JOIN", join.join(":"));
             if self.spec.cache_kib > 0 {
                 let f = self.cache_dir.join(format!("{cid}.log"));
-                cmd.env("CGTRACE_CACHE", format!("{}:{}", f.display(), self.spec.cache_kib));
+                cmd.env(
+                    "CGTRACE_CACHE",
+                    format!("{}:{}", f.display(), self.spec.cache_kib),
+                );
                 pod.cache.push(f);
             }
             cmd.stdin(Stdio::null()).stdout(Stdio::null());

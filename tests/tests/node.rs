@@ -172,7 +172,10 @@ fn eviction_under_churn_loses_nothing() -> Result<()> {
             pending.push_back((Instant::now(), old.dirs));
             let new = make_flat(&parents, n)?;
             n += 1;
-            for f in [new.dirs[0].join("cpu.stat"), new.dirs.last().unwrap().join("memory.stat")] {
+            for f in [
+                new.dirs[0].join("cpu.stat"),
+                new.dirs.last().unwrap().join("memory.stat"),
+            ] {
                 if fs::read(&f).is_err() {
                     read_errors += 1;
                 }
@@ -221,13 +224,19 @@ fn eviction_under_churn_loses_nothing() -> Result<()> {
         }
     }
     ensure!(lost.is_empty(), "lost after the warm-up: {lost:?}");
-    ensure!(evicted > 0, "nothing was evicted: the test did not exceed --max-cgroups");
+    ensure!(
+        evicted > 0,
+        "nothing was evicted: the test did not exceed --max-cgroups"
+    );
     let reported = tail.iter().any(|w| {
         w["cgroups"]
             .as_array()
             .is_some_and(|a| a.iter().any(|c| c["id"] == last_id))
     });
-    ensure!(reported, "the cgroup made at the end ({last_id}) was not reported");
+    ensure!(
+        reported,
+        "the cgroup made at the end ({last_id}) was not reported"
+    );
     ensure!(
         rss_end <= rss_at_15 + rss_at_15 / 4 + 4096,
         "the daemon grew from {rss_at_15} to {rss_end} KiB between 15 s and 60 s"
@@ -355,7 +364,10 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
                 ("episode", c["throttle"]["episode"]["max_us"].as_f64()),
             ] {
                 if let Some(us) = us.filter(|us| us / 1e6 > elapsed.as_secs_f64()) {
-                    problems.push(format!("{what} of {} longer than the run: {us} µs", c["path"]));
+                    problems.push(format!(
+                        "{what} of {} longer than the run: {us} µs",
+                        c["path"]
+                    ));
                 }
             }
         }
@@ -394,7 +406,11 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
         };
         eprintln!(
             "throttled {rel}: nr_throttled ours {} kernel {}, time ours {:.0} kernel {:.0} µs over {} windows",
-            t.nr_throttled, t.kernel_nr_throttled, t.throttled_us, t.kernel_throttled_us, t.windows_with_kernel
+            t.nr_throttled,
+            t.kernel_nr_throttled,
+            t.throttled_us,
+            t.kernel_throttled_us,
+            t.windows_with_kernel
         );
         if t.kernel_nr_throttled == 0 {
             continue;
@@ -434,7 +450,9 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
                 .sum();
             let kernel = end.saturating_sub(*start) as f64 / 1e3;
             let ratio = ours / kernel.max(1.0);
-            eprintln!("sampled {id}: run-queue wait ours {ours:.0} µs, kernel run_delay {kernel:.0} µs ({ratio:.4})");
+            eprintln!(
+                "sampled {id}: run-queue wait ours {ours:.0} µs, kernel run_delay {kernel:.0} µs ({ratio:.4})"
+            );
             if !(0.97..=1.03).contains(&ratio) {
                 problems.push(format!("cgroup {id}: wait ours/run_delay {ratio:.4}"));
             }
@@ -474,7 +492,10 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     }
     let unseen = live.len() - seen.len();
     if unseen > 0 {
-        problems.push(format!("{unseen} of {} live containers not reported in the last 5 windows", live.len()));
+        problems.push(format!(
+            "{unseen} of {} live containers not reported in the last 5 windows",
+            live.len()
+        ));
     }
     let gone: HashMap<u64, Instant> = node.gone.lock().unwrap().iter().copied().collect();
     for (at, w, _) in &windows {
@@ -483,7 +504,11 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             if let Some(when) = gone.get(&id)
                 && started + *at > *when + Duration::from_secs(3)
             {
-                problems.push(format!("{} reported {:?} after it was removed", c["path"], started + *at - *when));
+                problems.push(format!(
+                    "{} reported {:?} after it was removed",
+                    c["path"],
+                    started + *at - *when
+                ));
             }
         }
     }

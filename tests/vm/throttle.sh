@@ -10,18 +10,25 @@
 #   cgtrace.throttle_mode=auto|fentry|kprobe|tracepoint   passed as --throttle-mode; without it
 #                                                         (or with "none") the flag is omitted
 #   cgtrace.throttle_secs=N                               seconds of load (default 6)
+#   cgtrace.throttle_threads=N                            busy loops (default 2; the wide guest
+#                                                         runs one per CPU)
+#   cgtrace.throttle_quota=US                             cpu.max quota per 100 ms (default 20000)
 CG=/sys/fs/cgroup/cgtrace-vm-thr
 MODE=
 RUN_SECS=6
+THREADS=2
+QUOTA=20000
 for word in $(cat /proc/cmdline); do
     case "$word" in
         cgtrace.throttle_mode=*) MODE=${word#*=} ;;
         cgtrace.throttle_secs=*) RUN_SECS=${word#*=} ;;
+        cgtrace.throttle_threads=*) THREADS=${word#*=} ;;
+        cgtrace.throttle_quota=*) QUOTA=${word#*=} ;;
     esac
 done
 [ "$MODE" = none ] && MODE=
-# Seconds to wait for cgtrace's first window (loading under TCG is slow).
-START_TIMEOUT=60
+# Seconds to wait for cgtrace's first window (loading under TCG is slow, slower with many vCPUs).
+START_TIMEOUT=$((60 + $(nproc) * 2))
 # Seconds between killing the loops and the final cpu.stat read: the last episodes close and the
 # period timer goes idle.
 SETTLE_SECS=2
@@ -55,8 +62,8 @@ remove_cgroup() {
 }
 
 mkdir "$CG" || exit 90
-echo "20000 100000" >"$CG/cpu.max" || exit 91
-echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load, cpu.max $(cat "$CG/cpu.max")"
+echo "$QUOTA 100000" >"$CG/cpu.max" || exit 91
+echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load in $THREADS loops, cpu.max $(cat "$CG/cpu.max"), $(nproc) CPUs"
 
 before=
 after=
@@ -89,7 +96,9 @@ done
 
 before=$(kstat CGTRACE-KSTAT-BEFORE)
 pids=
-for _ in 1 2; do
+i=0
+while [ "$i" -lt "$THREADS" ]; do
+    i=$((i + 1))
     sh -c 'while :; do :; done' &
     echo $! >"$CG/cgroup.procs"
     pids="$pids $!"

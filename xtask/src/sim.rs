@@ -28,7 +28,10 @@ pub fn run(args: SimArgs) -> Result<()> {
     let Sim::Node { args } = args.what;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for pkg in [&["-p", "cgtrace"][..], &["-p", "cgtrace-tests", "--bins"][..]] {
+    for pkg in [
+        &["-p", "cgtrace"][..],
+        &["-p", "cgtrace-tests", "--bins"][..],
+    ] {
         let status = Command::new(&cargo)
             .current_dir(&root)
             .args(["build", "--release", "--locked"])

@@ -133,7 +133,9 @@ fn main() -> Result<()> {
     let mut peak: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut rss_at = BTreeMap::new();
     let (mut minute_seen, mut cpu_pct) = (0u64, Vec::new());
-    println!("| minute | RSS (MiB) | daemon CPU (% of a core) | events/s | drops | pods made/removed |");
+    println!(
+        "| minute | RSS (MiB) | daemon CPU (% of a core) | events/s | drops | pods made/removed |"
+    );
     println!("|---|---|---|---|---|---|");
     while started.elapsed() < run {
         let Some(v) = s.next_line(Duration::from_secs(30))? else {
@@ -209,7 +211,11 @@ fn main() -> Result<()> {
     }
     let errors = node.errors();
     if !errors.is_empty() {
-        println!("simulator errors ({}): {:?}", errors.len(), &errors[..errors.len().min(5)]);
+        println!(
+            "simulator errors ({}): {:?}",
+            errors.len(),
+            &errors[..errors.len().min(5)]
+        );
     }
     drop(s);
     drop(node);

@@ -86,7 +86,9 @@ fn main() {
             let (rounds, pause) = (arg(2, 50), Duration::from_millis(arg(3, 20)));
             let mut fds = [0i32; 4];
             // SAFETY: pipe writes two descriptors into each two-element array slice.
-            let ok = unsafe { libc::pipe(fds.as_mut_ptr()) == 0 && libc::pipe(fds[2..].as_mut_ptr()) == 0 };
+            let ok = unsafe {
+                libc::pipe(fds.as_mut_ptr()) == 0 && libc::pipe(fds[2..].as_mut_ptr()) == 0
+            };
             if !ok {
                 eprintln!("podproc: pipe: {}", std::io::Error::last_os_error());
                 std::process::exit(1);
@@ -114,7 +116,9 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: podproc sleep MS | burst THREADS BURST_MS EVERY_MS | busy THREADS | pipe ROUNDS SLEEP_MS");
+            eprintln!(
+                "usage: podproc sleep MS | burst THREADS BURST_MS EVERY_MS | busy THREADS | pipe ROUNDS SLEEP_MS"
+            );
             std::process::exit(2);
         }
     }

@@ -109,6 +109,50 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
             throttle_rows.push(row);
         }
     }
+    if throttle
+        && args.wide_smp > 0
+        && let Some(spec) = select_kernels(&args.kernel)
+            .into_iter()
+            .find(|s| s.name == "6.12")
+    {
+        let cpus = args.wide_smp;
+        println!("=== kernel {} throttle auto, {cpus} CPUs ===", spec.name);
+        let mut opts = args.boot.clone();
+        opts.smp = cpus;
+        opts.mem = opts.mem.max(2048);
+        // Booting and loading under TCG slow down with the vCPU count.
+        opts.timeout = opts.timeout.max(150) + u64::from(cpus) * 4;
+        opts.append = format!(
+            "{} cgtrace.throttle_mode=auto cgtrace.throttle_secs={} cgtrace.throttle_threads={cpus} \
+             cgtrace.throttle_quota={}",
+            opts.append,
+            args.throttle_secs,
+            u64::from(cpus / 4).max(1) * 100_000
+        )
+        .trim()
+        .to_string();
+        let label = format!("{}-throttle-wide{cpus}", spec.name);
+        let mut row = match boot(
+            cache,
+            spec,
+            &label,
+            &bins,
+            THROTTLE_SCENARIO.as_bytes(),
+            &opts,
+        ) {
+            Ok(outcome) => {
+                let mut row = throttle_row(spec, ThrottleMode::Auto, &outcome);
+                if let Some(r) = &row.report {
+                    let extra = check_wide(r, cpus);
+                    row.failures.extend(extra);
+                }
+                row
+            }
+            Err(e) => ThrottleRow::error(spec, ThrottleMode::Auto, format!("{e:#}")),
+        };
+        row.kernel = Box::leak(format!("{} x{cpus}", spec.name).into_boxed_str());
+        throttle_rows.push(row);
+    }
     print_table(&rows, &throttle_rows);
     print_reads_table(&reads_rows);
     let failed = rows.iter().filter(|r| !r.failures.is_empty()).count()

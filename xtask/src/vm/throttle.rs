@@ -35,6 +35,8 @@ pub(super) struct ThrottleReport {
     pub(super) ours_nr_throttled: u64,
     pub(super) ours_throttled_us: f64,
     pub(super) ours_episodes: u64,
+    /// CPUs with at least one episode (keys of `episodes_per_cpu`).
+    pub(super) episode_cpus: std::collections::BTreeSet<u64>,
     /// after - before of the guest kernel's `cpu.stat`.
     pub(super) kernel: Option<Kstat>,
     pub(super) failures: Vec<String>,
@@ -100,6 +102,11 @@ pub(super) fn check_throttle(
             report.ours_nr_periods += n("nr_periods");
             report.ours_nr_throttled += n("nr_throttled");
             report.ours_episodes += n("episodes");
+            if let Some(per_cpu) = t["episodes_per_cpu"].as_object() {
+                report
+                    .episode_cpus
+                    .extend(per_cpu.keys().filter_map(|k| k.parse::<u64>().ok()));
+            }
             report.ours_throttled_us += t["throttled_us"].as_f64().unwrap_or(0.0);
         }
     }
@@ -139,6 +146,25 @@ pub(super) fn check_throttle(
         }
     }
     report
+}
+
+/// The wide guest's extra checks: episodes on at least half of its `cpus` CPUs, every CPU number
+/// below `cpus` (a CPU set kept as a 64-bit mask would wrap above 63).
+pub(super) fn check_wide(report: &ThrottleReport, cpus: u32) -> Vec<String> {
+    let mut f = Vec::new();
+    let n = report.episode_cpus.len() as u32;
+    if n < cpus / 2 {
+        f.push(format!(
+            "episodes on {n} CPUs of {cpus}: the load was not spread (want at least {})",
+            cpus / 2
+        ));
+    }
+    if let Some(&max) = report.episode_cpus.last()
+        && max >= u64::from(cpus)
+    {
+        f.push(format!("an episode on CPU {max} of a {cpus}-CPU guest"));
+    }
+    f
 }
 
 /// The `key=value` counters after `marker` on its (first) line in the log.

@@ -641,7 +641,11 @@ impl Collector for Reads {
         &INFO
     }
 
-    fn read_window(&mut self, records: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
+    fn read_window(
+        &mut self,
+        records: &mut Records,
+        input: &mut WindowInput,
+    ) -> anyhow::Result<()> {
         let w = self.reader.read_window();
         self.reader.age(&records.reads.churn.take_removed());
         input.reads = w.by_cgroup;
