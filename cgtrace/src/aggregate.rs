@@ -76,7 +76,12 @@ impl Aggregator {
             let kinds = input.runq.remove(&id).unwrap_or_default();
             // Not resolved yet: try again (it may have been made just after a walk); removed
             // only when the resolver knows it is gone, never because it could not be named.
-            let unresolved = id != 0 && self.table.get(&id).is_some_and(|e| e.path.is_none());
+            // Resolved but a pod or container whose kubelet logs were not there yet (or not
+            // rescanned yet): name it again (`Names` rescans at most every few seconds).
+            let unresolved = id != 0
+                && self.table.get(&id).is_some_and(|e| {
+                    e.path.is_none() || e.name.as_ref().is_some_and(name::Name::awaits_metadata)
+                });
             if unresolved {
                 self.resolve_again(id);
             }
@@ -329,6 +334,27 @@ mod tests {
         // Since-start totals add up over windows.
         agg.window_of(runq_input([(id, waits(1, 5_000))]), 0, 1000);
         assert_eq!(agg.totals()[0].runq.all.count, 12);
+    }
+
+    #[test]
+    fn a_container_is_named_once_kubelet_logs_appear() {
+        let uid = "0000679c-5e1a-4000-8000-000000000001";
+        let cid = "0000000679c00001000000000000000000000000000000000000000000000001";
+        let (tmp, _, ids) = table(16, &[&format!("kubepods/pod{uid}/{cid}")]);
+        let mut names = Names::new(tmp.path().join("log"), tmp.path().join("no-docker"));
+        names.set_refresh_interval(std::time::Duration::ZERO);
+        let resolver = Resolver::new(tmp.path().to_path_buf(), 64).expect("resolver");
+        let mut agg = Aggregator::new("cgroup2".into(), resolver, names, 16);
+        let out = agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
+        assert_eq!(out.window.cgroups[0].name.as_deref(), Some("0000000679c0"));
+        // kubelet writes its logs after the cgroup is made: the next window has the name.
+        let logs = tmp.path().join("log");
+        std::fs::create_dir_all(logs.join(format!("pods/shop_web-1_{uid}/main"))).expect("mkdir");
+        std::fs::create_dir_all(logs.join("containers")).expect("mkdir");
+        std::fs::write(logs.join(format!("containers/web-1_shop_main-{cid}.log")), b"")
+            .expect("log");
+        let out = agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
+        assert_eq!(out.window.cgroups[0].name.as_deref(), Some("shop/web-1/main"));
     }
 
     #[test]

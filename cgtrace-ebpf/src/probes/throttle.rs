@@ -14,8 +14,7 @@ use cgtrace_common::{
     layout::ABSENT,
     throttle::{
         CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_EPISODE_NS, MAX_OPEN_PER_CPU, MODE_TRACEPOINT,
-        PeriodEvent,
-        SliceEvent, ThrottleEvent, ThrottleStats, WATCH_NS,
+        PeriodEvent, SliceEvent, ThrottleEvent, ThrottleStats, WATCH_NS,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};

@@ -75,7 +75,8 @@ fn open<const DIRECT: bool>(cfs_rq: *const u8) {
             // An entry left by a group whose cfs_rq this one reuses, or one whose close was
             // missed long ago: replace it.
             Some(old)
-                if old.cgroup_id != cgroup_id || now.saturating_sub(old.start_ns) > MAX_EPISODE_NS =>
+                if old.cgroup_id != cgroup_id
+                    || now.saturating_sub(old.start_ns) > MAX_EPISODE_NS =>
             {
                 count(counters(), counters::THROTTLE_STALE);
                 let _ = THROTTLE_EPISODES.insert(&key, &ep, 0);

@@ -65,6 +65,13 @@ pub struct Name {
 }
 
 impl Name {
+    /// A Kubernetes pod or container that kubelet's logs have not named yet.
+    pub fn awaits_metadata(&self) -> bool {
+        matches!(self.kind, NameKind::Pod | NameKind::Container)
+            && self.pod_uid.is_some()
+            && self.parts.pod.is_none()
+    }
+
     /// Metric labels: the structured parts, or for a container or pod without metadata its
     /// short name as `container` or `pod`.
     pub fn labels(&self) -> Parts {
