@@ -54,11 +54,18 @@ pub fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
     read::<u64, DIRECT>(kn, layout!(kn_id))
 }
 
-/// The throttled `cfs_rq` above a task that was just switched out still runnable, if its
-/// hierarchy is throttled (6.18+: the task is in the limbo list, `p->throttled`; before: some
-/// ancestor has `throttle_count`).
+/// The innermost throttled `cfs_rq` above a task that was just switched out still runnable, if
+/// its hierarchy is throttled (6.18+: the task is in the limbo list, `p->throttled`; before: some
+/// ancestor has `throttle_count`). With `open` (tracepoint mode) every throttled level on the way
+/// up opens its episode on this CPU or counts the task into it: a pod and its container both
+/// throttled are two episodes, as the kernel's `cpu.stat` counts them.
 #[inline(always)]
-fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const u8> {
+fn throttled_cfs_rq_of<const DIRECT: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    now: u64,
+    open: bool,
+) -> Option<*const u8> {
     if layout!(cfs_rq_throttled) == ABSENT {
         return None;
     }
@@ -70,35 +77,63 @@ fn throttled_cfs_rq_of<const DIRECT: bool>(task: *const u8) -> Option<*const u8>
     } else if read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_throttle_count)).unwrap_or(0) <= 0 {
         return None;
     }
-    // Walk up: this task's cfs_rq, then the cfs_rq of each ancestor group entity.
+    // Walk up: this task's cfs_rq, then the cfs_rq of each ancestor group entity. The two
+    // innermost throttled levels are kept (a container and its pod); a third throttled level
+    // above them is counted as `throttle_slots_full` (one more in the verifier's budget would
+    // not load).
+    let mut levels: [*const u8; 2] = [core::ptr::null(); 2];
+    let mut found = 0usize;
     let mut se: *const u8 = task.wrapping_add(layout!(task_se) as usize);
     for _ in 0..MAX_DEPTH {
         if cfs_rq.is_null() {
-            return None;
+            break;
         }
         if cfs_rq_throttled::<DIRECT>(cfs_rq) {
-            return Some(cfs_rq);
+            if found >= 2 {
+                count(c, counters::THROTTLE_SLOTS_FULL);
+                break;
+            }
+            levels[found & 1] = cfs_rq;
+            found += 1;
+            if !open {
+                break;
+            }
         }
-        se = read::<_, DIRECT>(se, layout!(se_parent))?;
-        cfs_rq = read::<_, DIRECT>(se, layout!(se_cfs_rq))?;
+        let Some(parent) = read::<*const u8, DIRECT>(se, layout!(se_parent)) else {
+            break;
+        };
+        if parent.is_null() {
+            break;
+        }
+        se = parent;
+        let Some(next) = read::<*const u8, DIRECT>(se, layout!(se_cfs_rq)) else {
+            break;
+        };
+        cfs_rq = next;
     }
-    None
+    if found == 0 {
+        return None;
+    }
+    if open {
+        task_throttled::<DIRECT>(c, levels[0], now);
+        if found > 1 {
+            task_throttled::<DIRECT>(c, levels[1], now);
+        }
+    }
+    Some(levels[0])
 }
 
-/// From `sched_switch`, for a task switched out still runnable: the throttled `cfs_rq` above it,
-/// if its hierarchy is throttled; in tracepoint mode this also opens the episode of that `cfs_rq`
-/// on this CPU, or counts the task into it.
+/// From `sched_switch`, for a task switched out still runnable: the innermost throttled
+/// `cfs_rq` above it, if its hierarchy is throttled; in tracepoint mode this also opens the
+/// episode of each throttled level on this CPU, or counts the task into it.
 #[inline(always)]
 pub fn switched_out_runnable<const DIRECT: bool>(
     c: *mut Counters,
     task: *const u8,
     now: u64,
 ) -> Option<u64> {
-    let cfs_rq = throttled_cfs_rq_of::<DIRECT>(task)?;
-    if THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT {
-        task_throttled::<DIRECT>(c, cfs_rq, now);
-    }
-    Some(cfs_rq as u64)
+    let open = THROTTLE_MODE.get(0).copied().unwrap_or(MODE_TRACEPOINT) == MODE_TRACEPOINT;
+    throttled_cfs_rq_of::<DIRECT>(c, task, now, open).map(|p| p as u64)
 }
 
 /// Tracepoint mode: a task switched out into a throttled hierarchy opens the episode of `cfs_rq`
