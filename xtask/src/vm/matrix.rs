@@ -341,7 +341,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             println!();
         }
         println!(
-            "{:<8}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
             "kernel",
             "result",
             "uname -r",
@@ -377,7 +377,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ),
         };
         println!(
-            "{:<8}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
