@@ -351,10 +351,16 @@ mod tests {
         let logs = tmp.path().join("log");
         std::fs::create_dir_all(logs.join(format!("pods/shop_web-1_{uid}/main"))).expect("mkdir");
         std::fs::create_dir_all(logs.join("containers")).expect("mkdir");
-        std::fs::write(logs.join(format!("containers/web-1_shop_main-{cid}.log")), b"")
-            .expect("log");
+        std::fs::write(
+            logs.join(format!("containers/web-1_shop_main-{cid}.log")),
+            b"",
+        )
+        .expect("log");
         let out = agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
-        assert_eq!(out.window.cgroups[0].name.as_deref(), Some("shop/web-1/main"));
+        assert_eq!(
+            out.window.cgroups[0].name.as_deref(),
+            Some("shop/web-1/main")
+        );
     }
 
     #[test]

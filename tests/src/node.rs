@@ -618,7 +618,7 @@ impl Ctx {
         let guaranteed = role == Role::Throttled;
         let qos = if guaranteed {
             ""
-        } else if n % 3 == 0 {
+        } else if n.is_multiple_of(3) {
             "besteffort"
         } else {
             "burstable"

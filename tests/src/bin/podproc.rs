@@ -59,13 +59,16 @@ fn main() {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     std::thread::spawn(move || {
-                        for k in 0u64.. {
+                        // Runs until killed: a burst every `every` ms.
+                        let mut k = 0u64;
+                        loop {
                             let cycle = start + Duration::from_millis(every * k);
                             let now = Instant::now();
                             if cycle > now {
                                 std::thread::sleep(cycle - now);
                             }
                             spin_until(cycle + Duration::from_millis(burst));
+                            k += 1;
                         }
                     })
                 })

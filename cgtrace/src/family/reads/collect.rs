@@ -269,7 +269,7 @@ impl ReadsReader {
             }
         }
         self.windows += 1;
-        if self.windows % FILES_SWEEP_WINDOWS != 0 {
+        if !self.windows.is_multiple_of(FILES_SWEEP_WINDOWS) {
             return (keys, 0);
         }
         let referenced: std::collections::HashSet<FileKey> =
