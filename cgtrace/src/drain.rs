@@ -17,8 +17,6 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::Notify;
 
-use crate::session::RawRecords;
-
 /// How long the thread waits for the ring buffer before draining anyway (the programs wake it
 /// only once enough bytes are pending).
 const POLL: Duration = Duration::from_millis(50);
@@ -108,6 +106,43 @@ impl Drain {
 impl Drop for Drain {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+/// Ring-buffer records kept as bytes for `cgtrace record`, bounded: past `cap` bytes records are
+/// counted in `lost` instead (the recorder takes them after every drain, so this only fills when
+/// the disk stalls).
+#[derive(Debug, Default)]
+pub struct RawRecords {
+    /// Each record as `len:u32` (native endian) then its bytes.
+    pub buf: Vec<u8>,
+    pub cap: usize,
+    pub lost: u64,
+}
+
+impl RawRecords {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            cap,
+            lost: 0,
+        }
+    }
+
+    pub fn push(&mut self, rec: &[u8]) {
+        if self.buf.len() + 4 + rec.len() > self.cap {
+            self.lost += 1;
+            return;
+        }
+        self.buf
+            .extend_from_slice(&(rec.len() as u32).to_ne_bytes());
+        self.buf.extend_from_slice(rec);
+    }
+
+    /// Calls `f` with each record kept, then forgets them.
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) {
+        for_each(&self.buf, f);
+        self.buf.clear();
     }
 }
 

@@ -15,6 +15,7 @@ use cgtrace_common::reads::ReadKey;
 use crate::{
     clock::monotonic_ns,
     decode::Record,
+    drain::RawRecords,
     driver::{self, Flow, Sink, Turn},
     events::EventSelection,
     model::Window,
@@ -24,7 +25,7 @@ use crate::{
         human_bytes,
         writer::{self, Flushed, OnFull, Writer},
     },
-    session::{Pump, RawRecords, Session, SessionOptions},
+    session::{Pump, Session, SessionOptions},
     stream::Ndjson,
 };
 

@@ -16,7 +16,7 @@ use crate::{
     aggregate::Aggregator,
     cgroup::{Cgroups, Names, Resolver},
     counters::{CounterReader, event_counts},
-    drain::Drain,
+    drain::{Drain, RawRecords},
     events::EventSelection,
     family::{Collector, EventLine, FAMILIES, Records, Start, WindowInput, take_map},
     loader::{TraceOptions, Tracer},
@@ -38,43 +38,6 @@ pub struct SessionOptions {
     pub reads_mode: crate::loader::ReadsMode,
     /// Pseudo-file reads at least this long are also delivered as individual events.
     pub slow_read_min: Duration,
-}
-
-/// Ring-buffer records kept as bytes for `cgtrace record`, bounded: past `cap` bytes records are
-/// counted in `lost` instead (the recorder takes them after every drain, so this only fills when
-/// the disk stalls).
-#[derive(Debug, Default)]
-pub struct RawRecords {
-    /// Each record as `len:u32` (native endian) then its bytes.
-    pub buf: Vec<u8>,
-    pub cap: usize,
-    pub lost: u64,
-}
-
-impl RawRecords {
-    pub fn new(cap: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            cap,
-            lost: 0,
-        }
-    }
-
-    pub fn push(&mut self, rec: &[u8]) {
-        if self.buf.len() + 4 + rec.len() > self.cap {
-            self.lost += 1;
-            return;
-        }
-        self.buf
-            .extend_from_slice(&(rec.len() as u32).to_ne_bytes());
-        self.buf.extend_from_slice(rec);
-    }
-
-    /// Calls `f` with each record kept, then forgets them.
-    pub fn drain(&mut self, f: impl FnMut(&[u8])) {
-        crate::drain::for_each(&self.buf, f);
-        self.buf.clear();
-    }
 }
 
 pub struct Session {
