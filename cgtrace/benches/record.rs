@@ -18,6 +18,7 @@ use std::{
 };
 
 use cgtrace::{
+    drain::RawRecords,
     events::EventSelection,
     record::{
         NameEntry,
@@ -25,7 +26,6 @@ use cgtrace::{
         writer::{OnFull, Writer},
     },
     replay,
-    session::RawRecords,
 };
 
 const HELLO: &str = r#"{"type":"hello","schema":1,"cgtrace":"bench","host":"bench","kernel":"6.18","cpus":2,"start_unix_ms":0,"interval_ms":1000,"cgroup":{"layout":"v1","runq_hierarchy":"cpu","runq_mount":"/sys/fs/cgroup/cpu"},"families":{},"capabilities":{"btf":true,"tp_btf":true,"fentry":false,"kprobe":false,"notes":{}},"hist":{"unit":"ns","sub_bits":2,"buckets":140}}"#;
