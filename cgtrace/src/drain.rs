@@ -46,6 +46,11 @@ impl Drain {
         let thread = std::thread::Builder::new()
             .name("cgtrace-drain".into())
             .spawn(move || {
+                // Capabilities are per thread, and this one starts before the session drops
+                // them: it needs none of its own beyond what the others keep.
+                if let Err(e) = crate::privilege::drop_to_kept() {
+                    log::debug!("drain thread: could not drop capabilities: {e}");
+                }
                 loop {
                     let stopping = s.stop.load(Ordering::Acquire);
                     if !stopping {

@@ -5,7 +5,7 @@
 //!   a 10 s warm-up no kernel table is full and no wait is dropped, the daemon's memory is flat,
 //!   and a cgroup made at the end is still reported.
 //! - `node_simulation_matches_the_kernel`: a simulated Kubernetes node ([`cgtrace_tests::node`])
-//!   for `CGTRACE_NODE_MINUTES` (default 3) under the flight-recorder configuration the Helm chart
+//!   for `CGTRACE_NODE_MINUTES` (default 5) under the flight-recorder configuration the Helm chart
 //!   deploys: throttling per throttled pod equals its `cpu.stat`, run-queue wait per sampled pod
 //!   equals the kernel's per-thread run_delay, dying memcgs equal the kernel's, every live pod is
 //!   named, no episode or wait is longer than the run, nothing is lost.
@@ -265,7 +265,7 @@ fn minutes() -> f64 {
     std::env::var("CGTRACE_NODE_MINUTES")
         .ok()
         .and_then(|m| m.parse().ok())
-        .unwrap_or(3.0)
+        .unwrap_or(5.0)
 }
 
 #[test]
