@@ -90,10 +90,19 @@ pub(super) fn qemu_command(vmlinuz: &Path, initrd: &Path, opts: &BootOpts) -> Co
     if !opts.append.is_empty() {
         cmdline = format!("{cmdline} {}", opts.append);
     }
+    // Wide guests run single-threaded TCG: with one host thread per vCPU, a 64-vCPU 6.12 guest
+    // could execute a stale translation of a tracepoint site that `text_poke_bp` had just
+    // patched and oops on the leftover int3 (__hrtimer_run_queues, as cgtrace attached); one
+    // thread invalidates translations for every vCPU at once. This host has 2 cores anyway.
+    let accel = if opts.smp > 8 {
+        "tcg,tb-size=256,thread=single"
+    } else {
+        "tcg,tb-size=256"
+    };
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args([
         "-accel",
-        "tcg,tb-size=256",
+        accel,
         "-nographic",
         "-nic",
         "none",
