@@ -100,20 +100,13 @@ pub(super) fn qemu_command(vmlinuz: &Path, initrd: &Path, opts: &BootOpts) -> Co
         "tcg,tb-size=256"
     };
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-accel",
-        accel,
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-    ])
-    .args(["-smp", &opts.smp.to_string(), "-m", &opts.mem.to_string()])
-    .arg("-kernel")
-    .arg(vmlinuz)
-    .arg("-initrd")
-    .arg(initrd)
-    .args(["-append", &cmdline]);
+    cmd.args(["-accel", accel, "-nographic", "-nic", "none", "-no-reboot"])
+        .args(["-smp", &opts.smp.to_string(), "-m", &opts.mem.to_string()])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", &cmdline]);
     cmd
 }
 
