@@ -20,7 +20,8 @@ pub const CGROUP_UNREADABLE: u32 = 6;
 pub const THROTTLE_SLOTS_FULL: u32 = 7;
 /// Throttle episodes closed late (seen unthrottled at a context switch, not at the unthrottle).
 pub const THROTTLE_LATE_CLOSE: u32 = 8;
-/// A traced read could not be opened: `READ_INFLIGHT` full (the read is not timed).
+/// A flush outside any traced read could not be tracked: `READ_INFLIGHT` had no room for its
+/// entry (the flush is not timed). Reads that lose their entry are `READ_INFLIGHT_LOST`.
 pub const READ_INFLIGHT_FULL: u32 = 9;
 /// A read could not be added: `READ_STATS` full (the read is lost from the aggregates; a slow
 /// read is still sent as an event).
@@ -34,8 +35,12 @@ pub const THROTTLE_STATS_FULL: u32 = 12;
 /// with its group and reused), or they were open longer than
 /// [`MAX_EPISODE_NS`](crate::throttle::MAX_EPISODE_NS).
 pub const THROTTLE_STALE: u32 = 13;
+/// A traced read ended without its entry in `READ_INFLIGHT` (the read is not timed): the LRU
+/// evicted it for other threads' reads while it ran (`--max-read-threads` too small for the
+/// readers at once), there was no room to store it, or the read began before cgtrace attached.
+pub const READ_INFLIGHT_LOST: u32 = 14;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 14;
+pub const NR_COUNTERS: u32 = 15;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -53,6 +58,7 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "read_files_full",
     "throttle_stats_full",
     "throttle_stale",
+    "read_inflight_lost",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

@@ -95,6 +95,10 @@ pub static READ_FILES: HashMap<FileKey, FileNames> = HashMap::with_max_entries(8
 pub static READ_ZERO: PerCpuArray<ReadStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static READ_NAMES_SCRATCH: PerCpuArray<FileNames> = PerCpuArray::with_max_entries(1, 0);
+/// The last read counted as lost at a `seq_read_iter` exit on this CPU, `[tid, file]`: the
+/// enclosing kernfs/proc exit that follows finds it and does not count the read again.
+#[map]
+pub static READ_LOST_INNER: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
 /// timer), so its own wakeups cannot feed back into the events it reads.

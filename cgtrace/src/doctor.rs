@@ -97,6 +97,7 @@ pub fn run() -> anyhow::Result<()> {
     let opts = TraceOptions {
         max_cgroups: 64,
         max_read_keys: 64,
+        max_read_threads: None,
         config: Config::DEFAULT,
         ringbuf_bytes: 64 * 1024,
         cgroup_v1,

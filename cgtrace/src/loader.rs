@@ -57,6 +57,8 @@ pub struct TraceOptions {
     pub max_cgroups: u32,
     /// Keys of `READ_STATS` (`READ_FILES` holds twice as many).
     pub max_read_keys: u32,
+    /// Entries of `READ_INFLIGHT` (default: 256 per CPU, at least 16384).
+    pub max_read_threads: Option<u32>,
     pub config: Config,
     pub ringbuf_bytes: u32,
     /// Key waits by the v1 cpu hierarchy (else cgroup2).
@@ -149,7 +151,11 @@ impl Tracer {
             .map_max_entries("THROTTLE_EPISODES", per_cpu(512, 16_384))
             .map_max_entries("THROTTLE_LAST_CLOSE", per_cpu(512, 16_384))
             .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
-            .map_max_entries("READ_INFLIGHT", per_cpu(256, 16_384))
+            .map_max_entries(
+                "READ_INFLIGHT",
+                opts.max_read_threads
+                    .unwrap_or_else(|| per_cpu(256, 16_384)),
+            )
             .map_max_entries("READ_STATS", opts.max_read_keys)
             .map_max_entries("READ_FILES", opts.max_read_keys.saturating_mul(2))
             .load(OBJECT)

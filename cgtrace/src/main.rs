@@ -196,6 +196,11 @@ struct TraceArgs {
     /// as many); reads past it are counted as `read_stats_full`.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=1_000_000))]
     max_read_keys: u32,
+    /// Threads the reads family follows at once (a read in flight, or the thread's last file
+    /// kept for its next read); least recently reading are evicted beyond it, and a read evicted
+    /// while in flight is counted as `read_inflight_lost` (default: 256 per CPU, at least 16384).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(16..=16_000_000))]
+    max_read_threads: Option<u32>,
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
@@ -289,6 +294,7 @@ impl TraceArgs {
             interval: Duration::from_millis(self.interval),
             max_cgroups: self.max_cgroups,
             max_read_keys: self.max_read_keys,
+            max_read_threads: self.max_read_threads,
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,

@@ -30,6 +30,9 @@ pub struct SessionOptions {
     pub max_cgroups: u32,
     /// Keys of the reads family's stats table (`--max-read-keys`).
     pub max_read_keys: u32,
+    /// Entries of the reads family's per-thread table (`--max-read-threads`; `None`: from the
+    /// number of CPUs).
+    pub max_read_threads: Option<u32>,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
@@ -98,6 +101,7 @@ impl Session {
         let trace = TraceOptions {
             max_cgroups: opts.max_cgroups,
             max_read_keys: opts.max_read_keys,
+            max_read_threads: opts.max_read_threads,
             config: Config {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),

@@ -34,7 +34,7 @@ fn losses(w: &Value) -> Vec<(String, u64)> {
     if let Some(c) = w["events"]["counters"].as_object() {
         for (k, v) in c {
             let n = v.as_u64().unwrap_or(0);
-            if (k.ends_with("_full") || k == "undecodable") && n > 0 {
+            if (k.ends_with("_full") || k.ends_with("_lost") || k == "undecodable") && n > 0 {
                 out.push((k.clone(), n));
             }
         }

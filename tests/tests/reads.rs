@@ -339,6 +339,64 @@ fn lxcfs_meminfo_is_charged_to_the_reader_and_lxcfs_reads_its_memcg() -> anyhow:
     Ok(())
 }
 
+/// More threads in slow reads at once than `--max-read-threads`: the LRU evicts reads in flight.
+/// Every read is either timed or counted as `read_inflight_lost`, never silently gone.
+#[test]
+fn reads_evicted_in_flight_are_counted() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    const READERS: u64 = 40;
+    let fs = SlowFs::mount(Duration::from_millis(300))?;
+    let cg = TestCgroup::new("evictreader")?;
+    let mut stream = Stream::start(&[
+        "--interval",
+        "1000",
+        "--reads-mode",
+        READS_MODE,
+        "--max-read-threads",
+        "16",
+    ])?;
+    stream.windows(1)?;
+    let slow = fs.path("slow");
+    let cmd = reader_cmd(&slow, 1, "cgt-evict", &[&cg.dir]);
+    let mut children = Vec::new();
+    for _ in 0..READERS {
+        children.push(
+            std::process::Command::new(&cmd[0])
+                .args(&cmd[1..])
+                .stdout(std::process::Stdio::null())
+                .spawn()?,
+        );
+    }
+    for mut c in children {
+        assert!(c.wait()?.success());
+    }
+    stream.windows(2)?;
+    let (code, lines) = stream.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    // Each reader reads to EOF: two read calls.
+    let calls = 2 * READERS;
+    let timed: u64 = read_lines(&lines, &cg.rel)
+        .iter()
+        .filter(|l| l["comm"] == "cgt-evict" && l["file"] == slow.to_str().unwrap())
+        .filter_map(|l| l["count"].as_u64())
+        .sum();
+    let lost = cgtrace_tests::stream::sum_counter(&lines, "read_inflight_lost");
+    let missing = calls.saturating_sub(timed);
+    println!("{timed} of {calls} reads timed, {lost} counted as lost");
+    assert!(
+        missing >= 10,
+        "{timed} of {calls} reads timed: 40 readers should not fit 16 entries"
+    );
+    // Other threads of the host may lose a read too while the table is this small.
+    assert!(
+        (missing..=missing + 20).contains(&lost),
+        "{timed} of {calls} reads timed, {lost} counted as lost"
+    );
+    Ok(())
+}
+
 /// cgtrace reads cgroup and proc files every window (the dying memcg count, its throttled groups'
 /// `cpu.stat`): none of those reads, nor the flushes they cause, are charged to anyone.
 #[test]
@@ -437,19 +495,37 @@ fn a_recording_reports_the_slowest_reads() -> anyhow::Result<()> {
     let file = std::env::temp_dir().join(format!("cgtrace-reads-{}.cgt", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let mut rec = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
-        .args([
-            "record",
-            "--duration",
-            "4",
-            "--reads-mode",
-            READS_MODE,
-            "-o",
-        ])
+        .args(["record", "--reads-mode", READS_MODE, "-o"])
         .arg(&file)
+        .stderr(std::process::Stdio::piped())
         .spawn()?;
-    sleep(Duration::from_millis(1500));
+    // The recorder says "recording to" once attached: the reads start after it, however long
+    // loading takes on a cold machine (a fixed sleep here once let them all happen before).
+    let stderr = rec.stderr.take().context("stderr")?;
+    let (tx, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = said
+            .recv_timeout(Duration::from_secs(60))
+            .context("the recorder did not start within 60 s")?;
+        if line.contains("recording to") {
+            break;
+        }
+    }
+    sleep(Duration::from_millis(1200));
     let slow = fs.path("slow");
     run(&reader_cmd(&slow, 2, "cgt-recreader", &[&cg.dir]))?;
+    sleep(Duration::from_millis(1500));
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(rec.id() as i32, SIGINT) };
     assert!(rec.wait()?.success());
     let out = std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
         .args(["report", "--json"])

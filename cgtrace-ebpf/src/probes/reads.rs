@@ -43,8 +43,8 @@ use crate::{
     CONFIG,
     kernel::{layout, read, task_cgroup_id},
     maps::{
-        EVENTS, READ_FILES, READ_INFLIGHT, READ_NAMES_SCRATCH, READ_STATS, READ_ZERO, count,
-        counters,
+        EVENTS, READ_FILES, READ_INFLIGHT, READ_LOST_INNER, READ_NAMES_SCRATCH, READ_STATS,
+        READ_ZERO, count, counters,
     },
 };
 
@@ -269,10 +269,9 @@ fn open_read(task: P, file: P, hook: u32) {
     inflight.target_cgrp = target_cgrp as u64;
     inflight.file_ptr = file as u64;
     inflight.inode_ptr = inode as u64;
-    // Replaces this thread's last entry (a finished read, or a stale flush-only one).
-    if READ_INFLIGHT.insert(&t, &inflight, 0).is_err() {
-        count(counters(), counters::READ_INFLIGHT_FULL);
-    }
+    // Replaces this thread's last entry (a finished read, or a stale flush-only one). If it
+    // cannot be stored, the read's end finds no entry and counts it (`READ_INFLIGHT_LOST`).
+    let _ = READ_INFLIGHT.insert(&t, &inflight, 0);
 }
 
 #[inline(always)]
@@ -294,22 +293,68 @@ fn add_bucket(s: *mut ReadStats, ns: u64) {
     unsafe { add(&raw mut (*s).buckets[idx as usize], 1) };
 }
 
-/// Ends the current thread's read opened by `hook` and accounts it.
+/// Ends the current thread's read opened by `hook` and accounts it. Returns true when the thread
+/// has no entry of a read: the caller then looks at the file ([`lost_read`]).
 #[inline(always)]
-fn close_read(hook: u32, ret: i64) {
+fn close_read(hook: u32, ret: i64) -> bool {
     let t = tid();
     let Some(e) = READ_INFLIGHT.get_ptr_mut(&t) else {
-        return;
+        return true;
     };
     // SAFETY: this thread's live map value; it is copied before being marked closed.
     let r = unsafe {
+        // A flush-only entry stands where the read's was: the read's was evicted.
+        if (*e).hook == HOOK_FLUSH {
+            return true;
+        }
+        // Closed: an untraced read after a traced one (the entry is the file cache), or the
+        // inner hook of a nested pair already ended it. Another hook: the inner of a pair.
         if (*e).open == 0 || (*e).hook != hook {
-            return;
+            return false;
         }
         (*e).open = 0;
         *e
     };
     account(&r, now(), ret);
+    false
+}
+
+/// A read ended and the thread has no entry of it. If `file` is a traced pseudo-file the read
+/// was traced and its entry is gone: evicted from the LRU `READ_INFLIGHT` by other threads'
+/// reads while it ran, never stored, or the read began before cgtrace attached. Ordinary files
+/// pay three loads, and only on threads that have no entry. Counted once: a nested pair (kernfs
+/// or proc around seq_file) ends twice, so the inner `seq_read_iter` exit leaves a per-CPU mark
+/// that the enclosing exit, which follows at once on the same thread, takes instead of counting.
+#[inline(always)]
+fn lost_read(hook: u32, file: Option<P>) {
+    let Some(file) = file else {
+        return;
+    };
+    let Some(inode) = rd::<P>(file, layout!(file_inode)) else {
+        return;
+    };
+    let Some(sb) = rd::<P>(inode, layout!(inode_sb)) else {
+        return;
+    };
+    let Some(magic) = rd::<u64>(sb, layout!(sb_magic)) else {
+        return;
+    };
+    if !traced_magic(magic) || is_self() {
+        return;
+    }
+    if let Some(mark) = READ_LOST_INNER.get_ptr_mut(0) {
+        let me = [u64::from(tid()), file as u64];
+        // SAFETY: this CPU's slot; programs do not nest on a CPU between these lines.
+        unsafe {
+            if hook == HOOK_SEQ {
+                *mark = me;
+            } else if (hook == HOOK_KERNFS || hook == HOOK_PROC) && *mark == me {
+                *mark = [0, 0];
+                return;
+            }
+        }
+    }
+    count(counters(), counters::READ_INFLIGHT_LOST);
 }
 
 /// Adds one finished read (or flush) to `READ_STATS` and sends it as an event if slow.
@@ -410,9 +455,18 @@ pub fn reads_sys_enter(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let regs: P = ctx.arg(0);
+    if let Some(file) = syscall_file(regs, id) {
+        open_read(current(), file, HOOK_SYSCALL);
+    }
+    0
+}
+
+/// The file a read syscall `nr` reads, from its saved registers.
+#[inline(always)]
+fn syscall_file(regs: P, nr: u64) -> Option<P> {
     // The last slot is sendfile(out_fd, in_fd, ...): the file read is the second argument.
     // SAFETY: CONFIG is a plain static in .rodata.
-    let sendfile = id
+    let sendfile = nr
         == u64::from(unsafe {
             core::ptr::read_volatile(&raw const CONFIG.read_syscalls[NR_READ_SYSCALLS - 1])
         });
@@ -421,14 +475,8 @@ pub fn reads_sys_enter(ctx: BtfTracePointContext) -> u32 {
     } else {
         layout!(regs_arg0)
     };
-    let Some(fd) = rd::<u64>(regs, slot) else {
-        return 0;
-    };
-    let task = current();
-    if let Some(file) = fd_file(task, fd) {
-        open_read(task, file, HOOK_SYSCALL);
-    }
-    0
+    let fd = rd::<u64>(regs, slot)?;
+    fd_file(current(), fd)
 }
 
 /// `sys_exit(regs, ret)`: the syscall number is read back from `regs`, so other syscalls cost
@@ -443,7 +491,9 @@ pub fn reads_sys_exit(ctx: BtfTracePointContext) -> u32 {
         return 0;
     }
     let ret: i64 = ctx.arg(1);
-    close_read(HOOK_SYSCALL, ret);
+    if close_read(HOOK_SYSCALL, ret) {
+        lost_read(HOOK_SYSCALL, syscall_file(regs, nr));
+    }
     0
 }
 
@@ -451,8 +501,13 @@ pub fn reads_sys_exit(ctx: BtfTracePointContext) -> u32 {
 // fentry mode: `f(struct kiocb *, struct iov_iter *)` and `proc_reg_read(struct file *, ...)`
 
 #[inline(always)]
+fn iocb_file(iocb: P) -> Option<P> {
+    rd::<P>(iocb, layout!(kiocb_filp))
+}
+
+#[inline(always)]
 fn iter_enter(iocb: P, hook: u32) {
-    if let Some(file) = rd::<P>(iocb, layout!(kiocb_filp)) {
+    if let Some(file) = iocb_file(iocb) {
         open_read(current(), file, hook);
     }
 }
@@ -465,7 +520,9 @@ pub fn reads_kernfs_enter(ctx: FEntryContext) -> u32 {
 
 #[fexit(function = "kernfs_fop_read_iter")]
 pub fn reads_kernfs_exit(ctx: FExitContext) -> u32 {
-    close_read(HOOK_KERNFS, ctx.arg(2));
+    if close_read(HOOK_KERNFS, ctx.arg(2)) {
+        lost_read(HOOK_KERNFS, iocb_file(ctx.arg(0)));
+    }
     0
 }
 
@@ -477,7 +534,9 @@ pub fn reads_seq_enter(ctx: FEntryContext) -> u32 {
 
 #[fexit(function = "seq_read_iter")]
 pub fn reads_seq_exit(ctx: FExitContext) -> u32 {
-    close_read(HOOK_SEQ, ctx.arg(2));
+    if close_read(HOOK_SEQ, ctx.arg(2)) {
+        lost_read(HOOK_SEQ, iocb_file(ctx.arg(0)));
+    }
     0
 }
 
@@ -489,7 +548,9 @@ pub fn reads_proc_iter_enter(ctx: FEntryContext) -> u32 {
 
 #[fexit(function = "proc_reg_read_iter")]
 pub fn reads_proc_iter_exit(ctx: FExitContext) -> u32 {
-    close_read(HOOK_PROC, ctx.arg(2));
+    if close_read(HOOK_PROC, ctx.arg(2)) {
+        lost_read(HOOK_PROC, iocb_file(ctx.arg(0)));
+    }
     0
 }
 
@@ -501,7 +562,9 @@ pub fn reads_proc_enter(ctx: FEntryContext) -> u32 {
 
 #[fexit(function = "proc_reg_read")]
 pub fn reads_proc_exit(ctx: FExitContext) -> u32 {
-    close_read(HOOK_PROC, ctx.arg(4));
+    if close_read(HOOK_PROC, ctx.arg(4)) {
+        lost_read(HOOK_PROC, Some(ctx.arg(0)));
+    }
     0
 }
 
@@ -513,7 +576,9 @@ pub fn reads_fuse_enter(ctx: FEntryContext) -> u32 {
 
 #[fexit(function = "fuse_file_read_iter")]
 pub fn reads_fuse_exit(ctx: FExitContext) -> u32 {
-    close_read(HOOK_FUSE, ctx.arg(2));
+    if close_read(HOOK_FUSE, ctx.arg(2)) {
+        lost_read(HOOK_FUSE, iocb_file(ctx.arg(0)));
+    }
     0
 }
 

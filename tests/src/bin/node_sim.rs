@@ -185,7 +185,9 @@ fn main() -> Result<()> {
     );
     let loss: Vec<String> = counters
         .iter()
-        .filter(|(k, n)| (k.ends_with("_full") || *k == "undecodable") && **n > 0)
+        .filter(|(k, n)| {
+            (k.ends_with("_full") || k.ends_with("_lost") || *k == "undecodable") && **n > 0
+        })
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     println!(
