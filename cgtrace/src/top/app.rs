@@ -176,6 +176,8 @@ pub struct App {
     pub tree: bool,
     pub hide_idle: bool,
     folded: HashSet<String>,
+    /// The tree view's shape, kept between snapshots.
+    tree_shape: rows::TreeShape,
     pub cursor: usize,
     pub offset: usize,
     selected: Option<RowKey>,
@@ -228,6 +230,7 @@ impl App {
             tree: false,
             hide_idle: false,
             folded: HashSet::new(),
+            tree_shape: rows::TreeShape::default(),
             cursor: 0,
             offset: 0,
             selected: None,
@@ -352,7 +355,7 @@ impl App {
             tree: self.tree,
             folded: &self.folded,
         };
-        rows::build(&self.store, &spec, &mut self.rows);
+        rows::build(&self.store, &spec, &mut self.tree_shape, &mut self.rows);
         if let Some(key) = &self.selected
             && let Some(i) = self.rows.iter().position(|r| &r.key == key)
         {
@@ -538,8 +541,8 @@ impl App {
             return;
         }
         if fold {
-            self.folded.insert(path);
-        } else if !self.folded.remove(&path) {
+            self.folded.insert(path.to_string());
+        } else if !self.folded.remove(&*path) {
             return;
         }
         self.rebuild();

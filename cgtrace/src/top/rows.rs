@@ -6,6 +6,7 @@ use std::{
     borrow::Cow,
     cmp::Ordering,
     collections::{HashMap, HashSet},
+    sync::Arc,
 };
 
 use crate::model::{CgroupWindow, Window};
@@ -62,6 +63,9 @@ pub struct Store {
     seq: u64,
     /// Cgroups whose removal the window reported: forgotten at the next one.
     removed: Vec<u64>,
+    /// Changes whenever the tree's shape may have: a cgroup came or went, or its path or name
+    /// changed. The tree view rebuilds its [`TreeShape`] only then.
+    shape_gen: u64,
 }
 
 /// Every string of a cgroup's window that a tenant controls (its name and path, comms, file
@@ -135,6 +139,7 @@ impl Store {
             .cgroups
             .extract_if(.., |cg| !map.contains_key(&cg.id))
             .collect();
+        let added = new.len();
         for cg in &mut window.cgroups {
             let flags = flags_of(cg);
             let Some(t) = map.get_mut(&cg.id) else {
@@ -143,6 +148,7 @@ impl Store {
             if t.cg.path != cg.path || t.cg.name != cg.name {
                 t.haystack = haystack(cg.name.as_deref(), cg.path.as_deref());
                 t.depth = cg.path.as_deref().map_or(0, depth_of);
+                self.shape_gen += 1;
             }
             std::mem::swap(&mut t.cg, cg);
             t.last_seq = seq;
@@ -169,9 +175,13 @@ impl Store {
                 },
             );
         }
+        if !gone.is_empty() || added > 0 {
+            self.shape_gen += 1;
+        }
         self.garbage.push(gone);
         self.garbage.push(std::mem::take(&mut window.cgroups));
         if self.map.len() > MAX_KNOWN {
+            self.shape_gen += 1;
             let mut by_age: Vec<(u64, u64)> =
                 self.map.values().map(|t| (t.last_seq, t.cg.id)).collect();
             by_age.sort_unstable();
@@ -198,7 +208,7 @@ impl Store {
     /// A row's label: a tree node's own, else the tracked cgroup's name or path.
     pub fn label<'a>(&'a self, row: &'a Row) -> Cow<'a, str> {
         match (&row.label, row.id.and_then(|id| self.get(id))) {
-            (Some(l), _) => Cow::Borrowed(l),
+            (Some(l), _) => Cow::Borrowed(&**l),
             (None, Some(t)) => t.flat_label(),
             (None, None) => Cow::Borrowed("?"),
         }
@@ -210,7 +220,7 @@ impl Store {
 pub enum RowKey {
     Cgroup(u64),
     /// A tree node with no data of its own (an ancestor of traced cgroups).
-    Path(String),
+    Path(Arc<str>),
 }
 
 /// A tree row's fold state.
@@ -228,12 +238,13 @@ pub struct Row {
     /// The tracked cgroup (None for a tree node without data).
     pub id: Option<u64>,
     /// Tree rows' label; flat rows take theirs from the store ([`Store::label`]), so building
-    /// the flat order allocates nothing per cgroup.
-    pub label: Option<String>,
+    /// the flat order allocates nothing per cgroup. Shared with the [`TreeShape`], so building
+    /// the tree order copies no string either.
+    pub label: Option<Arc<str>>,
     /// 0 for the root, 1 for its children, …
     pub depth: u16,
     /// The path (tree nodes) — for folding.
-    pub path: Option<String>,
+    pub path: Option<Arc<str>>,
     /// Some in tree mode.
     pub tree: Option<TreeMark>,
 }
@@ -291,11 +302,12 @@ fn parent_of(path: &str) -> &str {
     }
 }
 
-/// The visible rows, in order, into `out` (its allocation is reused).
-pub fn build(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
+/// The visible rows, in order, into `out` (its allocation is reused). The tree view keeps its
+/// shape in `shape` between calls.
+pub fn build(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, out: &mut Vec<Row>) {
     out.clear();
     if spec.tree {
-        out.extend(build_tree(store, spec));
+        build_tree(store, spec, shape, out);
     } else {
         build_flat(store, spec, out);
     }
@@ -346,141 +358,174 @@ fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
     }));
 }
 
-struct Node {
-    path: String,
-    id: Option<u64>,
-    label: String,
-    children: Vec<usize>,
-    key: Key,
-    /// The best key in the subtree (siblings are ordered by it, so the hottest subtree is first).
-    best: Key,
-    visible: bool,
-    /// Visible descendants.
-    below: u32,
+/// The tree view's shape: a node per known cgroup and per ancestor path of one, parents before
+/// their children. Rebuilt only when the store's shape changes (a cgroup came or went, a path or
+/// name changed), not at every snapshot: per snapshot only keys, visibility and order are
+/// computed.
+#[derive(Default)]
+pub struct TreeShape {
+    /// The store's `shape_gen` it was built at.
+    built: Option<u64>,
+    nodes: Vec<ShapeNode>,
 }
 
-fn build_tree(store: &Store, spec: &ViewSpec<'_>) -> Vec<Row> {
-    let ctx = store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
-    let mut nodes: Vec<Node> = Vec::with_capacity(store.map.len() + 16);
-    let mut index: HashMap<String, usize> = HashMap::with_capacity(store.map.len() + 16);
-    let empty = || Key::Num(None);
-    let new_node = |path: String, label: String| Node {
-        path,
-        id: None,
-        label,
-        children: Vec::new(),
-        key: empty(),
-        best: empty(),
-        visible: false,
-        below: 0,
-    };
-    nodes.push(new_node("/".into(), "/".into()));
-    index.insert("/".into(), 0);
-    // Parents are created before their children, so children always have larger indices.
-    fn ensure(
-        path: &str,
-        nodes: &mut Vec<Node>,
-        index: &mut HashMap<String, usize>,
-        new_node: &dyn Fn(String, String) -> Node,
-    ) -> usize {
-        if let Some(&i) = index.get(path) {
-            return i;
+struct ShapeNode {
+    /// Empty for a cgroup whose path is unknown.
+    path: Arc<str>,
+    id: Option<u64>,
+    label: Arc<str>,
+    children: Vec<usize>,
+}
+
+impl TreeShape {
+    fn update(&mut self, store: &Store) {
+        if self.built == Some(store.shape_gen) {
+            return;
         }
-        let parent = ensure(parent_of(path), nodes, index, new_node);
-        let label = path.rsplit('/').next().unwrap_or(path).to_string();
-        let i = nodes.len();
-        nodes.push(new_node(path.to_string(), label));
-        nodes[parent].children.push(i);
-        index.insert(path.to_string(), i);
-        i
-    }
-    let text_sort = matches!(spec.sort.source, Source::Name);
-    for t in store.map.values() {
-        let i = match t.cg.path.as_deref() {
-            Some(p) => ensure(p, &mut nodes, &mut index, &new_node),
-            None => {
-                let i = nodes.len();
-                nodes.push(new_node(String::new(), t.flat_label().into_owned()));
-                nodes[0].children.push(i);
-                i
+        self.built = Some(store.shape_gen);
+        self.nodes.clear();
+        let mut index: HashMap<Arc<str>, usize> = HashMap::with_capacity(store.map.len() + 16);
+        let root: Arc<str> = Arc::from("/");
+        self.nodes.push(ShapeNode {
+            path: root.clone(),
+            id: None,
+            label: root.clone(),
+            children: Vec::new(),
+        });
+        index.insert(root, 0);
+        // Parents are created before their children, so children always have larger indices.
+        fn ensure(
+            path: &str,
+            nodes: &mut Vec<ShapeNode>,
+            index: &mut HashMap<Arc<str>, usize>,
+        ) -> usize {
+            if let Some(&i) = index.get(path) {
+                return i;
             }
-        };
-        let node = &mut nodes[i];
-        node.id = Some(t.cg.id);
-        if let Some(name) = &t.cg.name {
-            node.label = name.clone();
+            let parent = ensure(parent_of(path), nodes, index);
+            let label = Arc::from(path.rsplit('/').next().unwrap_or(path));
+            let path: Arc<str> = Arc::from(path);
+            let i = nodes.len();
+            nodes.push(ShapeNode {
+                path: path.clone(),
+                id: None,
+                label,
+                children: Vec::new(),
+            });
+            nodes[parent].children.push(i);
+            index.insert(path, i);
+            i
         }
-        if visible(store, t, spec) {
-            node.visible = true;
-            node.key = key_of(t, store.is_active(t), spec.sort, &ctx, &node.label);
+        for t in store.map.values() {
+            let i = match t.cg.path.as_deref() {
+                Some(p) => ensure(p, &mut self.nodes, &mut index),
+                None => {
+                    let i = self.nodes.len();
+                    self.nodes.push(ShapeNode {
+                        path: Arc::from(""),
+                        id: None,
+                        label: Arc::from(t.flat_label().as_ref()),
+                        children: Vec::new(),
+                    });
+                    self.nodes[0].children.push(i);
+                    i
+                }
+            };
+            let node = &mut self.nodes[i];
+            node.id = Some(t.cg.id);
+            if let Some(name) = &t.cg.name {
+                node.label = Arc::from(name.as_str());
+            }
         }
     }
-    if text_sort {
-        for n in &mut nodes {
-            n.key = Key::Text(n.label.to_lowercase());
+}
+
+fn build_tree(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, rows: &mut Vec<Row>) {
+    shape.update(store);
+    let nodes = &shape.nodes;
+    let n = nodes.len();
+    let ctx = store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
+    let text_sort = matches!(spec.sort.source, Source::Name);
+    let empty = || Key::Num(None);
+    let mut shown = vec![false; n];
+    let mut key: Vec<Key> = Vec::with_capacity(n);
+    for (i, node) in nodes.iter().enumerate() {
+        let mut k = empty();
+        if let Some(t) = node.id.and_then(|id| store.map.get(&id))
+            && visible(store, t, spec)
+        {
+            shown[i] = true;
+            if !text_sort {
+                k = key_of(t, store.is_active(t), spec.sort, &ctx, &node.label);
+            }
         }
+        if text_sort {
+            k = Key::Text(node.label.to_lowercase());
+        }
+        key.push(k);
     }
     // Bottom-up: visibility, best key and visible descendants.
-    for i in (0..nodes.len()).rev() {
-        let mut best = if nodes[i].visible {
-            nodes[i].key.clone()
+    let mut best: Vec<Key> = (0..n).map(|_| empty()).collect();
+    let mut below = vec![0u32; n];
+    for i in (0..n).rev() {
+        let mut b = if shown[i] && !text_sort {
+            key[i].clone()
         } else {
             empty()
         };
-        let mut any = nodes[i].visible;
-        let mut below = 0;
+        let mut any = shown[i];
+        let mut count = 0;
         for &c in &nodes[i].children {
-            if !nodes[c].visible {
+            if !shown[c] {
                 continue;
             }
             any = true;
-            below += 1 + nodes[c].below;
-            if !text_sort && cmp_keys(&nodes[c].best, &best, spec.descending) == Ordering::Less {
-                best = nodes[c].best.clone();
+            count += 1 + below[c];
+            if !text_sort && cmp_keys(&best[c], &b, spec.descending) == Ordering::Less {
+                b = best[c].clone();
             }
         }
-        let n = &mut nodes[i];
-        n.visible = any;
-        n.below = below;
-        n.best = if text_sort { n.key.clone() } else { best };
+        shown[i] = any;
+        below[i] = count;
+        best[i] = if text_sort {
+            std::mem::replace(&mut key[i], empty())
+        } else {
+            b
+        };
     }
-    let mut rows = Vec::new();
-    if !nodes[0].visible {
-        return rows;
+    if !shown[0] {
+        return;
     }
     let mut stack = vec![(0usize, 0u16)];
+    let mut kids: Vec<usize> = Vec::new();
     while let Some((i, depth)) = stack.pop() {
-        let n = &nodes[i];
-        let folded = spec.folded.contains(&n.path) && n.below > 0;
-        let mark = if n.below == 0 {
+        let node = &nodes[i];
+        let folded = below[i] > 0 && spec.folded.contains(&*node.path);
+        let mark = if below[i] == 0 {
             TreeMark::Leaf
         } else if folded {
-            TreeMark::Folded(n.below)
+            TreeMark::Folded(below[i])
         } else {
             TreeMark::Open
         };
         rows.push(Row {
-            key: match n.id {
+            key: match node.id {
                 Some(id) => RowKey::Cgroup(id),
-                None => RowKey::Path(n.path.clone()),
+                None => RowKey::Path(node.path.clone()),
             },
-            id: n.id,
-            label: Some(n.label.clone()),
+            id: node.id,
+            label: Some(node.label.clone()),
             depth,
-            path: (!n.path.is_empty()).then(|| n.path.clone()),
+            path: (!node.path.is_empty()).then(|| node.path.clone()),
             tree: Some(mark),
         });
         if folded {
             continue;
         }
-        let mut kids: Vec<usize> = n
-            .children
-            .iter()
-            .copied()
-            .filter(|&c| nodes[c].visible)
-            .collect();
+        kids.clear();
+        kids.extend(node.children.iter().copied().filter(|&c| shown[c]));
         kids.sort_unstable_by(|&a, &b| {
-            cmp_keys(&nodes[a].best, &nodes[b].best, spec.descending)
+            cmp_keys(&best[a], &best[b], spec.descending)
                 .then_with(|| nodes[a].label.cmp(&nodes[b].label))
                 .then_with(|| nodes[a].path.cmp(&nodes[b].path))
         });
@@ -489,5 +534,4 @@ fn build_tree(store: &Store, spec: &ViewSpec<'_>) -> Vec<Row> {
             stack.push((c, depth + 1));
         }
     }
-    rows
 }
