@@ -185,6 +185,17 @@ fn main() {
         app.apply(Action::Command(Command::SortNext));
         t0.stop()
     });
+    let mut copies: Vec<Window> = (0..RUNS + 3)
+        .map(|i| windows[i % windows.len()].clone())
+        .collect();
+    let diagnose = time(|| {
+        let mut w = copies.pop().expect("a copy per run");
+        let t0 = Watch::start();
+        cgtrace::family::diagnose(&mut w);
+        let took = t0.stop();
+        drop(w);
+        took
+    });
     app.apply(Action::Command(Command::Detail));
     let detail_frame = time(|| {
         let t0 = Watch::start();
@@ -203,6 +214,7 @@ fn main() {
         ("  snapshot only (table, flags, sort)", &snapshot),
         ("  frame only", &frame),
         ("re-sort (key press)", &resort),
+        ("  of a snapshot: diagnoses", &diagnose),
         ("frame with the detail pane", &detail_frame),
         ("snapshot + frame (tree)", &tree_snapshot_and_frame),
     ] {

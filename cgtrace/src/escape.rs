@@ -34,7 +34,12 @@ fn push_escaped(out: &mut String, c: char) {
 
 /// `s` for a terminal: unsafe characters escaped (borrowed when there are none).
 pub fn terminal(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unsafe) {
+    // Printable ASCII, nearly every name and path, is checked a byte at a time (vectorised)
+    // instead of a char at a time: the view escapes every cgroup's strings at each snapshot.
+    let printable_ascii = s
+        .bytes()
+        .fold(true, |ok, b| ok & (b.wrapping_sub(0x20) < 0x5f));
+    if printable_ascii || !s.chars().any(is_unsafe) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);

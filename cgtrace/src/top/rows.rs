@@ -326,36 +326,43 @@ fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
         .filter(|t| visible(store, t, spec))
         .map(|t| {
             let key = match key_of(t, store.is_active(t), spec.sort, &ctx, "") {
-                Key::Num(k) => k,
-                Key::Text(_) => None,
+                Key::Num(k) if !by_name => k,
+                _ => None,
             };
             (key, t.flat_label(), t)
         })
         .collect();
-    let lower = |s: &str| {
-        s.chars()
-            .flat_map(char::to_lowercase)
-            .collect::<Vec<char>>()
+    let ties = |a: &(Option<f64>, Cow<'_, str>, &Tracked),
+                b: &(Option<f64>, Cow<'_, str>, &Tracked)| {
+        a.1.cmp(&b.1).then(a.2.cg.id.cmp(&b.2.cg.id))
     };
+    if by_name {
+        // Each label lower-cased once, not at every comparison.
+        let lowered: Vec<String> = items.iter().map(|i| i.1.to_lowercase()).collect();
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_unstable_by(|&a, &b| {
+            let ord = lowered[a].cmp(&lowered[b]);
+            let ord = if spec.descending { ord.reverse() } else { ord };
+            ord.then_with(|| ties(&items[a], &items[b]))
+        });
+        out.extend(order.into_iter().map(|i| flat_row(items[i].2)));
+        return;
+    }
     items.sort_unstable_by(|a, b| {
-        let by_key = if by_name {
-            let ord = lower(&a.1).cmp(&lower(&b.1));
-            if spec.descending { ord.reverse() } else { ord }
-        } else {
-            cmp_keys(&Key::Num(a.0), &Key::Num(b.0), spec.descending)
-        };
-        by_key
-            .then_with(|| a.1.cmp(&b.1))
-            .then(a.2.cg.id.cmp(&b.2.cg.id))
+        cmp_keys(&Key::Num(a.0), &Key::Num(b.0), spec.descending).then_with(|| ties(a, b))
     });
-    out.extend(items.into_iter().map(|(_, _, t)| Row {
+    out.extend(items.into_iter().map(|(_, _, t)| flat_row(t)));
+}
+
+fn flat_row(t: &Tracked) -> Row {
+    Row {
         key: RowKey::Cgroup(t.cg.id),
         id: Some(t.cg.id),
         label: None,
         depth: t.depth,
         path: None,
         tree: None,
-    }));
+    }
 }
 
 /// The tree view's shape: a node per known cgroup and per ancestor path of one, parents before
