@@ -1,6 +1,6 @@
 //! Agreement with an independent reference on the same run: libbpf-tools `runqlat -p PID` and
-//! cgtrace's histogram of a cgroup holding only that process give the same median log2 bucket and
-//! p99 buckets at most one apart.
+//! cgtrace's histogram of a cgroup holding only that process: each one's median log2 bucket lies
+//! within the other's 40th-60th percentile buckets, and the p99 buckets are at most one apart.
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
@@ -47,7 +47,25 @@ fn runqlat_agrees_on_median_and_p99() -> anyhow::Result<()> {
         ours.count > 300 && theirs.total() > 300,
         "both saw the sleeper"
     );
-    assert_eq!(om.map(|s| s as usize), tm, "median bucket");
+    // Each median lies in the other tool's 40th-60th percentile buckets. The two tools do not
+    // cover exactly the same span (runqlat starts before the stream and stops after it), so when
+    // the median sits near a bucket edge the two medians may fall on either side of it (seen in
+    // CI: 455 of 887 waits below the edge for one, 471 of 954 for the other); a distribution that
+    // differs (waits charged wrongly) puts them further apart.
+    let (o40, o60) = (ours.quantile_slot(0.4), ours.quantile_slot(0.6));
+    let (t40, t60) = (theirs.percentile_bucket(0.4), theirs.percentile_bucket(0.6));
+    let within = |x: Option<usize>, lo: Option<usize>, hi: Option<usize>| match (x, lo, hi) {
+        (Some(x), Some(lo), Some(hi)) => (lo..=hi).contains(&x),
+        _ => false,
+    };
+    assert!(
+        within(om.map(|s| s as usize), t40, t60),
+        "our median slot {om:?} outside runqlat's 40-60 % slots {t40:?}..{t60:?}"
+    );
+    assert!(
+        within(tm, o40.map(|s| s as usize), o60.map(|s| s as usize)),
+        "runqlat's median slot {tm:?} outside our 40-60 % slots {o40:?}..{o60:?}"
+    );
     let (o99, t99) = (o99.expect("p99") as i64, t99.expect("p99") as i64);
     assert!((o99 - t99).abs() <= 1, "p99 buckets {o99} vs {t99}");
     Ok(())
