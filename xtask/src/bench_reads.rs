@@ -44,7 +44,16 @@ impl Tracer {
         let mut child = Command::new("taskset")
             .args(["-c", "1"])
             .arg(bin)
-            .args(["stream", "--interval", "1000", "--no-summary"])
+            // Forced: `auto` is fentry only and leaves the family off where fentry cannot load
+            // (this VM), which would time nothing.
+            .args([
+                "stream",
+                "--interval",
+                "1000",
+                "--no-summary",
+                "--reads-mode",
+                "syscall",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
