@@ -21,6 +21,9 @@ ulimit -l unlimited
 echo "CGTRACE-VM-BOOTED $(uname -r)"
 cd /tmp || exit 1
 sh /scenario.sh
-echo "CGTRACE-VM-EXIT $?"
+rc=$?
+# On a line of its own: the kernel's console messages can land before the newline.
+echo
+echo "CGTRACE-VM-EXIT $rc"
 echo o >/proc/sysrq-trigger
 sleep 60

@@ -173,7 +173,7 @@ pub(super) fn record_line(
         outcome.uname = Some(rest.to_string());
     }
     if let Some(code) = marker_value(&line, EXIT_MARKER) {
-        outcome.exit_code = code.parse().ok();
+        outcome.exit_code = exit_code(code);
     }
     outcome.lines.push(line);
     Ok(())
@@ -199,6 +199,16 @@ pub(super) fn strip_escapes(line: &str) -> String {
         }
     }
     out
+}
+
+/// The guest script's exit code from the word after the exit marker. The kernel's console
+/// messages can land on the same line before the newline (`CGTRACE-VM-EXIT 0[   29.26] sysrq:
+/// Power Off` failed a CI run on 6.1), so only the leading digits count.
+pub(super) fn exit_code(word: &str) -> Option<i32> {
+    let end = word
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(word.len());
+    word[..end].parse().ok()
 }
 
 /// The word after `marker` in `line`, if the line contains it.

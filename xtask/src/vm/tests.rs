@@ -258,3 +258,11 @@ fn cpio_newc_layout() {
     let h = text.find("bin/hello").unwrap() - 110;
     assert_eq!(&text[h + 14..h + 22], "000081ED");
 }
+
+#[test]
+fn exit_code_ignores_kernel_messages_on_the_same_line() {
+    let line = "CGTRACE-VM-EXIT 0[   29.260073] sysrq: Power Off";
+    assert_eq!(marker_value(line, EXIT_MARKER).and_then(exit_code), Some(0));
+    assert_eq!(exit_code("101"), Some(101));
+    assert_eq!(exit_code("[  1.0]"), None);
+}
