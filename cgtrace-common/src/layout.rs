@@ -13,6 +13,19 @@ pub const CGROUP_MODE_V2: u32 = 0;
 /// Cgroup identity is read from `task->cgroups->subsys[LAYOUT.cpu_subsys_id]->cgroup` (v1).
 pub const CGROUP_MODE_V1: u32 = 1;
 
+/// Waits are not split by the kernel's throttled clock (6.18+ throttles task by task and the
+/// switch-out marks the wait; or this kernel has no such clock).
+pub const THR_CLOCK_NONE: u32 = 0;
+/// `throttled_clock_self_time` in `rq->clock` (6.8+): the same clock as `cpu.stat`'s throttled
+/// time, exact.
+pub const THR_CLOCK_SELF: u32 = 1;
+/// `throttled_clock_pelt_time` in `rq->clock_pelt` (6.0–6.7): the PELT clock, which leaves out
+/// IRQ and steal time and runs slower than wall time on a CPU clocked below its maximum when the
+/// kernel is frequency invariant.
+pub const THR_CLOCK_PELT: u32 = 2;
+/// `throttled_clock_task_time` in `rq->clock_task` (before 6.0): leaves out IRQ and steal time.
+pub const THR_CLOCK_TASK: u32 = 3;
+
 /// Offsets (bytes) of the kernel fields the programs read.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +110,21 @@ pub struct Layout {
     /// it found the group throttled, decided by the kernel under `cfs_b->lock`.
     pub cfs_b_nr_periods: u32,
     pub cfs_b_nr_throttled: u32,
-    pub _pad: [u32; 3],
+    /// The kernel's own per-`cfs_rq` clock of time spent in a throttled hierarchy, which splits a
+    /// wait on kernels before task-based throttling (6.18): the cumulative field
+    /// (`cfs_rq.throttled_clock_self_time`, `throttled_clock_pelt_time` or
+    /// `throttled_clock_task_time`), the start of the open interval (`throttled_clock_self`,
+    /// `throttled_clock_pelt`, `throttled_clock_task`), `cfs_rq.rq` and the `rq` clock they are
+    /// kept in (`clock`, `clock_pelt`, `clock_task`). `thr_clock_kind` is one of the
+    /// `THR_CLOCK_*` values; [`THR_CLOCK_NONE`] leaves waits unsplit (6.18+, or no such field).
+    pub cfs_rq_thr_clock_time: u32,
+    pub cfs_rq_thr_clock: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_thr_clock: u32,
+    /// `rq.lost_idle_time`, subtracted from `rq.clock_pelt` (PELT clock only; else ABSENT).
+    pub rq_thr_clock_sub: u32,
+    pub thr_clock_kind: u32,
+    pub _pad: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -185,7 +212,13 @@ impl Layout {
         rq_cpu: ABSENT,
         cfs_b_nr_periods: ABSENT,
         cfs_b_nr_throttled: ABSENT,
-        _pad: [0; 3],
+        cfs_rq_thr_clock_time: ABSENT,
+        cfs_rq_thr_clock: ABSENT,
+        cfs_rq_rq: ABSENT,
+        rq_thr_clock: ABSENT,
+        rq_thr_clock_sub: ABSENT,
+        thr_clock_kind: THR_CLOCK_NONE,
+        _pad: 0,
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,

@@ -58,6 +58,11 @@ pub struct RunqStart {
     /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
     /// throttled part and the queueing after it.
     pub throttle_cfs_rq: u64,
+    /// Kernels before task-based throttling (`LAYOUT.thr_clock_kind` set): the task's own
+    /// `cfs_rq` when the wait began and the kernel's throttled clock of that `cfs_rq` then; at
+    /// the end, the clock's advance is the part of the wait spent throttled (0: not kept).
+    pub leaf_cfs_rq: u64,
+    pub thr_clock: u64,
 }
 
 /// Key of `RUNQ_HIST`.

@@ -51,6 +51,7 @@ fn hello() -> Hello {
             buckets: 140,
         },
         kept_capabilities: Vec::new(),
+        wait_split: None,
     }
 }
 

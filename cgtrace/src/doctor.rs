@@ -124,6 +124,16 @@ pub fn run() -> anyhow::Result<()> {
                     format!("{}: {}", mode.mode, mode.detail),
                 );
             }
+            let split = layout::wait_split(&t.layout);
+            line(
+                "wait split",
+                format!(
+                    "{} ({}): {}",
+                    split.method,
+                    if split.exact { "exact" } else { "approximate" },
+                    split.detail
+                ),
+            );
         }
         Err(e) => line("runq", format!("unavailable: {e}")),
     }

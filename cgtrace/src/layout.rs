@@ -1,6 +1,8 @@
 //! Resolves [`cgtrace_common::layout::Layout`] from the running kernel's BTF.
 
-use cgtrace_common::layout::{ABSENT, CGROUP_MODE_V1, CGROUP_MODE_V2, Layout};
+use cgtrace_common::layout::{
+    ABSENT, CGROUP_MODE_V1, CGROUP_MODE_V2, Layout, THR_CLOCK_PELT, THR_CLOCK_SELF, THR_CLOCK_TASK,
+};
 
 use crate::btf::Btf;
 
@@ -144,6 +146,7 @@ pub fn resolve_throttle(
     layout.rq_cpu = f("rq", "cpu")?.offset;
     layout.cfs_b_nr_periods = f("cfs_bandwidth", "nr_periods")?.offset;
     layout.cfs_b_nr_throttled = f("cfs_bandwidth", "nr_throttled")?.offset;
+    resolve_wait_split(btf, layout);
     let sym = |name: &str| {
         syms.get(name).copied().ok_or_else(|| {
             miss(&format!(
@@ -156,6 +159,122 @@ pub fn resolve_throttle(
     // Before 6.2 remote unthrottles run inside the period timer: no CSD to watch.
     layout.csd_unthrottle_fn = syms.get("__cfsb_csd_unthrottle").copied().unwrap_or(0);
     Ok(())
+}
+
+/// The kernel clock that splits waits into their throttled part and the rest, in order of
+/// preference: (cumulative field, open-interval start, `rq` clock, `rq` field subtracted from
+/// it, kind).
+const THR_CLOCKS: [(&str, &str, &str, Option<&str>, u32); 3] = [
+    (
+        "throttled_clock_self_time",
+        "throttled_clock_self",
+        "clock",
+        None,
+        THR_CLOCK_SELF,
+    ),
+    (
+        "throttled_clock_pelt_time",
+        "throttled_clock_pelt",
+        "clock_pelt",
+        Some("lost_idle_time"),
+        THR_CLOCK_PELT,
+    ),
+    (
+        "throttled_clock_task_time",
+        "throttled_clock_task",
+        "clock_task",
+        None,
+        THR_CLOCK_TASK,
+    ),
+];
+
+/// Chooses how waits are split on this kernel (after the throttle fields are resolved): nothing
+/// to do with task-based throttling (6.18+, `task_struct.throttled`), else the first of
+/// [`THR_CLOCKS`] this kernel has. Without one, waits stay unsplit.
+fn resolve_wait_split(btf: &Btf, layout: &mut Layout) {
+    if layout.task_throttled != ABSENT {
+        return;
+    }
+    let Some(cfs_rq_rq) = btf.field("cfs_rq", "rq") else {
+        return;
+    };
+    for (time, since, clock, sub, kind) in THR_CLOCKS {
+        let (Some(time), Some(since), Some(clock)) = (
+            btf.field("cfs_rq", time),
+            btf.field("cfs_rq", since),
+            btf.field("rq", clock),
+        ) else {
+            continue;
+        };
+        let sub = match sub {
+            Some(name) => match btf.field("rq", name) {
+                Some(f) => f.offset,
+                None => continue,
+            },
+            None => ABSENT,
+        };
+        layout.cfs_rq_thr_clock_time = time.offset;
+        layout.cfs_rq_thr_clock = since.offset;
+        layout.cfs_rq_rq = cfs_rq_rq.offset;
+        layout.rq_thr_clock = clock.offset;
+        layout.rq_thr_clock_sub = sub;
+        layout.thr_clock_kind = kind;
+        return;
+    }
+}
+
+/// How run-queue waits are split into their throttled part and the rest on this kernel
+/// (`hello.wait_split`, `doctor`).
+pub fn wait_split(layout: &Layout) -> crate::model::WaitSplit {
+    use crate::model::WaitSplit;
+    let (method, exact, detail) = if layout.cfs_rq_throttled == ABSENT {
+        (
+            "none",
+            false,
+            "throttle fields unavailable: waits of a throttled group count as wakeup or preempt",
+        )
+    } else if layout.task_throttled != ABSENT {
+        (
+            "task_throttle",
+            true,
+            "tasks are throttled one by one (6.18+): a wait is throttled from its task's \
+             switch-out into the throttled group to the group's unthrottle",
+        )
+    } else {
+        match layout.thr_clock_kind {
+            THR_CLOCK_SELF => (
+                "throttled_clock_self",
+                true,
+                "the kernel's throttled clock of each cfs_rq (throttled_clock_self_time, rq \
+                 clock, the clock of cpu.stat) splits every wait",
+            ),
+            THR_CLOCK_PELT => (
+                "throttled_clock_pelt",
+                false,
+                "the kernel's PELT-clock throttled time of each cfs_rq splits every wait: it \
+                 leaves out IRQ and steal time and runs slow on a CPU below its top frequency \
+                 (frequency-invariant hosts), so the throttled part can be short by as much",
+            ),
+            THR_CLOCK_TASK => (
+                "throttled_clock_task",
+                false,
+                "the kernel's task-clock throttled time of each cfs_rq splits every wait: it \
+                 leaves out IRQ and steal time, so the throttled part can be short by as much",
+            ),
+            _ => (
+                "switch_out",
+                false,
+                "this kernel keeps no throttled clock per cfs_rq: only a task switched out into \
+                 a throttled group is marked throttled; its queued siblings count as wakeup or \
+                 preempt",
+            ),
+        }
+    };
+    WaitSplit {
+        method: method.into(),
+        exact,
+        detail: detail.into(),
+    }
 }
 
 /// Read syscall numbers on this architecture: `read`, `pread64`, `readv`, `preadv`, `preadv2`;

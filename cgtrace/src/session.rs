@@ -162,6 +162,7 @@ impl Session {
                 buckets: NR_BUCKETS,
             },
             kept_capabilities: crate::privilege::kept_names(),
+            wait_split: Some(crate::layout::wait_split(&tracer.layout)),
         };
         let aggregator = Aggregator::new(
             hier_name,

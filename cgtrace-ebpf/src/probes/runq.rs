@@ -14,13 +14,14 @@ use cgtrace_common::{
     counters::{self, Counters},
     event::{EventHeader, KIND_RUNQ_WAIT},
     hist::{NR_BUCKETS, bucket_of},
+    layout::{ABSENT, THR_CLOCK_NONE},
     runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
-    kernel::{task_cgroup_id, task_comm, task_tgid},
+    kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
     maps::{EPOCH, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count, emit},
 };
 
@@ -29,26 +30,88 @@ pub const TASK_RUNNING: u64 = 0;
 /// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
 const TASK_DEAD: u64 = 0x80;
 
-/// A wait of `pid` starts now.
+/// A wait of `pid` (`task`) starts now.
 #[inline(always)]
-pub fn start_wait(c: *mut Counters, pid: u32, kind: WaitKind, now: u64, throttle_cfs_rq: u64) {
+pub fn start_wait<const DIRECT: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    pid: u32,
+    kind: WaitKind,
+    now: u64,
+    throttle_cfs_rq: u64,
+) {
+    let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
         _pad: 0,
         throttle_cfs_rq,
+        leaf_cfs_rq,
+        thr_clock,
     };
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
 }
 
+/// Kernels before task-based throttling (6.18) dequeue a whole group at throttle: its queued
+/// tasks keep waiting under their wakeup or preempt stamp. The kernel keeps, per `cfs_rq`, a
+/// clock of the time it spent in a throttled hierarchy (`LAYOUT.cfs_rq_thr_clock_time`); its
+/// advance over a wait is the wait's throttled part. Returns the task's own `cfs_rq` and that
+/// clock now, `(0, 0)` where the split is off (6.18+: the switch-out marks throttled waits).
+#[inline(always)]
+fn thr_clock_of_task<const DIRECT: bool>(task: *const u8) -> (u64, u64) {
+    if layout!(thr_clock_kind) == THR_CLOCK_NONE {
+        return (0, 0);
+    }
+    match read::<*const u8, DIRECT>(task, layout!(task_se_cfs_rq)) {
+        Some(cfs_rq) if !cfs_rq.is_null() => (cfs_rq as u64, thr_clock::<DIRECT>(cfs_rq)),
+        _ => (0, 0),
+    }
+}
+
+/// The kernel's throttled clock of `cfs_rq` now: the closed intervals' total, plus the open one
+/// while its hierarchy is throttled (measured against its `rq`'s clock, which the scheduler has
+/// just updated wherever this is called).
+#[inline(always)]
+fn thr_clock<const DIRECT: bool>(cfs_rq: *const u8) -> u64 {
+    let total = read::<u64, DIRECT>(cfs_rq, layout!(cfs_rq_thr_clock_time)).unwrap_or(0);
+    if read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_throttle_count)).unwrap_or(0) <= 0 {
+        return total;
+    }
+    let since = read::<u64, DIRECT>(cfs_rq, layout!(cfs_rq_thr_clock)).unwrap_or(0);
+    if since == 0 {
+        return total;
+    }
+    let Some(rq) = read::<*const u8, DIRECT>(cfs_rq, layout!(cfs_rq_rq)) else {
+        return total;
+    };
+    let mut clock = read::<u64, DIRECT>(rq, layout!(rq_thr_clock)).unwrap_or(0);
+    if layout!(rq_thr_clock_sub) != ABSENT {
+        clock = clock.wrapping_sub(read::<u64, DIRECT>(rq, layout!(rq_thr_clock_sub)).unwrap_or(0));
+    }
+    total + clock.saturating_sub(since)
+}
+
+/// How much of the wait that began at `start` was spent throttled, by the advance of the
+/// throttled clock of the `cfs_rq` it began on (read through the helper when `next` has moved
+/// to another CPU or group meanwhile: that pointer is no longer the typed one).
+#[inline(always)]
+fn throttled_part<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> u64 {
+    let clock = match read::<*const u8, DIRECT>(next, layout!(task_se_cfs_rq)) {
+        Some(cfs_rq) if cfs_rq as u64 == start.leaf_cfs_rq => thr_clock::<DIRECT>(cfs_rq),
+        _ => thr_clock::<false>(start.leaf_cfs_rq as *const u8),
+    };
+    clock.saturating_sub(start.thr_clock)
+}
+
 /// A task switched out: still `runnable`, its wait starts (`throttled_cfs_rq`: the throttled
 /// `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left open
 /// (woken while still running) goes.
 #[inline(always)]
-pub fn switched_out(
+pub fn switched_out<const DIRECT: bool>(
     c: *mut Counters,
+    task: *const u8,
     pid: u32,
     runnable: bool,
     state: Option<u64>,
@@ -58,8 +121,8 @@ pub fn switched_out(
     if runnable {
         // Replaces any older stamp (a wakeup that came while it still ran).
         match throttled_cfs_rq {
-            Some(cfs_rq) => start_wait(c, pid, WaitKind::Throttled, now, cfs_rq),
-            None => start_wait(c, pid, WaitKind::Preempt, now, 0),
+            Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
+            None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
         }
     } else if state.is_some_and(|s| s & TASK_DEAD != 0) {
         // A task woken while still running can exit with a wait recorded that never ends.
@@ -86,8 +149,30 @@ pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32,
             0
         }
     };
-    if start.kind == WaitKind::Throttled as u32 {
-        // Split at the unthrottle: the throttled part, then queueing behind other tasks.
+    let mut kind = start.kind;
+    if start.leaf_cfs_rq != 0 {
+        // Before 6.18: the kernel's throttled clock splits the wait into its throttled part and
+        // the rest, which keeps the kind it began with (a switch-out into a throttled hierarchy
+        // becomes queueing once the group runs again).
+        let throttled = throttled_part::<DIRECT>(next, &start).min(wait_ns);
+        let rest_kind = if start.kind == WaitKind::Throttled as u32 {
+            WaitKind::Preempt as u32
+        } else {
+            start.kind
+        };
+        if throttled > 0 {
+            add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, throttled);
+        }
+        if throttled == 0 || wait_ns > throttled {
+            add_to_hist(c, cgroup_id, rest_kind, wait_ns - throttled);
+        }
+        kind = if throttled * 2 > wait_ns {
+            WaitKind::Throttled as u32
+        } else {
+            rest_kind
+        };
+    } else if start.kind == WaitKind::Throttled as u32 {
+        // 6.18+: split at the unthrottle: the throttled part, then queueing behind other tasks.
         // SAFETY: the value is copied out.
         let closed = unsafe { THROTTLE_LAST_CLOSE.get(&start.throttle_cfs_rq) }.copied();
         match closed {
@@ -103,7 +188,7 @@ pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32,
     // SAFETY: CONFIG is a plain static in .rodata.
     let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };
     if wait_ns >= min_ns {
-        emit_event::<DIRECT>(c, next, pid, cgroup_id, start.kind, wait_ns, now);
+        emit_event::<DIRECT>(c, next, pid, cgroup_id, kind, wait_ns, now);
     }
 }
 

@@ -48,7 +48,14 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
     count(c, counters::SCHED_WAKEUP);
     if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
         // SAFETY: helper without preconditions.
-        runq::start_wait(c, pid, WaitKind::Wakeup, unsafe { bpf_ktime_get_ns() }, 0);
+        runq::start_wait::<DIRECT>(
+            c,
+            p,
+            pid,
+            WaitKind::Wakeup,
+            unsafe { bpf_ktime_get_ns() },
+            0,
+        );
     }
 }
 
@@ -81,7 +88,7 @@ fn switch<const DIRECT: bool>(
         } else {
             None
         };
-        runq::switched_out(c, prev_pid, runnable, state, now, throttled);
+        runq::switched_out::<DIRECT>(c, prev, prev_pid, runnable, state, now, throttled);
     }
     if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
         runq::end_wait::<DIRECT>(c, next, next_pid, now);

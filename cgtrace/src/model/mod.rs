@@ -42,6 +42,21 @@ pub struct Hello {
     /// `privilege.rs`). Absent in recordings made before cgtrace dropped them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_capabilities: Vec<String>,
+    /// How run-queue waits are split into their throttled part and the rest on this kernel.
+    /// Absent in recordings made before the split was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_split: Option<WaitSplit>,
+}
+
+/// `hello.wait_split`: how the `throttled` wait kind is told apart from `wakeup`/`preempt`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WaitSplit {
+    /// `task_throttle` (6.18+), `throttled_clock_self` (6.8+), `throttled_clock_pelt` (6.0+),
+    /// `throttled_clock_task` (older), `switch_out` (no throttled clock) or `none`.
+    pub method: String,
+    /// Whether the throttled part is measured in the clock of `cpu.stat`'s throttled time.
+    pub exact: bool,
+    pub detail: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -667,5 +667,6 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
             buckets: cgtrace_common::hist::NR_BUCKETS,
         },
         kept_capabilities: Vec::new(),
+        wait_split: None,
     }
 }

@@ -93,10 +93,11 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
             println!("=== kernel {} throttle {} ===", spec.name, mode.as_str());
             let mut opts = args.boot.clone();
             opts.append = format!(
-                "{} cgtrace.throttle_mode={} cgtrace.throttle_secs={}",
+                "{} cgtrace.throttle_mode={} cgtrace.throttle_secs={} cgtrace.throttle_threads={}",
                 opts.append,
                 mode.as_str(),
-                args.throttle_secs
+                args.throttle_secs,
+                args.throttle_threads
             )
             .trim()
             .to_string();
@@ -341,7 +342,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             println!();
         }
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}",
             "kernel",
             "result",
             "uname -r",
@@ -350,7 +351,9 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             "windows",
             "nr_thr ours/kern",
             "thr ms ours/kern",
-            "ratio"
+            "ratio",
+            "wait split",
+            "thr %"
         );
     }
     for row in throttle_rows {
@@ -377,7 +380,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ),
         };
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -386,7 +389,10 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             r.windows,
             nr,
             ms,
-            ratio
+            ratio,
+            r.wait_split.as_deref().unwrap_or("-"),
+            r.throttled_share()
+                .map_or("-".into(), |x| format!("{:.1}", x * 100.0))
         );
     }
     for row in rows.iter().filter(|r| !r.failures.is_empty()) {

@@ -68,6 +68,11 @@ const KSTAT_AFTER: &str = "CGTRACE-KSTAT-AFTER";
 const THROTTLE_CGROUP: &str = "/cgtrace-vm-thr";
 /// Largest relative difference allowed between our throttled time and the kernel's.
 const THROTTLED_TIME_TOLERANCE: f64 = 0.02;
+/// Least share of the throttled cgroup's run-queue wait that must be of kind `throttled`: its
+/// busy loops outnumber the CPUs and nothing else runs, so nearly all their waiting is the
+/// quota's (about 0.9 in theory with 6 loops on 2 CPUs at 20 %; about 0.3 when only the tasks
+/// switched out at the throttle count, the split before it was fixed on kernels before 6.18).
+const THROTTLED_SHARE_MIN: f64 = 0.75;
 const KERNEL_NAMES: [&str; 3] = ["5.10", "6.1", "6.12"];
 
 #[derive(Args)]
@@ -144,6 +149,10 @@ struct MatrixArgs {
     /// Seconds of load in the throttle scenario.
     #[arg(long, default_value_t = 6)]
     throttle_secs: u32,
+    /// Busy loops in the throttle scenario's 2-vCPU guests: more than the CPUs, so that tasks
+    /// queued behind the running ones are throttled with their group (the wait split).
+    #[arg(long, default_value_t = 6)]
+    throttle_threads: u32,
     /// With the throttle scenario on 6.12: one more guest with this many vCPUs, a quota of a
     /// quarter of them and one busy loop per CPU (mode auto), checked like the others and for
     /// episodes on at least half of its CPUs, each CPU number below this. 0 skips it.

@@ -52,13 +52,16 @@ fn check_rejects_missing_markers_and_bad_json() {
     );
 }
 
-const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}}}"#;
+const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
 
 /// A window whose /cgtrace-vm-thr element has `nr_throttled` and `throttled_us`.
 fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
     format!(
-        r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}}]}}"#,
-        e = 2 * nr_throttled
+        r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40,"kinds":{{"preempt":{{"sum_us":{preempt_us}}},"throttled":{{"sum_us":{throttled_wait_us}}}}}}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}}]}}"#,
+        e = 2 * nr_throttled,
+        // Nine tenths of the wait throttled, as the 6-loop 2-CPU scenario has it.
+        throttled_wait_us = 3.0 * throttled_us,
+        preempt_us = throttled_us / 3.0,
     )
 }
 
@@ -265,4 +268,32 @@ fn exit_code_ignores_kernel_messages_on_the_same_line() {
     assert_eq!(marker_value(line, EXIT_MARKER).and_then(exit_code), Some(0));
     assert_eq!(exit_code("101"), Some(101));
     assert_eq!(exit_code("[  1.0]"), None);
+}
+
+#[test]
+fn throttle_check_rejects_queued_waits_counted_as_contention() {
+    // The split before it was fixed on kernels before 6.18: a third of the wait throttled.
+    let windows: Vec<String> = good_thr_windows()
+        .iter()
+        .map(|w| w.replace(r#""preempt":{"sum_us":"#, r#""preempt":{"sum_us":1"#))
+        .collect();
+    let log = thr_captured(THR_HELLO, &windows);
+    let r = check_throttle("6.12", ThrottleMode::Fentry, &log);
+    let all = r.failures.join("\n");
+    assert_eq!(r.failures.len(), 1, "{all}");
+    assert!(all.contains("of kind throttled"), "{all}");
+    assert!(r.throttled_share().unwrap() < 0.75);
+    // The wrong split method for the kernel is a failure too.
+    let r = check_throttle(
+        "6.1",
+        ThrottleMode::Fentry,
+        &thr_captured(THR_HELLO, &good_thr_windows()),
+    );
+    assert!(
+        r.failures
+            .iter()
+            .any(|f| f.contains("want throttled_clock_pelt")),
+        "{:?}",
+        r.failures
+    );
 }

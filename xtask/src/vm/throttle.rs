@@ -39,10 +39,20 @@ pub(super) struct ThrottleReport {
     pub(super) episode_cpus: std::collections::BTreeSet<u64>,
     /// after - before of the guest kernel's `cpu.stat`.
     pub(super) kernel: Option<Kstat>,
+    /// `hello.wait_split.method`.
+    pub(super) wait_split: Option<String>,
+    /// The scenario cgroup's run-queue wait (µs) of kind `throttled`, and of every kind.
+    pub(super) wait_throttled_us: f64,
+    pub(super) wait_total_us: f64,
     pub(super) failures: Vec<String>,
 }
 
 impl ThrottleReport {
+    /// The share of the scenario cgroup's run-queue wait that was of kind `throttled`.
+    pub(super) fn throttled_share(&self) -> Option<f64> {
+        (self.wait_total_us > 0.0).then(|| self.wait_throttled_us / self.wait_total_us)
+    }
+
     /// Our throttled time over the kernel's.
     pub(super) fn time_ratio(&self) -> Option<f64> {
         let k = self.kernel?;
@@ -76,6 +86,14 @@ pub(super) fn check_throttle(
         Some(hello) => {
             check_hello(expected_kernel, hello, &mut report.failures);
             report.mode = hello_text(hello, "/families/throttle/mode");
+            report.wait_split = hello_text(hello, "/wait_split/method");
+            let want = expected_wait_split(expected_kernel);
+            if report.wait_split.as_deref() != Some(want) {
+                report.failures.push(format!(
+                    "hello wait_split.method is {}, want {want}",
+                    report.wait_split.as_deref().unwrap_or("<missing>")
+                ));
+            }
             let got = report.mode.as_deref().unwrap_or("<missing>");
             if requested != ThrottleMode::Auto && got != requested.as_str() {
                 let detail = hello_text(hello, "/families/throttle/detail").unwrap_or_default();
@@ -92,6 +110,19 @@ pub(super) fn check_throttle(
         let Some(cgroups) = window["cgroups"].as_array() else {
             continue;
         };
+        for kinds in cgroups
+            .iter()
+            .filter(|c| c["path"] == THROTTLE_CGROUP)
+            .filter_map(|c| c.pointer("/runq/kinds").and_then(Value::as_object))
+        {
+            for (kind, h) in kinds {
+                let us = h["sum_us"].as_f64().unwrap_or(0.0);
+                report.wait_total_us += us;
+                if kind == "throttled" {
+                    report.wait_throttled_us += us;
+                }
+            }
+        }
         for t in cgroups
             .iter()
             .filter(|c| c["path"] == THROTTLE_CGROUP)
@@ -110,6 +141,8 @@ pub(super) fn check_throttle(
             report.ours_throttled_us += t["throttled_us"].as_f64().unwrap_or(0.0);
         }
     }
+    let share = report.throttled_share();
+    let (wait_throttled_us, wait_total_us) = (report.wait_throttled_us, report.wait_total_us);
     let f = &mut report.failures;
     if report.windows == 0 {
         f.push("no window lines".into());
@@ -132,6 +165,18 @@ pub(super) fn check_throttle(
                     report.ours_nr_throttled, k.nr_throttled, report.ours_nr_periods, k.nr_periods
                 ));
             }
+            match share {
+                Some(share) if share >= THROTTLED_SHARE_MIN => {}
+                share => f.push(format!(
+                    "{:.1} % of {THROTTLE_CGROUP}'s run-queue wait is of kind throttled \
+                     ({:.0} of {:.0} ms), want at least {:.0} %: tasks queued when their group \
+                     was throttled are counted as contention",
+                    share.unwrap_or(0.0) * 100.0,
+                    wait_throttled_us / 1e3,
+                    wait_total_us / 1e3,
+                    THROTTLED_SHARE_MIN * 100.0
+                )),
+            }
             let kernel_us = k.throttled_usec as f64;
             let diff = (report.ours_throttled_us - kernel_us).abs();
             if diff > THROTTLED_TIME_TOLERANCE * kernel_us {
@@ -146,6 +191,15 @@ pub(super) fn check_throttle(
         }
     }
     report
+}
+
+/// `hello.wait_split.method` each kernel of the matrix must report.
+pub(super) fn expected_wait_split(kernel: &str) -> &'static str {
+    // Debian's 5.10 has the PELT-clock rename (6.0) backported.
+    match kernel {
+        "5.10" | "6.1" => "throttled_clock_pelt",
+        _ => "throttled_clock_self",
+    }
 }
 
 /// The wide guest's extra checks: episodes on at least half of its `cpus` CPUs, every CPU number

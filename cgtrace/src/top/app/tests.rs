@@ -49,6 +49,7 @@ fn hello(families: &[&str]) -> Hello {
             buckets: 140,
         },
         kept_capabilities: Vec::new(),
+        wait_split: None,
     }
 }
 
