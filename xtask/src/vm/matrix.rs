@@ -342,7 +342,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             println!();
         }
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}",
             "kernel",
             "result",
             "uname -r",
@@ -353,7 +353,8 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             "thr ms ours/kern",
             "ratio",
             "wait split",
-            "thr %"
+            "thr %",
+            "wait/kern"
         );
     }
     for row in throttle_rows {
@@ -380,7 +381,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ),
         };
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -392,7 +393,8 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ratio,
             r.wait_split.as_deref().unwrap_or("-"),
             r.throttled_share()
-                .map_or("-".into(), |x| format!("{:.1}", x * 100.0))
+                .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
+            r.wait_ratio().map_or("-".into(), |x| format!("{x:.4}"))
         );
     }
     for row in rows.iter().filter(|r| !r.failures.is_empty()) {

@@ -69,7 +69,7 @@ fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
 fn thr_captured(hello: &str, windows: &[String]) -> Vec<String> {
     lines(&format!(
         "CGTRACE-VM-BOOTED 6.12.117+deb12-cloud-amd64\n\
-         throttle: mode fentry, 6s of load, cpu.max 20000 100000\n\
+         throttle: mode fentry, 6s of load in 6 loops, cpu.max 20000 100000, 2 CPUs\n\
          [    9.100000] random: crng init done\nthrottle: cgtrace exit 0\n\
          {KSTAT_BEFORE} nr_periods=2 nr_throttled=0 throttled_usec=0\n\
          {KSTAT_AFTER} nr_periods=66 nr_throttled=62 throttled_usec=10674582\n\
@@ -105,6 +105,8 @@ fn throttle_check_accepts_matching_counts() {
     );
     assert_eq!(r.mode.as_deref(), Some("fentry"));
     assert!((r.time_ratio().unwrap() - 1.00238).abs() < 1e-4);
+    assert_eq!(r.loops_cpus, Some((6, 2)));
+    assert!((r.wait_ratio().unwrap() - 1.00238).abs() < 1e-4);
     // auto only records the mode.
     let r = check_throttle("6.12", ThrottleMode::Auto, &log);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -296,4 +298,26 @@ fn throttle_check_rejects_queued_waits_counted_as_contention() {
         "{:?}",
         r.failures
     );
+}
+
+#[test]
+fn throttle_check_rejects_throttled_wait_off_the_kernels_time() {
+    // Half the throttled wait the kernel's throttled time implies for 6 loops on 2 CPUs.
+    let windows: Vec<String> = good_thr_windows()
+        .iter()
+        .map(|w| {
+            w.replace(
+                "\"preempt\":{\"sum_us\":",
+                "\"wakeup\":{\"sum_us\":1},\"preempt\":{\"sum_us\":",
+            )
+        })
+        .collect();
+    let log: Vec<String> = thr_captured(THR_HELLO, &windows)
+        .into_iter()
+        .map(|l| l.replace("6 loops", "12 loops"))
+        .collect();
+    let r = check_throttle("6.12", ThrottleMode::Fentry, &log);
+    let all = r.failures.join("\n");
+    assert_eq!(r.failures.len(), 1, "{all}");
+    assert!(all.contains("throttled wait is 0.5012"), "{all}");
 }

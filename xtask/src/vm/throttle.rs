@@ -44,10 +44,23 @@ pub(super) struct ThrottleReport {
     /// The scenario cgroup's run-queue wait (µs) of kind `throttled`, and of every kind.
     pub(super) wait_throttled_us: f64,
     pub(super) wait_total_us: f64,
+    /// Busy loops and CPUs of the guest, from the scenario's first line.
+    pub(super) loops_cpus: Option<(u64, u64)>,
     pub(super) failures: Vec<String>,
 }
 
 impl ThrottleReport {
+    /// The throttled wait of the loops over what the kernel's throttled time implies for them:
+    /// each CPU's `cfs_rq` is throttled for about the same time, and every loop queued on it
+    /// waits that long, so the loops' throttled waits sum to loops/CPUs times `throttled_usec`.
+    pub(super) fn wait_ratio(&self) -> Option<f64> {
+        let k = self.kernel?;
+        let (loops, cpus) = self.loops_cpus?;
+        (k.throttled_usec > 0 && loops >= cpus && cpus > 0).then(|| {
+            self.wait_throttled_us / (k.throttled_usec as f64 * loops as f64 / cpus as f64)
+        })
+    }
+
     /// The share of the scenario cgroup's run-queue wait that was of kind `throttled`.
     pub(super) fn throttled_share(&self) -> Option<f64> {
         (self.wait_total_us > 0.0).then(|| self.wait_throttled_us / self.wait_total_us)
@@ -79,6 +92,10 @@ pub(super) fn check_throttle(
                 .push(format!("cpu.stat went backwards: {before:?} -> {after:?}"));
         }
     }
+    report.loops_cpus = lines
+        .iter()
+        .find(|l| l.contains("throttle: mode"))
+        .and_then(|l| loops_and_cpus(l));
     let Some(objects) = stream_objects(lines, &mut report.failures) else {
         return report;
     };
@@ -142,6 +159,7 @@ pub(super) fn check_throttle(
         }
     }
     let share = report.throttled_share();
+    let wait_ratio = report.wait_ratio();
     let (wait_throttled_us, wait_total_us) = (report.wait_throttled_us, report.wait_total_us);
     let f = &mut report.failures;
     if report.windows == 0 {
@@ -177,6 +195,15 @@ pub(super) fn check_throttle(
                     THROTTLED_SHARE_MIN * 100.0
                 )),
             }
+            if let Some(r) = wait_ratio
+                && (r - 1.0).abs() > THROTTLED_WAIT_TOLERANCE
+            {
+                f.push(format!(
+                    "the loops' throttled wait is {r:.4} of loops/CPUs x the kernel's throttled \
+                     time (allowed ±{:.0} %)",
+                    THROTTLED_WAIT_TOLERANCE * 100.0
+                ));
+            }
             let kernel_us = k.throttled_usec as f64;
             let diff = (report.ours_throttled_us - kernel_us).abs();
             if diff > THROTTLED_TIME_TOLERANCE * kernel_us {
@@ -191,6 +218,16 @@ pub(super) fn check_throttle(
         }
     }
     report
+}
+
+/// `N` and `M` of the scenario's "throttle: mode …, Ss of load in N loops, …, M CPUs" line.
+pub(super) fn loops_and_cpus(line: &str) -> Option<(u64, u64)> {
+    let number_before = |word: &str| -> Option<u64> {
+        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        let i = words.iter().position(|w| *w == word)?;
+        words.get(i.checked_sub(1)?)?.parse().ok()
+    };
+    Some((number_before("loops")?, number_before("CPUs")?))
 }
 
 /// `hello.wait_split.method` each kernel of the matrix must report.
