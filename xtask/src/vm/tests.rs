@@ -321,3 +321,15 @@ fn throttle_check_rejects_throttled_wait_off_the_kernels_time() {
     assert_eq!(r.failures.len(), 1, "{all}");
     assert!(all.contains("throttled wait is 0.5012"), "{all}");
 }
+
+#[test]
+fn an_int3_oops_is_recognised_as_tcg_text_patching() {
+    let log = lines(
+        "CGTRACE-VM-BOOTED 6.12.117+deb12-cloud-amd64\n[   20.281968] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI\n\
+         [   20.282090] RIP: 0010:__hrtimer_run_queues+0x101/0x250",
+    );
+    assert!(tcg_text_patch_oops(&log));
+    assert!(!tcg_text_patch_oops(&lines(
+        "BUG: kernel NULL pointer dereference"
+    )));
+}
