@@ -129,6 +129,7 @@ impl Aggregator {
                 memcgs: Vec::new(),
                 dying_memcgs: None,
                 churn: None,
+                self_cost: None,
             },
             removed,
         }

@@ -98,6 +98,7 @@ pub fn run() -> anyhow::Result<()> {
         max_cgroups: 64,
         max_read_keys: 64,
         max_read_threads: None,
+        bpf_stats: false,
         config: Config::DEFAULT,
         ringbuf_bytes: 64 * 1024,
         cgroup_v1,

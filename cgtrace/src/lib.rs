@@ -33,6 +33,7 @@ pub mod record;
 pub mod recorder;
 pub mod replay;
 pub mod report;
+pub mod selfstat;
 pub mod serve;
 pub mod session;
 pub mod stream;

@@ -59,6 +59,8 @@ pub struct TraceOptions {
     pub max_read_keys: u32,
     /// Entries of `READ_INFLIGHT` (default: 256 per CPU, at least 16384).
     pub max_read_threads: Option<u32>,
+    /// Turn on the kernel's BPF run-time statistics before the programs attach.
+    pub bpf_stats: bool,
     pub config: Config,
     pub ringbuf_bytes: u32,
     /// Key waits by the v1 cpu hierarchy (else cgroup2).
@@ -75,6 +77,20 @@ pub struct Tracer {
     pub layout: Layout,
     /// Cgroup creations and removals are traced (`cgroup_mkdir`/`cgroup_rmdir` attached).
     pub churn_traced: bool,
+    /// Keeps the kernel's BPF run-time statistics (run counts and times of every program) on
+    /// while it is open: taken before the programs attach, so their counts start with them;
+    /// closed with the tracer, so the kernel stops timing programs when cgtrace goes.
+    pub bpf_stats: Option<std::os::fd::OwnedFd>,
+}
+
+impl Tracer {
+    /// Whether the kernel counts program runs and time: our `BPF_ENABLE_STATS`, or
+    /// `kernel.bpf_stats_enabled` set by someone else.
+    pub fn bpf_stats_on(&self) -> bool {
+        self.bpf_stats.is_some()
+            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+                .is_ok_and(|v| v.trim() == "1")
+    }
 }
 
 /// Whether this process may load BPF programs: root, or the capabilities that replace it.
@@ -103,6 +119,21 @@ impl Tracer {
         }
         let btf = Btf::from_sys_fs()?;
         let mut layout = layout::resolve(&btf, opts.cgroup_v1)?;
+        // Needs CAP_SYS_ADMIN (held now, dropped after attach); 5.8+.
+        let bpf_stats = if opts.bpf_stats {
+            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    eprintln!(
+                        "cgtrace: BPF run-time statistics unavailable ({e}): `self` shows no \
+                         program runs or times"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let syms = crate::kallsyms::lookup("/proc/kallsyms".as_ref(), &layout::THROTTLE_SYMBOLS)
             .unwrap_or_default();
         let runq_only = layout;
@@ -209,6 +240,7 @@ impl Tracer {
             capabilities,
             layout,
             churn_traced,
+            bpf_stats,
         })
     }
 }

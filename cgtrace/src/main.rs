@@ -201,6 +201,10 @@ struct TraceArgs {
     /// while in flight is counted as `read_inflight_lost` (default: 256 per CPU, at least 16384).
     #[arg(long, value_parser = clap::value_parser!(u32).range(16..=16_000_000))]
     max_read_threads: Option<u32>,
+    /// Do not turn on the kernel's BPF run-time statistics (BPF_ENABLE_STATS) while tracing:
+    /// each program run then skips two clock reads, and `self` shows run counts but no times.
+    #[arg(long)]
+    no_bpf_stats: bool,
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     event_min_ms: u64,
@@ -295,6 +299,7 @@ impl TraceArgs {
             max_cgroups: self.max_cgroups,
             max_read_keys: self.max_read_keys,
             max_read_threads: self.max_read_threads,
+            bpf_stats: !self.no_bpf_stats,
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,

@@ -42,16 +42,14 @@ pub struct ProgStats {
 }
 
 impl ProgStats {
-    /// Every loaded program (attached or not: the ones not attached stay at zero).
+    /// Every loaded program (attached or not: the ones not attached stay at zero), counted from
+    /// its load: the first window has every run since attach, as the programs' own counters do.
     pub fn new(ebpf: &Ebpf) -> Self {
         let mut progs = Vec::new();
         for (name, prog) in ebpf.programs() {
             let Ok(fd) = prog.fd() else { continue };
             let path = PathBuf::from(format!("/proc/self/fdinfo/{}", fd.as_fd().as_raw_fd()));
-            let now = std::fs::read_to_string(&path)
-                .map(|t| parse_fdinfo(&t))
-                .unwrap_or_default();
-            progs.push((name.to_string(), path, now));
+            progs.push((name.to_string(), path, ProgCounters::default()));
         }
         Self { progs }
     }

@@ -33,6 +33,8 @@ pub struct SessionOptions {
     /// Entries of the reads family's per-thread table (`--max-read-threads`; `None`: from the
     /// number of CPUs).
     pub max_read_threads: Option<u32>,
+    /// Hold `BPF_ENABLE_STATS` while tracing, so each window's `self` has program run times.
+    pub bpf_stats: bool,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
@@ -49,8 +51,12 @@ pub struct Session {
     /// One per attached family, in registry order.
     collectors: Vec<Box<dyn Collector>>,
     counters: CounterReader,
-    /// The programs' own counters (`recursion_misses`).
+    /// The programs' own counters (runs, run time, `recursion_misses`).
     progs: crate::progstats::ProgStats,
+    /// Whether the kernel counts program runs and run time (see `Tracer::bpf_stats`).
+    bpf_stats_on: bool,
+    /// The daemon's CPU and memory, for `self`.
+    usage: crate::selfstat::SelfSampler,
     aggregator: Aggregator,
     window_start: Instant,
     /// What the ring buffer delivered since the last window.
@@ -102,6 +108,7 @@ impl Session {
             max_cgroups: opts.max_cgroups,
             max_read_keys: opts.max_read_keys,
             max_read_threads: opts.max_read_threads,
+            bpf_stats: opts.bpf_stats,
             config: Config {
                 runq_event_min_ns: opts.event_min.as_nanos() as u64,
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
@@ -139,6 +146,8 @@ impl Session {
             take_map(ebpf, "COUNTERS")?.try_into()?;
         let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?.try_into()?;
         let progs = crate::progstats::ProgStats::new(ebpf);
+        let mut usage = crate::selfstat::SelfSampler::this_process();
+        let _ = usage.sample();
         let hello = Hello {
             kind: "hello".into(),
             schema: SCHEMA,
@@ -174,6 +183,8 @@ impl Session {
             collectors,
             counters: CounterReader::new(counters),
             progs,
+            bpf_stats_on: tracer.bpf_stats_on(),
+            usage,
             aggregator,
             _tracer: tracer,
             hello,
@@ -245,12 +256,13 @@ impl Session {
         input.events = event_counts(&kernel, undecodable, std::mem::take(&mut self.drain_full));
         // Runs the kernel skipped (a program nested in itself on a CPU): not lost data of a
         // family by themselves (period counts heal from the kernel's own counters), but shown.
-        let misses = self
+        let progs: Vec<(String, crate::progstats::ProgCounters)> = self
             .progs
             .read_window()
-            .iter()
-            .map(|(_, c)| c.recursion_misses)
-            .sum();
+            .into_iter()
+            .map(|(name, c)| (name.to_string(), c))
+            .collect();
+        let misses = progs.iter().map(|(_, c)| c.recursion_misses).sum();
         input
             .events
             .counters
@@ -258,9 +270,11 @@ impl Session {
         let now = Instant::now();
         let duration_ms = now.duration_since(self.window_start).as_millis() as u64;
         self.window_start = now;
+        let self_cost = self_cost(progs, duration_ms, self.bpf_stats_on, self.usage.sample());
         let mut out =
             self.aggregator
                 .window(input, &mut self.collectors, now_unix_ms(), duration_ms);
+        out.window.self_cost = Some(self_cost);
         for c in &mut self.collectors {
             c.finish_window(&mut self.records, &mut out.window);
         }
@@ -288,6 +302,42 @@ impl Session {
     /// Since-start per-cgroup histograms.
     pub fn totals(&self) -> Vec<crate::model::CgroupWindow> {
         self.aggregator.totals()
+    }
+}
+
+/// A window's `self` object from its programs' counters, its length and the daemon's usage.
+pub fn self_cost(
+    progs: Vec<(String, crate::progstats::ProgCounters)>,
+    duration_ms: u64,
+    bpf_stats: bool,
+    usage: Option<crate::selfstat::SelfUsage>,
+) -> crate::model::SelfCost {
+    let mut programs: Vec<crate::model::ProgramCost> = progs
+        .into_iter()
+        .filter(|(_, c)| c.run_cnt > 0 || c.recursion_misses > 0)
+        .map(|(name, c)| crate::model::ProgramCost {
+            name,
+            runs: c.run_cnt,
+            run_us: c.run_time_ns as f64 / 1e3,
+            ns_per_run: (bpf_stats && c.run_cnt > 0)
+                .then(|| c.run_time_ns as f64 / c.run_cnt as f64),
+            recursion_misses: c.recursion_misses,
+        })
+        .collect();
+    programs.sort_by(|a, b| {
+        b.run_us
+            .total_cmp(&a.run_us)
+            .then(b.runs.cmp(&a.runs))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let run_ns: f64 = programs.iter().map(|p| p.run_us * 1e3).sum();
+    let window_ns = duration_ms.max(1) as f64 * 1e6;
+    crate::model::SelfCost {
+        bpf_stats,
+        programs,
+        bpf_cpu_pct: run_ns / window_ns * 100.0,
+        daemon_cpu_pct: usage.map_or(0.0, |u| u.cpu_percent),
+        rss_kib: usage.map_or(0, |u| u.rss_bytes / 1024),
     }
 }
 
@@ -363,5 +413,44 @@ impl Pump {
         self.drain.finish();
         self.drain();
         self.session.next_window()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progstats::ProgCounters;
+
+    fn prog(name: &str, runs: u64, ns: u64) -> (String, ProgCounters) {
+        let c = ProgCounters {
+            run_cnt: runs,
+            run_time_ns: ns,
+            recursion_misses: 0,
+        };
+        (name.to_string(), c)
+    }
+
+    #[test]
+    fn self_cost_orders_programs_by_time_and_leaves_out_idle_ones() {
+        let progs = vec![
+            prog("sched_wakeup", 1000, 250_000),
+            prog("sched_switch", 2000, 700_000),
+            prog("reads_sys_enter", 0, 0),
+        ];
+        let usage = crate::selfstat::SelfUsage {
+            cpu_percent: 1.5,
+            rss_bytes: 30 << 20,
+        };
+        let s = self_cost(progs.clone(), 1000, true, Some(usage));
+        let names: Vec<&str> = s.programs.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["sched_switch", "sched_wakeup"]);
+        assert_eq!(s.programs[0].ns_per_run, Some(350.0));
+        // 0.95 ms of program time in a 1 s window.
+        assert!((s.bpf_cpu_pct - 0.095).abs() < 1e-9);
+        assert_eq!((s.daemon_cpu_pct, s.rss_kib), (1.5, 30 * 1024));
+        // Without run-time statistics there are runs but no time per run.
+        let s = self_cost(progs, 1000, false, None);
+        assert_eq!(s.programs[0].ns_per_run, None);
+        assert!(!s.bpf_stats);
     }
 }

@@ -355,3 +355,91 @@ fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
     assert_eq!(sum_counter(&windows, "cgroup_unreadable"), 0);
     Ok(())
 }
+
+/// Each window's `self` is what the kernel counted for cgtrace's programs: the `sched_switch`
+/// program's runs equal the switches the program itself counted, run times are there while
+/// cgtrace holds `BPF_ENABLE_STATS`, and once it exits the kernel stops counting again (a second
+/// run with `--no-bpf-stats` sees neither runs nor time); the daemon's resident memory matches its
+/// `VmRSS`.
+#[test]
+fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let stats_sysctl = || {
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let before = stats_sysctl();
+    let _sleeper = workload::sleeper(1000, None, None, false)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let windows = s.windows(3)?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()))?;
+    let vm_rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let (code, _) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    let (mut runs, mut counted) = (0u64, 0u64);
+    for w in &windows {
+        let sc = &w["self"];
+        assert_eq!(sc["bpf_stats"], true, "{sc}");
+        let programs = sc["programs"].as_array().expect("programs");
+        let switch = programs
+            .iter()
+            .find(|p| {
+                p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("sched_switch"))
+            })
+            .unwrap_or_else(|| panic!("no sched_switch program in {sc}"));
+        runs += switch["runs"].as_u64().unwrap_or(0);
+        counted += w["events"]["counters"]["sched_switch"]
+            .as_u64()
+            .unwrap_or(0);
+        let ns = switch["ns_per_run"].as_f64().unwrap_or(0.0);
+        assert!(ns > 0.0 && ns < 100_000.0, "sched_switch {ns} ns per run");
+        let total_us: f64 = programs.iter().filter_map(|p| p["run_us"].as_f64()).sum();
+        let pct = sc["bpf_cpu_pct"].as_f64().unwrap_or(-1.0);
+        let window_us = w["duration_ms"].as_f64().unwrap_or(1.0) * 1e3;
+        assert!(
+            (pct - total_us / window_us * 100.0).abs() < 1e-6,
+            "bpf_cpu_pct {pct} is the programs' {total_us} µs over the window"
+        );
+        let daemon = sc["daemon_cpu_pct"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=100.0 * cpus() as f64).contains(&daemon), "{daemon}");
+    }
+    // The counters and the program statistics are read a few microseconds apart.
+    let diff = runs.abs_diff(counted);
+    assert!(
+        runs > 100 && diff <= counted / 100 + 50,
+        "sched_switch runs {runs} (kernel's program statistics) vs {counted} counted by the program"
+    );
+    let rss = windows.last().expect("windows")["self"]["rss_kib"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        rss > vm_rss_kib / 2 && rss < vm_rss_kib * 2,
+        "rss_kib {rss} vs VmRSS {vm_rss_kib} kB"
+    );
+    if before == "0" {
+        let mut s = Stream::start(&["--interval", "1000", "--no-bpf-stats"])?;
+        let windows = s.windows(2)?;
+        s.stop(SIGINT)?;
+        for w in &windows {
+            let sc = &w["self"];
+            assert_eq!(sc["bpf_stats"], false, "{sc}");
+            let programs = sc["programs"].as_array().expect("programs");
+            assert!(
+                programs
+                    .iter()
+                    .all(|p| p["runs"].as_u64() == Some(0) && p["run_us"].as_f64() == Some(0.0)),
+                "the kernel still counted program runs after the first cgtrace exited: {sc}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -136,6 +136,8 @@ pub struct Metrics {
     seen: u64,
     dropped: u64,
     counters: BTreeMap<String, u64>,
+    /// Per BPF program (from the windows' `self`): runs, run time (ns), recursion misses.
+    programs: BTreeMap<String, (u64, u64, u64)>,
     folded_total: u64,
     expired_total: u64,
     reads_host: family::reads::metrics::Host,
@@ -202,6 +204,7 @@ impl Metrics {
             seen: 0,
             dropped: 0,
             counters: BTreeMap::new(),
+            programs: BTreeMap::new(),
             folded_total: 0,
             expired_total: 0,
             reads_host: family::reads::metrics::Host::default(),
@@ -218,6 +221,12 @@ impl Metrics {
         self.dropped += w.events.dropped;
         for (k, v) in &w.events.counters {
             *self.counters.entry(k.clone()).or_insert(0) += v;
+        }
+        for p in w.self_cost.iter().flat_map(|s| &s.programs) {
+            let e = self.programs.entry(p.name.clone()).or_insert((0, 0, 0));
+            e.0 += p.runs;
+            e.1 += (p.run_us * 1e3).round() as u64;
+            e.2 += p.recursion_misses;
         }
         self.expire(w.end_unix_ms);
         self.reads_host.add(w);
@@ -354,6 +363,41 @@ impl Metrics {
             f.num(&none, Some(("counter", k)), *v as f64);
         }
         out.push(f);
+        // cgtrace's own programs, bpftop-style (`window.self`): what tracing costs the host.
+        let per_program: [(
+            &'static str,
+            &'static str,
+            &'static str,
+            fn(&(u64, u64, u64)) -> f64,
+        ); 3] = [
+            (
+                "cgtrace_bpf_runs",
+                "",
+                "Runs of each of cgtrace's BPF programs",
+                |v| v.0 as f64,
+            ),
+            (
+                "cgtrace_bpf_run_seconds",
+                "seconds",
+                "Time the kernel spent in each of cgtrace's BPF programs (counted while BPF \
+                 run-time statistics are on: see window.self.bpf_stats)",
+                |v| v.1 as f64 / 1e9,
+            ),
+            (
+                "cgtrace_bpf_recursion_misses",
+                "",
+                "Runs of each of cgtrace's BPF programs the kernel skipped (the program was \
+                 already running on that CPU)",
+                |v| v.2 as f64,
+            ),
+        ];
+        for (name, unit, help, value) in per_program {
+            let mut f = MetricFamily::new(name, Kind::Counter, unit, help);
+            for (program, v) in &self.programs {
+                f.num(&none, Some(("program", program)), value(v));
+            }
+            out.push(f);
+        }
         let mut one = |name, kind, unit, help, v: f64| {
             let mut f = MetricFamily::new(name, kind, unit, help);
             f.num(&none, None, v);
@@ -697,6 +741,36 @@ mod tests {
             "cgtrace_process_resident_memory_bytes ".into(),
         ] {
             assert!(t.contains(&want), "{want} not in\n{t}");
+        }
+    }
+
+    #[test]
+    fn own_programs_are_counted_across_windows() {
+        let mut m = Metrics::new(MetricsOptions::default());
+        for seq in 1..=2 {
+            let mut w = window(seq, seq * 1000, vec![]);
+            w.self_cost = Some(crate::model::SelfCost {
+                bpf_stats: true,
+                programs: vec![crate::model::ProgramCost {
+                    name: "sched_switch".into(),
+                    runs: 1000,
+                    run_us: 350.0,
+                    ns_per_run: Some(350.0),
+                    recursion_misses: seq,
+                }],
+                bpf_cpu_pct: 0.035,
+                daemon_cpu_pct: 1.0,
+                rss_kib: 20_000,
+            });
+            m.update(&w);
+        }
+        let t = m.render();
+        for want in [
+            "cgtrace_bpf_runs_total{program=\"sched_switch\"} 2000\n",
+            "cgtrace_bpf_run_seconds_total{program=\"sched_switch\"} 0.0007\n",
+            "cgtrace_bpf_recursion_misses_total{program=\"sched_switch\"} 3\n",
+        ] {
+            assert!(t.contains(want), "{want} not in\n{t}");
         }
     }
 

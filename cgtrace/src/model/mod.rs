@@ -183,6 +183,39 @@ pub struct Window {
     /// `reads`: cgroups created and removed in the window, and by whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub churn: Option<crate::family::reads::model::Churn>,
+    /// What cgtrace itself cost the host in the window. Absent in recordings made before it was
+    /// reported.
+    #[serde(rename = "self", default, skip_serializing_if = "Option::is_none")]
+    pub self_cost: Option<SelfCost>,
+}
+
+/// `window.self`: cgtrace's own cost in the window, as bpftop shows it for every program.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SelfCost {
+    /// Whether the kernel timed the programs (`BPF_ENABLE_STATS` held by cgtrace, or
+    /// `kernel.bpf_stats_enabled` set): without it `run_us`, `ns_per_run` and `bpf_cpu_pct` are 0.
+    pub bpf_stats: bool,
+    /// Every program that ran in the window, most time first.
+    pub programs: Vec<ProgramCost>,
+    /// Time in all programs, in % of one CPU over the window.
+    pub bpf_cpu_pct: f64,
+    /// The daemon's own CPU time (user + system), in % of one CPU over the window.
+    pub daemon_cpu_pct: f64,
+    /// The daemon's resident memory at the end of the window.
+    pub rss_kib: u64,
+}
+
+/// One BPF program's runs in a window (the kernel's `run_cnt`, `run_time_ns`,
+/// `recursion_misses` of the program).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProgramCost {
+    pub name: String,
+    pub runs: u64,
+    pub run_us: f64,
+    /// Mean time per run (`null` without runs or without `bpf_stats`).
+    pub ns_per_run: Option<f64>,
+    /// Runs the kernel skipped because the program was already running on that CPU.
+    pub recursion_misses: u64,
 }
 
 /// Kernel events handled and lost in the window.

@@ -20,7 +20,7 @@ pub mod logfile;
 pub mod player;
 pub mod render;
 pub mod rows;
-pub mod selfstat;
+pub use crate::selfstat;
 pub mod source;
 pub mod terminal;
 
@@ -81,7 +81,7 @@ pub fn run(opts: SessionOptions, log: Option<PathBuf>) -> anyhow::Result<()> {
         let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;
         let _input = event::Input::spawn(tx).map_err(TopError::Terminal)?;
         let mut app = App::new(hello, Theme::from_env());
-        let mut sampler = SelfSampler::new("/proc");
+        let mut sampler = SelfSampler::this_process();
         run_loop(guard.terminal(), &mut app, &rx, &source, Some(&mut sampler))
         // Input thread stopped, terminal restored, stderr back, in that order.
     };

@@ -113,6 +113,27 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
             format::bytes(u.rss_bytes)
         )));
     }
+    // What the programs cost the traced host (the window's `self`), bpftop-style: the share of a
+    // CPU spent in them and the costliest one's time per run.
+    if let Some(sc) = app.window.as_ref().and_then(|w| w.self_cost.as_ref()) {
+        l2.push(sep());
+        if sc.bpf_stats {
+            let top = sc
+                .programs
+                .first()
+                .and_then(|p| {
+                    p.ns_per_run
+                        .map(|ns| format!(" ({} {ns:.0} ns/run)", p.name))
+                })
+                .unwrap_or_default();
+            l2.push(Span::raw(format!(
+                "BPF {} CPU{top}",
+                format::percent(sc.bpf_cpu_pct)
+            )));
+        } else {
+            l2.push(Span::raw("BPF run time not counted"));
+        }
+    }
 
     let col = app.sort_column();
     let mut l3: Vec<Span<'static>> = vec![
