@@ -110,12 +110,14 @@ struct RunqArgs {
     /// `cgtrace stream --interval`, in ms.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
-    /// Configurations, in their order within a round (comma-separated).
+    /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
+    /// user starts it), cgtrace-nostats (--no-bpf-stats), cgtrace-reads (--reads-mode syscall),
+    /// runqlat, runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "bare,cgtrace,runqlat"
+        default_value = "bare,cgtrace,cgtrace-nostats,runqlat,runqlat-stats"
     )]
     configs: Vec<Config>,
     /// Where the raw numbers go [default: <workspace>/target/bench/runq.json].
@@ -124,11 +126,18 @@ struct RunqArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 enum Config {
     Bare,
+    /// `cgtrace stream` as a user starts it (BPF run-time statistics on, reads per `auto`).
     Cgtrace,
+    /// With `--no-bpf-stats`: what the statistics behind `self` cost.
+    CgtraceNostats,
+    /// With `--reads-mode syscall`: the reads family where fentry cannot load.
+    CgtraceReads,
     Runqlat,
+    /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
+    RunqlatStats,
 }
 
 impl Config {
@@ -136,7 +145,20 @@ impl Config {
         match self {
             Config::Bare => "bare",
             Config::Cgtrace => "cgtrace",
+            Config::CgtraceNostats => "cgtrace-nostats",
+            Config::CgtraceReads => "cgtrace-reads",
             Config::Runqlat => "runqlat",
+            Config::RunqlatStats => "runqlat-stats",
+        }
+    }
+
+    /// `cgtrace stream` arguments beyond `--interval`, for the cgtrace configurations.
+    fn cgtrace_args(self) -> Option<&'static [&'static str]> {
+        match self {
+            Config::Cgtrace => Some(&[]),
+            Config::CgtraceNostats => Some(&["--no-bpf-stats"]),
+            Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
+            _ => None,
         }
     }
 }
@@ -272,6 +294,9 @@ struct TracerStats {
     dropped: Option<u64>,
     /// cgtrace: window lines received, the first and the partial last one included.
     windows: Option<usize>,
+    /// Each BPF program's runs and time while perf ran (cgtrace: its windows' `self` after the
+    /// first; runqlat-stats: its program fds' statistics across the perf run).
+    programs: Vec<crate::progcost::ProgramRuns>,
 }
 
 fn runq(plan: Plan) -> Result<()> {
@@ -292,6 +317,9 @@ fn runq(plan: Plan) -> Result<()> {
     }
     let summary = summarize(&plan.configs, &runs);
     print!("{}", markdown_table(&summary));
+    if summary.iter().any(|s| !s.programs.is_empty()) {
+        print!("\n{}", program_table(&summary));
+    }
     println!("\n{}", one_line_summary(&plan, &summary));
     write_report(&plan, &runs, &summary)
 }
@@ -299,12 +327,16 @@ fn runq(plan: Plan) -> Result<()> {
 fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     let (perf, tracer) = match config {
         Config::Bare => (run_perf(plan)?, None),
-        Config::Cgtrace => {
-            let (perf, stats) = under_cgtrace(plan)?;
+        Config::Cgtrace | Config::CgtraceNostats | Config::CgtraceReads => {
+            let (perf, stats) = under_cgtrace(plan, config.cgtrace_args().unwrap_or(&[]))?;
             (perf, Some(stats))
         }
         Config::Runqlat => {
-            let (perf, stats) = under_runqlat(plan)?;
+            let (perf, stats) = under_runqlat(plan, false)?;
+            (perf, Some(stats))
+        }
+        Config::RunqlatStats => {
+            let (perf, stats) = under_runqlat(plan, true)?;
             (perf, Some(stats))
         }
     };
@@ -318,8 +350,8 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     })
 }
 
-fn under_cgtrace(plan: &Plan) -> Result<(Perf, TracerStats)> {
-    let cgtrace = Cgtrace::start(&plan.cgtrace, plan.interval_ms)?;
+fn under_cgtrace(plan: &Plan, extra: &[&str]) -> Result<(Perf, TracerStats)> {
+    let cgtrace = Cgtrace::start(&plan.cgtrace, plan.interval_ms, extra)?;
     let (perf, cpu_pct) = perf_beside(plan, cgtrace.pid())?;
     let windows = cgtrace.stop()?;
     let stats = window_stats(&windows);
@@ -331,16 +363,31 @@ fn under_cgtrace(plan: &Plan) -> Result<(Perf, TracerStats)> {
             events_per_s: stats.per_s,
             dropped: Some(stats.dropped),
             windows: Some(windows.len()),
+            programs: window_programs(&windows),
         },
     ))
 }
 
-fn under_runqlat(plan: &Plan) -> Result<(Perf, TracerStats)> {
+fn under_runqlat(plan: &Plan, with_stats: bool) -> Result<(Perf, TracerStats)> {
+    // Taken before runqlat loads, so its programs are counted from their first run.
+    let stats_fd = if with_stats {
+        Some(crate::progcost::enable_stats()?)
+    } else {
+        None
+    };
     let rq = runqlat::Runqlat::start_all()?;
     let attached = Instant::now();
+    let before = crate::progcost::read(rq.pid())?;
     let (perf, cpu_pct) = perf_beside(plan, rq.pid())?;
+    let after = crate::progcost::read(rq.pid())?;
+    let programs = if with_stats {
+        crate::progcost::delta(&before, &after)
+    } else {
+        Vec::new()
+    };
     let span = attached.elapsed().as_secs_f64();
     let events = rq.stop()?.total();
+    drop(stats_fd);
     Ok((
         perf,
         TracerStats {
@@ -349,6 +396,7 @@ fn under_runqlat(plan: &Plan) -> Result<(Perf, TracerStats)> {
             events_per_s: Some(events as f64 / span),
             dropped: None,
             windows: None,
+            programs,
         },
     ))
 }
@@ -439,17 +487,20 @@ enum Msg {
     Window {
         seen: u64,
         dropped: u64,
+        programs: Vec<crate::progcost::ProgramRuns>,
     },
     /// Another well-formed type (e.g. the closing `summary`).
     Other,
     Bad(String),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Window {
     at: Instant,
     seen: u64,
     dropped: u64,
+    /// The window's `self.programs`.
+    programs: Vec<crate::progcost::ProgramRuns>,
 }
 
 fn classify(line: &str) -> Msg {
@@ -461,7 +512,11 @@ fn classify(line: &str) -> Msg {
         Some("window") => {
             let events = &v["events"];
             match (events["seen"].as_u64(), events["dropped"].as_u64()) {
-                (Some(seen), Some(dropped)) => Msg::Window { seen, dropped },
+                (Some(seen), Some(dropped)) => Msg::Window {
+                    seen,
+                    dropped,
+                    programs: self_programs(&v),
+                },
                 _ => Msg::Bad(format!(
                     "window without events.seen/dropped: {}",
                     clip(line)
@@ -471,6 +526,40 @@ fn classify(line: &str) -> Msg {
         Some(_) => Msg::Other,
         None => Msg::Bad(format!("no \"type\": {}", clip(line))),
     }
+}
+
+/// A window line's `self.programs` (empty before cgtrace reported them).
+fn self_programs(window: &Value) -> Vec<crate::progcost::ProgramRuns> {
+    window
+        .pointer("/self/programs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(crate::progcost::ProgramRuns {
+                name: p["name"].as_str()?.to_string(),
+                runs: p["runs"].as_u64()?,
+                run_ns: (p["run_us"].as_f64()? * 1e3).round() as u64,
+            })
+        })
+        .collect()
+}
+
+/// Programs summed over the windows after the first (it covers the idle time before perf).
+fn window_programs(windows: &[Window]) -> Vec<crate::progcost::ProgramRuns> {
+    let mut sum: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for p in windows.iter().skip(1).flat_map(|w| &w.programs) {
+        let e = sum.entry(&p.name).or_default();
+        e.0 += p.runs;
+        e.1 += p.run_ns;
+    }
+    sum.into_iter()
+        .map(|(name, (runs, run_ns))| crate::progcost::ProgramRuns {
+            name: name.to_string(),
+            runs,
+            run_ns,
+        })
+        .collect()
 }
 
 fn clip(line: &str) -> String {
@@ -487,9 +576,10 @@ struct Cgtrace {
 
 impl Cgtrace {
     /// Spawns it and returns once the `hello` and the first `window` line have arrived.
-    fn start(bin: &Path, interval_ms: u64) -> Result<Self> {
+    fn start(bin: &Path, interval_ms: u64, extra: &[&str]) -> Result<Self> {
         let mut child = Command::new(bin)
             .args(["stream", "--interval", &interval_ms.to_string()])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -570,10 +660,15 @@ impl Cgtrace {
 
     fn record(&mut self, line: Line) -> Result<()> {
         match line.msg {
-            Msg::Window { seen, dropped } => self.windows.push(Window {
+            Msg::Window {
+                seen,
+                dropped,
+                programs,
+            } => self.windows.push(Window {
                 at: line.at,
                 seen,
                 dropped,
+                programs,
             }),
             Msg::Other => {}
             Msg::Hello => bail!("cgtrace printed a second hello line"),
@@ -728,6 +823,66 @@ struct Summary {
     median_events_per_s: Option<f64>,
     events_dropped: Option<u64>,
     median_cpu_pct: Option<f64>,
+    /// Each BPF program over all rounds of the configuration, most time first.
+    programs: Vec<ProgramSummary>,
+}
+
+/// One program's runs and time over every round of a configuration.
+#[derive(Debug, Serialize, PartialEq)]
+struct ProgramSummary {
+    name: String,
+    runs: u64,
+    run_ns: u64,
+    ns_per_run: f64,
+    /// Runs per second of perf's run time.
+    runs_per_s: f64,
+}
+
+fn program_summary(mine: &[&Run]) -> Vec<ProgramSummary> {
+    let mut sum: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for p in mine
+        .iter()
+        .filter_map(|r| r.tracer.as_ref())
+        .flat_map(|t| &t.programs)
+    {
+        let e = sum.entry(&p.name).or_default();
+        e.0 += p.runs;
+        e.1 += p.run_ns;
+    }
+    let secs: f64 = mine.iter().map(|r| r.total_s).sum();
+    let mut out: Vec<ProgramSummary> = sum
+        .into_iter()
+        .filter(|(_, (runs, _))| *runs > 0)
+        .map(|(name, (runs, run_ns))| ProgramSummary {
+            name: name.to_string(),
+            runs,
+            run_ns,
+            ns_per_run: run_ns as f64 / runs as f64,
+            runs_per_s: if secs > 0.0 { runs as f64 / secs } else { 0.0 },
+        })
+        .collect();
+    out.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then_with(|| a.name.cmp(&b.name)));
+    out
+}
+
+/// Per-program cost, every configuration that has some: ns per run and runs per second.
+fn program_table(summary: &[Summary]) -> String {
+    let mut t = String::from(
+        "| config | program | runs/s | ns/run | % of one CPU |\n|---|---|---|---|---|\n",
+    );
+    for s in summary {
+        for p in &s.programs {
+            t += &format!(
+                "| {} | {} | {:.1} k | {:.0} | {:.2} |\n",
+                s.config.name(),
+                p.name,
+                p.runs_per_s / 1e3,
+                p.ns_per_run,
+                p.runs_per_s * p.ns_per_run / 1e7
+            );
+        }
+    }
+    t
 }
 
 fn summarize(configs: &[Config], runs: &[Run]) -> Vec<Summary> {
@@ -763,6 +918,7 @@ fn summarize_one(config: Config, runs: &[Run]) -> Option<Summary> {
         median_events_per_s: median(&rates),
         events_dropped: (!drops.is_empty()).then(|| drops.iter().sum()),
         median_cpu_pct: median(&cpu),
+        programs: program_summary(&mine),
     })
 }
 
@@ -904,8 +1060,23 @@ mod tests {
             classify(&window),
             Msg::Window {
                 seen: 201234,
-                dropped: 7
+                dropped: 7,
+                programs: Vec::new(),
             }
+        );
+        let with_self = r#"{"type":"window","events":{"seen":5,"dropped":0},"self":{"programs":
+            [{"name":"sched_switch","runs":1000,"run_us":350.5,"ns_per_run":350.5}]}}"#
+            .replace('\n', "");
+        let Msg::Window { programs, .. } = classify(&with_self) else {
+            panic!("not a window");
+        };
+        assert_eq!(
+            programs,
+            [crate::progcost::ProgramRuns {
+                name: "sched_switch".into(),
+                runs: 1000,
+                run_ns: 350_500
+            }]
         );
         assert_eq!(classify(r#"{"type":"summary","windows":4}"#), Msg::Other);
         assert!(matches!(classify("garbage"), Msg::Bad(_)));
@@ -919,12 +1090,19 @@ mod tests {
             at: t0 + Duration::from_millis(ms),
             seen,
             dropped,
+            programs: vec![crate::progcost::ProgramRuns {
+                name: "sched_switch".into(),
+                runs: seen,
+                run_ns: seen * 100,
+            }],
         };
         let stats = window_stats(&[w(0, 999, 1), w(1000, 200, 0), w(1500, 100, 2)]);
         assert_eq!(stats.seen, 300);
         assert_eq!(stats.dropped, 3);
         assert_eq!(stats.per_s, Some(200.0));
         assert_eq!(window_stats(&[w(0, 5, 0)]).per_s, None);
+        let programs = window_programs(&[w(0, 999, 1), w(1000, 200, 0), w(1500, 100, 2)]);
+        assert_eq!((programs[0].runs, programs[0].run_ns), (300, 30_000));
     }
 
     #[test]
@@ -947,6 +1125,11 @@ mod tests {
                 events_per_s: Some(5.0),
                 dropped: (config == Config::Cgtrace).then_some(1),
                 windows: None,
+                programs: vec![crate::progcost::ProgramRuns {
+                    name: "sched_switch".into(),
+                    runs: 1000,
+                    run_ns: 300_000,
+                }],
             }),
         }
     }
@@ -974,6 +1157,12 @@ mod tests {
         assert!(
             table.contains("| cgtrace | 3 | 3.750 | 3.500–9.000 | 37.50 | 1.25× |"),
             "{table}"
+        );
+        // 3000 runs of 300 ns over 16.25 s of perf.
+        let programs = program_table(&s);
+        assert!(
+            programs.contains("| cgtrace | sched_switch | 0.2 k | 300 | 0.01 |"),
+            "{programs}"
         );
     }
 

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_reads;
+mod progcost;
 mod sim;
 mod vm;
 
