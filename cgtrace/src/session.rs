@@ -33,7 +33,8 @@ pub struct SessionOptions {
     /// Entries of the reads family's per-thread table (`--max-read-threads`; `None`: from the
     /// number of CPUs).
     pub max_read_threads: Option<u32>,
-    /// Hold `BPF_ENABLE_STATS` while tracing, so each window's `self` has program run times.
+    /// Hold `BPF_ENABLE_STATS` while tracing, so each window's `self` has program runs and
+    /// times (`--bpf-stats`).
     pub bpf_stats: bool,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,

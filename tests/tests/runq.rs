@@ -358,9 +358,9 @@ fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
 
 /// Each window's `self` is what the kernel counted for cgtrace's programs: the `sched_switch`
 /// program's runs equal the switches the program itself counted, run times are there while
-/// cgtrace holds `BPF_ENABLE_STATS`, and once it exits the kernel stops counting again (a second
-/// run with `--no-bpf-stats` sees neither runs nor time); the daemon's resident memory matches its
-/// `VmRSS`.
+/// cgtrace holds `BPF_ENABLE_STATS` (`--bpf-stats`), and once it exits the kernel stops counting
+/// again (a second run without the flag sees neither runs nor time); the daemon's resident memory
+/// matches its `VmRSS`.
 #[test]
 fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
     if !can_trace() {
@@ -373,7 +373,7 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
     };
     let before = stats_sysctl();
     let _sleeper = workload::sleeper(1000, None, None, false)?;
-    let mut s = Stream::start(&["--interval", "1000"])?;
+    let mut s = Stream::start(&["--interval", "1000", "--bpf-stats"])?;
     let windows = s.windows(3)?;
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()))?;
     let vm_rss_kib: u64 = status
@@ -426,7 +426,7 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
         "rss_kib {rss} vs VmRSS {vm_rss_kib} kB"
     );
     if before == "0" {
-        let mut s = Stream::start(&["--interval", "1000", "--no-bpf-stats"])?;
+        let mut s = Stream::start(&["--interval", "1000"])?;
         let windows = s.windows(2)?;
         s.stop(SIGINT)?;
         for w in &windows {

@@ -111,13 +111,14 @@ struct RunqArgs {
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
-    /// user starts it), cgtrace-nostats (--no-bpf-stats), cgtrace-reads (--reads-mode syscall),
-    /// runqlat, runqlat-stats (with BPF run-time statistics on, for its ns per run).
+    /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
+    /// (--reads-mode syscall), runqlat, runqlat-stats (with BPF run-time statistics on, for its
+    /// ns per run).
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "bare,cgtrace,cgtrace-nostats,runqlat,runqlat-stats"
+        default_value = "bare,cgtrace,cgtrace-stats,runqlat,runqlat-stats"
     )]
     configs: Vec<Config>,
     /// Where the raw numbers go [default: <workspace>/target/bench/runq.json].
@@ -129,10 +130,10 @@ struct RunqArgs {
 #[serde(rename_all = "kebab-case")]
 enum Config {
     Bare,
-    /// `cgtrace stream` as a user starts it (BPF run-time statistics on, reads per `auto`).
+    /// `cgtrace stream` as a user starts it (reads per `auto`).
     Cgtrace,
-    /// With `--no-bpf-stats`: what the statistics behind `self` cost.
-    CgtraceNostats,
+    /// With `--bpf-stats`: each program's ns per run, and what the statistics cost.
+    CgtraceStats,
     /// With `--reads-mode syscall`: the reads family where fentry cannot load.
     CgtraceReads,
     Runqlat,
@@ -145,7 +146,7 @@ impl Config {
         match self {
             Config::Bare => "bare",
             Config::Cgtrace => "cgtrace",
-            Config::CgtraceNostats => "cgtrace-nostats",
+            Config::CgtraceStats => "cgtrace-stats",
             Config::CgtraceReads => "cgtrace-reads",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
@@ -156,7 +157,7 @@ impl Config {
     fn cgtrace_args(self) -> Option<&'static [&'static str]> {
         match self {
             Config::Cgtrace => Some(&[]),
-            Config::CgtraceNostats => Some(&["--no-bpf-stats"]),
+            Config::CgtraceStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             _ => None,
         }
@@ -327,7 +328,7 @@ fn runq(plan: Plan) -> Result<()> {
 fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     let (perf, tracer) = match config {
         Config::Bare => (run_perf(plan)?, None),
-        Config::Cgtrace | Config::CgtraceNostats | Config::CgtraceReads => {
+        Config::Cgtrace | Config::CgtraceStats | Config::CgtraceReads => {
             let (perf, stats) = under_cgtrace(plan, config.cgtrace_args().unwrap_or(&[]))?;
             (perf, Some(stats))
         }

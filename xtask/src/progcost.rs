@@ -54,7 +54,8 @@ pub fn read(pid: u32) -> Result<BTreeMap<u32, (u64, u64)>> {
     Ok(out)
 }
 
-/// `(prog_id, run_cnt, run_time_ns)` of a program fd's fdinfo; `None` for other fds.
+/// `(prog_id, run_cnt, run_time_ns)` of a program fd's fdinfo; `None` for other fds (a link's
+/// fdinfo names its program's id too, without the counters).
 pub fn parse_fdinfo(text: &str) -> Option<(u32, u64, u64)> {
     let field = |name: &str| {
         text.lines()
@@ -62,11 +63,7 @@ pub fn parse_fdinfo(text: &str) -> Option<(u32, u64, u64)> {
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
     let id = u32::try_from(field("prog_id")?).ok()?;
-    Some((
-        id,
-        field("run_cnt").unwrap_or(0),
-        field("run_time_ns").unwrap_or(0),
-    ))
+    Some((id, field("run_cnt")?, field("run_time_ns")?))
 }
 
 /// A program's name from `bpftool prog show id ID --json` ("prog ID" without bpftool).
@@ -120,6 +117,9 @@ mod tests {
         assert_eq!(parse_fdinfo("pos:\t0\nflags:\t02\nmnt_id:\t16\n"), None);
         let map = "map_type:\t2\nkey_size:\t4\nmap_id:\t12\n";
         assert_eq!(parse_fdinfo(map), None);
+        let link = "pos:\t0\nflags:\t02000000\nlink_type:\traw_tracepoint\nlink_id:\t1922\n\
+                    prog_tag:\tb205300bf137067c\nprog_id:\t97\ntp_name:\tsched_wakeup\n";
+        assert_eq!(parse_fdinfo(link), None);
     }
 
     #[test]

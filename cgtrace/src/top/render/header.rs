@@ -131,7 +131,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
                 format::percent(sc.bpf_cpu_pct)
             )));
         } else {
-            l2.push(Span::raw("BPF run time not counted"));
+            l2.push(Span::raw("BPF cost: --bpf-stats"));
         }
     }
 
