@@ -145,6 +145,15 @@ pub struct Metrics {
     own: Option<ProcessCost>,
 }
 
+/// A per-program metric of cgtrace's own BPF programs: name, unit, help, and its value from
+/// (runs, run time in ns, recursion misses).
+type PerProgram = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&(u64, u64, u64)) -> f64,
+);
+
 /// cgtrace's own process: CPU used since it started and resident memory now.
 #[derive(Clone, Copy, Debug)]
 struct ProcessCost {
@@ -364,12 +373,7 @@ impl Metrics {
         }
         out.push(f);
         // cgtrace's own programs, bpftop-style (`window.self`): what tracing costs the host.
-        let per_program: [(
-            &'static str,
-            &'static str,
-            &'static str,
-            fn(&(u64, u64, u64)) -> f64,
-        ); 3] = [
+        let per_program: [PerProgram; 3] = [
             (
                 "cgtrace_bpf_runs",
                 "",
