@@ -39,8 +39,11 @@ pub const THROTTLE_STALE: u32 = 13;
 /// evicted it for other threads' reads while it ran (`--max-read-threads` too small for the
 /// readers at once), there was no room to store it, or the read began before cgtrace attached.
 pub const READ_INFLIGHT_LOST: u32 = 14;
+/// Part of a wait could not be charged to whoever held the CPU: `BLAME` full (that part is
+/// reported as `unattributed_us`).
+pub const BLAME_FULL: u32 = 15;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 15;
+pub const NR_COUNTERS: u32 = 16;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -59,6 +62,7 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "throttle_stats_full",
     "throttle_stale",
     "read_inflight_lost",
+    "blame_full",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

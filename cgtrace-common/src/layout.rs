@@ -267,6 +267,9 @@ pub struct Config {
     /// cause) are not traced.
     pub self_tgid: u32,
     pub _pad: u32,
+    /// Waits at least this long (ns) are charged to whoever held the CPU meanwhile (`BLAME`);
+    /// `u64::MAX` turns the blame ledger off (no slice ring either).
+    pub blame_min_ns: u64,
 }
 
 impl Config {
@@ -278,6 +281,7 @@ impl Config {
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
         self_tgid: 0,
         _pad: 0,
+        blame_min_ns: 100_000,
     };
 }
 

@@ -127,8 +127,49 @@ pub struct RunqEvent {
     pub comm: [u8; 16],
 }
 
+/// Slices each CPU keeps for the blame ledger (a power of two).
+pub const NR_SLICES: usize = 16;
+
+/// One stretch during which a CPU ran a task of one cgroup (`cgroup_id` 0: the idle task, or a
+/// cgroup that could not be read).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Slice {
+    pub cgroup_id: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Value of the per-CPU `CPU_SLICES`: the CPU's last [`NR_SLICES`] slices (a ring, `head` counts
+/// pushes) and the one running now. Written at every `sched_switch`; read when a wait ends on
+/// that CPU, to charge the wait to whoever held the CPU meanwhile.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SliceRing {
+    pub head: u64,
+    pub cur_cgroup: u64,
+    pub cur_start: u64,
+    pub slots: [Slice; NR_SLICES],
+}
+
+/// Key of `BLAME`: a cgroup that waited (`victim`) and who held its CPU meanwhile (`culprit`: a
+/// cgroup id, the victim itself for its own siblings, or a `CULPRIT_*` marker).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlameKey {
+    pub victim: u64,
+    pub culprit: u64,
+}
+
+/// Culprit marker: the victim's own quota was exhausted (its wait's throttled part).
+pub const CULPRIT_THROTTLED_OWN: u64 = u64::MAX;
+/// Culprit marker: an ancestor's quota was exhausted.
+pub const CULPRIT_THROTTLED_ANCESTOR: u64 = u64::MAX - 1;
+
 #[cfg(feature = "user")]
 mod pod {
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::BlameKey {}
     // SAFETY: #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::RunqKey {}
     // SAFETY: #[repr(C)] integers.

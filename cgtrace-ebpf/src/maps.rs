@@ -7,7 +7,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{RunqHist, RunqKey, RunqStart},
+    runq::{BlameKey, RunqHist, RunqKey, RunqStart, SliceRing},
     throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
 };
 
@@ -28,6 +28,15 @@ pub static RUNQ_START: HashMap<u32, RunqStart> = HashMap::with_max_entries(65536
 /// (cgroup, wait kind) -> cumulative latency histogram.
 #[map]
 pub static RUNQ_HIST: HashMap<RunqKey, RunqHist> = HashMap::with_max_entries(3 * 8192, 0);
+
+/// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
+#[map]
+pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// (waiting cgroup, who held the CPU) -> cumulative ns of wait charged to it. Sized by the loader
+/// from `--max-cgroups`; when full the part is counted (`blame_full`) and left unattributed.
+#[map]
+pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
 
 /// Open throttle episodes of this CPU (see `probes::throttle`).
 #[map]

@@ -109,6 +109,11 @@ impl Aggregator {
                 removed.push(id);
             }
         }
+        let blame = std::mem::take(&mut input.blame);
+        crate::family::runq::blame::attach(&mut cgroups, &blame, |id| {
+            let (path, name) = self.describe(id);
+            (path, name.map(|n| n.display))
+        });
         cgroups.sort_by(busiest_first);
         removed.extend(self.sweep());
         for id in &removed {
@@ -262,6 +267,7 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     RunqWindow {
         all: all.summary(),
         kinds: by_kind,
+        blame: None,
     }
 }
 

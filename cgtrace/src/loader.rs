@@ -175,6 +175,9 @@ impl Tracer {
                 opts.max_cgroups.saturating_mul(kinds).max(kinds),
             )
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
+            // (waiting cgroup, culprit) pairs: a cgroup rarely waits behind more than a few
+            // neighbours in a window, and idle pairs are deleted by the daemon.
+            .map_max_entries("BLAME", opts.max_cgroups.saturating_mul(16).max(1024))
             // Per cgroup: as many as the daemon tracks.
             .map_max_entries("THROTTLE_STATS", opts.max_cgroups)
             .map_max_entries("THROTTLE_WATCH", opts.max_cgroups)

@@ -207,8 +207,16 @@ struct TraceArgs {
     /// VM).
     #[arg(long)]
     bpf_stats: bool,
-    /// Waits at least this long (ms) are also sent as individual events (see `stream --events`).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    /// Waits at least this long (µs) are charged to whoever held the CPU meanwhile (each
+    /// cgroup's `runq.blame` and `caused`); shorter waits count as unattributed.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    blame_min_us: u64,
+    /// Turn the blame ledger off (no per-switch slice ring, no `runq.blame`).
+    #[arg(long)]
+    no_blame: bool,
+    /// Waits at least this long (ms) are also sent as individual events (see `stream --events`);
+    /// 0 sends every wait (a load test of the event path: hundreds of thousands a second).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     event_min_ms: u64,
     /// Flag a cgroup throttled while its average use is below this fraction of its quota (0.05 to
     /// 1.0).
@@ -302,6 +310,7 @@ impl TraceArgs {
             max_read_keys: self.max_read_keys,
             max_read_threads: self.max_read_threads,
             bpf_stats: self.bpf_stats,
+            blame_min: (!self.no_blame).then(|| Duration::from_micros(self.blame_min_us)),
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,

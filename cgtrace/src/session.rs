@@ -36,6 +36,9 @@ pub struct SessionOptions {
     /// Hold `BPF_ENABLE_STATS` while tracing, so each window's `self` has program runs and
     /// times (`--bpf-stats`).
     pub bpf_stats: bool,
+    /// Waits at least this long are charged to whoever held the CPU (`runq.blame`); `None`:
+    /// the blame ledger is off (`--no-blame`).
+    pub blame_min: Option<Duration>,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
@@ -115,6 +118,9 @@ impl Session {
                 ringbuf_wakeup_bytes: u64::from(opts.ringbuf_bytes / 4),
                 read_event_min_ns: opts.slow_read_min.as_nanos() as u64,
                 self_tgid: std::process::id(),
+                blame_min_ns: opts
+                    .blame_min
+                    .map_or(u64::MAX, |d| (d.as_nanos() as u64).min(u64::MAX - 1)),
                 ..Config::DEFAULT
             },
             ringbuf_bytes: opts.ringbuf_bytes,

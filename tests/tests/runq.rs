@@ -443,3 +443,86 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The blame ledger names who delayed whom: the sleeper crowded onto CPU 1 waited behind the busy
+/// cgroup's spinners, so nearly all of its wait is charged to that neighbour, its parts add up to
+/// its wait, and the busy cgroup's `caused` lists the sleeper; the spinners wait behind each
+/// other (siblings).
+#[test]
+fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        cgtrace_tests::skip("needs 2 CPUs");
+        return Ok(());
+    }
+    let scene = workload::crowded_scene("blame-")?;
+    let (busy, crowded) = (&scene.busy, &scene.crowded);
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let windows = s.windows(4)?;
+    s.stop(SIGINT)?;
+    let of = |path: &str| {
+        windows
+            .iter()
+            .filter_map(|w| w["cgroups"].as_array())
+            .flatten()
+            .filter(|c| c["path"] == path)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    // The crowded sleeper: parts add up, the busy neighbour has nearly all of it.
+    let (mut wait, mut parts, mut by_busy) = (0.0, 0.0, 0.0);
+    for c in of(&crowded.rel) {
+        wait += f(&c["runq"], "sum_us");
+        let b = &c["runq"]["blame"];
+        let named: f64 = b["neighbours"]
+            .as_array()
+            .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
+        parts += f(b, "throttled_own_us")
+            + f(b, "throttled_ancestor_us")
+            + f(b, "siblings_us")
+            + named
+            + f(b, "neighbours_other_us")
+            + f(b, "unattributed_us");
+        by_busy += b["neighbours"].as_array().map_or(0.0, |n| {
+            n.iter()
+                .filter(|p| p["path"] == busy.rel.as_str())
+                .map(|p| f(p, "wait_us"))
+                .sum()
+        });
+    }
+    eprintln!("crowded: wait {wait:.0} µs, parts {parts:.0}, charged to busy {by_busy:.0}");
+    assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
+    assert!(
+        (parts - wait).abs() <= wait * 0.01,
+        "blame parts {parts} µs add up to the wait {wait} µs"
+    );
+    assert!(
+        by_busy >= 0.8 * wait,
+        "{by_busy} of {wait} µs charged to {} (the only other runnable cgroup on its CPU)",
+        busy.rel
+    );
+    // The busy cgroup caused it, and its spinners wait behind each other.
+    let (mut caused_crowded, mut siblings, mut busy_wait) = (0.0, 0.0, 0.0);
+    for c in of(&busy.rel) {
+        busy_wait += f(&c["runq"], "sum_us");
+        siblings += f(&c["runq"]["blame"], "siblings_us");
+        caused_crowded += c["caused"]["victims"].as_array().map_or(0.0, |v| {
+            v.iter()
+                .filter(|p| p["path"] == crowded.rel.as_str())
+                .map(|p| f(p, "wait_us"))
+                .sum()
+        });
+    }
+    assert!(
+        (caused_crowded - by_busy).abs() <= by_busy * 0.01 + 1.0,
+        "busy caused {caused_crowded} µs to the crowded sleeper, which was charged {by_busy}"
+    );
+    assert!(
+        siblings >= 0.5 * busy_wait,
+        "the spinners mostly wait behind each other: siblings {siblings} of {busy_wait} µs"
+    );
+    Ok(())
+}

@@ -112,8 +112,9 @@ struct RunqArgs {
     interval_ms: u64,
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
-    /// (--reads-mode syscall), runqlat, runqlat-stats (with BPF run-time statistics on, for its
-    /// ns per run).
+    /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
+    /// cgtrace-noblame (--no-blame), runqlat,
+    /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
         value_enum,
@@ -136,6 +137,11 @@ enum Config {
     CgtraceStats,
     /// With `--reads-mode syscall`: the reads family where fentry cannot load.
     CgtraceReads,
+    /// With `--event-min-ms 0`: every wait also goes through the ring buffer as an event (the
+    /// high-rate check of the event path: events absorbed, drops, daemon CPU).
+    CgtraceEvents,
+    /// With `--no-blame`: what the blame ledger's per-switch slice ring costs.
+    CgtraceNoblame,
     Runqlat,
     /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
     RunqlatStats,
@@ -148,6 +154,8 @@ impl Config {
             Config::Cgtrace => "cgtrace",
             Config::CgtraceStats => "cgtrace-stats",
             Config::CgtraceReads => "cgtrace-reads",
+            Config::CgtraceEvents => "cgtrace-events",
+            Config::CgtraceNoblame => "cgtrace-noblame",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
         }
@@ -159,6 +167,8 @@ impl Config {
             Config::Cgtrace => Some(&[]),
             Config::CgtraceStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
+            Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
+            Config::CgtraceNoblame => Some(&["--no-blame"]),
             _ => None,
         }
     }
@@ -328,7 +338,11 @@ fn runq(plan: Plan) -> Result<()> {
 fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     let (perf, tracer) = match config {
         Config::Bare => (run_perf(plan)?, None),
-        Config::Cgtrace | Config::CgtraceStats | Config::CgtraceReads => {
+        Config::Cgtrace
+        | Config::CgtraceStats
+        | Config::CgtraceReads
+        | Config::CgtraceEvents
+        | Config::CgtraceNoblame => {
             let (perf, stats) = under_cgtrace(plan, config.cgtrace_args().unwrap_or(&[]))?;
             (perf, Some(stats))
         }

@@ -15,14 +15,20 @@ use cgtrace_common::{
     event::{EventHeader, KIND_RUNQ_WAIT},
     hist::{NR_BUCKETS, bucket_of},
     layout::{ABSENT, THR_CLOCK_NONE},
-    runq::{RunqEvent, RunqKey, RunqStart, WaitKind},
+    runq::{
+        BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, RunqEvent, RunqKey,
+        RunqStart, Slice, WaitKind,
+    },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
     kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
-    maps::{EPOCH, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count, emit},
+    maps::{
+        BLAME, CPU_SLICES, EPOCH, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count,
+        emit,
+    },
 };
 
 /// `prev_state` of a task switched out still runnable.
@@ -105,6 +111,20 @@ fn throttled_part<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> u64
     clock.saturating_sub(start.thr_clock)
 }
 
+/// Whether a wait's throttled part was the task's own group's quota: 6.18+, the throttled
+/// `cfs_rq` it was switched out under is its own; before, its own group has a quota (when an
+/// ancestor has one too, the clock cannot tell which level ran out: charged as its own).
+#[inline(always)]
+fn own_quota<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> bool {
+    let Some(cfs_rq) = read::<*const u8, DIRECT>(next, layout!(task_se_cfs_rq)) else {
+        return true;
+    };
+    if start.leaf_cfs_rq == 0 {
+        return start.throttle_cfs_rq == cfs_rq as u64;
+    }
+    read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_runtime_enabled)).unwrap_or(1) != 0
+}
+
 /// A task switched out: still `runnable`, its wait starts (`throttled_cfs_rq`: the throttled
 /// `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left open
 /// (woken while still running) goes.
@@ -130,9 +150,135 @@ pub fn switched_out<const DIRECT: bool>(
     }
 }
 
-/// `next` is switched in: its wait, if any, ends now and is charged to its cgroup.
+/// The blame ledger's threshold (`u64::MAX`: off).
 #[inline(always)]
-pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32, now: u64) {
+pub fn blame_min_ns() -> u64 {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    unsafe { core::ptr::read_volatile(&raw const CONFIG.blame_min_ns) }
+}
+
+/// At a context switch (blame ledger on): the slice the CPU ran until now goes into its ring,
+/// and the one of `next_cgroup` (0: idle) begins.
+#[inline(always)]
+pub fn slice_switch(now: u64, next_cgroup: u64) {
+    let Some(ring) = CPU_SLICES.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
+    unsafe {
+        let start = (*ring).cur_start;
+        if start != 0 && now > start {
+            let i = ((*ring).head as usize) & (NR_SLICES - 1);
+            (*ring).slots[i] = Slice {
+                cgroup_id: (*ring).cur_cgroup,
+                start_ns: start,
+                end_ns: now,
+            };
+            (*ring).head += 1;
+        }
+        (*ring).cur_cgroup = next_cgroup;
+        (*ring).cur_start = now;
+    }
+}
+
+/// How long slice `s` overlaps the wait `[from, to]` (0 for idle slices).
+#[inline(always)]
+fn overlap(s: &Slice, from: u64, to: u64) -> u64 {
+    if s.cgroup_id == 0 || s.end_ns <= from || s.start_ns >= to {
+        return 0;
+    }
+    let a = if s.start_ns > from { s.start_ns } else { from };
+    let b = if s.end_ns < to { s.end_ns } else { to };
+    b.saturating_sub(a)
+}
+
+/// Adds `ns` of `victim`'s wait to `culprit` in `BLAME`.
+#[inline(always)]
+fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let key = BlameKey { victim, culprit };
+    let p = match BLAME.get_ptr_mut(&key) {
+        Some(p) => p,
+        None => {
+            let _ = BLAME.insert(&key, &0, u64::from(BPF_NOEXIST));
+            match BLAME.get_ptr_mut(&key) {
+                Some(p) => p,
+                None => {
+                    count(c, counters::BLAME_FULL);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: a live map value; several CPUs may charge the same pair at once.
+    unsafe { atomic_add(p, ns) };
+}
+
+/// Charges a wait of `victim` over `[from, to]` that ended now on this CPU: its throttled part to
+/// its own quota or an ancestor's; the rest to the cgroups whose slices on this CPU overlapped
+/// `[rest_from, to]` (the victim itself: its siblings). `rest_from` is where the throttled part
+/// ended when that is known (6.18+: the unthrottle); before 6.18 it is `from`, and the slices,
+/// which then also cover the throttled stretch, are scaled down to the rest. What no slice covers
+/// (older than the ring, idle, or spent queued on another CPU before a migration) stays
+/// unattributed: the daemon reports wait − charged.
+#[inline(always)]
+fn blame(
+    c: *mut Counters,
+    victim: u64,
+    (from, rest_from, to): (u64, u64, u64),
+    throttled: u64,
+    own: bool,
+) {
+    let culprit = if own {
+        CULPRIT_THROTTLED_OWN
+    } else {
+        CULPRIT_THROTTLED_ANCESTOR
+    };
+    add_blame(c, victim, culprit, throttled);
+    let rest = (to - from).saturating_sub(throttled);
+    if rest == 0 {
+        return;
+    }
+    let Some(ring) = CPU_SLICES.get_ptr(0) else {
+        return;
+    };
+    let mut total = 0u64;
+    for i in 0..NR_SLICES {
+        // SAFETY: per-CPU map value; copied out.
+        let s = unsafe { (*ring).slots[i] };
+        total += overlap(&s, rest_from, to);
+    }
+    if total == 0 {
+        return;
+    }
+    // In 1/1024ths: a product of two waits in ns would overflow.
+    let scale = if total > rest {
+        (rest << 10) / total
+    } else {
+        1 << 10
+    };
+    for i in 0..NR_SLICES {
+        // SAFETY: as above.
+        let s = unsafe { (*ring).slots[i] };
+        let o = overlap(&s, rest_from, to);
+        if o > 0 {
+            add_blame(c, victim, s.cgroup_id, (o * scale) >> 10);
+        }
+    }
+}
+
+/// `next` is switched in: its wait, if any, ends now and is charged to its cgroup
+/// (`known_cgroup`: already read for the slice ring).
+#[inline(always)]
+pub fn end_wait<const DIRECT: bool>(
+    c: *mut Counters,
+    next: *const u8,
+    pid: u32,
+    now: u64,
+    known_cgroup: Option<u64>,
+) {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
         return;
@@ -142,7 +288,7 @@ pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32,
         return;
     }
     let wait_ns = now - start.ts_ns;
-    let cgroup_id = match task_cgroup_id::<DIRECT>(next) {
+    let cgroup_id = match known_cgroup.or_else(|| task_cgroup_id::<DIRECT>(next)) {
         Some(id) => id,
         None => {
             count(c, counters::CGROUP_UNREADABLE);
@@ -150,11 +296,15 @@ pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32,
         }
     };
     let mut kind = start.kind;
+    // The wait's throttled part, and whether it was the group's own quota.
+    let mut throttled_ns = 0u64;
+    let mut rest_from = start.ts_ns;
     if start.leaf_cfs_rq != 0 {
         // Before 6.18: the kernel's throttled clock splits the wait into its throttled part and
         // the rest, which keeps the kind it began with (a switch-out into a throttled hierarchy
         // becomes queueing once the group runs again).
         let throttled = throttled_part::<DIRECT>(next, &start).min(wait_ns);
+        throttled_ns = throttled;
         let rest_kind = if start.kind == WaitKind::Throttled as u32 {
             WaitKind::Preempt as u32
         } else {
@@ -177,13 +327,28 @@ pub fn end_wait<const DIRECT: bool>(c: *mut Counters, next: *const u8, pid: u32,
         let closed = unsafe { THROTTLE_LAST_CLOSE.get(&start.throttle_cfs_rq) }.copied();
         match closed {
             Some(at) if at > start.ts_ns && at < now => {
-                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, at - start.ts_ns);
+                throttled_ns = at - start.ts_ns;
+                rest_from = at;
+                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, throttled_ns);
                 add_to_hist(c, cgroup_id, WaitKind::Preempt as u32, now - at);
             }
-            _ => add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, wait_ns),
+            _ => {
+                throttled_ns = wait_ns;
+                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, wait_ns);
+            }
         }
     } else {
         add_to_hist(c, cgroup_id, start.kind, wait_ns);
+    }
+    if wait_ns >= blame_min_ns() {
+        let own = throttled_ns > 0 && own_quota::<DIRECT>(next, &start);
+        blame(
+            c,
+            cgroup_id,
+            (start.ts_ns, rest_from, now),
+            throttled_ns,
+            own,
+        );
     }
     // SAFETY: CONFIG is a plain static in .rodata.
     let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };

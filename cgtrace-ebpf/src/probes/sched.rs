@@ -10,7 +10,7 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfT
 use cgtrace_common::{counters, runq::WaitKind};
 
 use crate::{
-    kernel::{task_pid, task_state},
+    kernel::{task_cgroup_id, task_pid, task_state},
     maps::{count, counters},
     probes::{runq, throttle},
 };
@@ -90,7 +90,18 @@ fn switch<const DIRECT: bool>(
         };
         runq::switched_out::<DIRECT>(c, prev, prev_pid, runnable, state, now, throttled);
     }
-    if let Some(next_pid) = task_pid::<DIRECT>(next).filter(|&pid| pid != 0) {
-        runq::end_wait::<DIRECT>(c, next, next_pid, now);
+    let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
+    // The blame ledger: the slice that ends now goes into this CPU's ring before next's wait is
+    // charged, so the wait sees who ran last. next's cgroup is read once for both.
+    let mut next_cgroup = None;
+    if runq::blame_min_ns() != u64::MAX {
+        next_cgroup = match next_pid {
+            Some(_) => task_cgroup_id::<DIRECT>(next),
+            None => Some(0),
+        };
+        runq::slice_switch(now, next_cgroup.unwrap_or(0));
+    }
+    if let Some(next_pid) = next_pid {
+        runq::end_wait::<DIRECT>(c, next, next_pid, now, next_cgroup);
     }
 }

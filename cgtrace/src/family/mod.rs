@@ -151,6 +151,8 @@ pub trait Collector: Send {
 #[derive(Default)]
 pub struct WindowInput {
     pub runq: HashMap<u64, runq::KindHists>,
+    /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit).
+    pub blame: HashMap<cgtrace_common::runq::BlameKey, u64>,
     pub periods: HashMap<u64, throttle::PeriodDelta>,
     pub episodes: HashMap<u64, throttle::Episodes>,
     /// Throttled periods and who burned them, by cgroup.
@@ -163,12 +165,19 @@ pub struct WindowInput {
 impl WindowInput {
     /// Every cgroup some family has data for.
     pub(crate) fn ids(&self) -> HashSet<u64> {
+        // A cgroup that only made others wait is in the window too (its `caused`).
+        let culprits = self
+            .blame
+            .keys()
+            .map(|k| k.culprit)
+            .filter(|&c| c != 0 && !runq::blame::is_marker(c));
         self.runq
             .keys()
-            .chain(self.periods.keys())
-            .chain(self.episodes.keys())
-            .chain(self.reads.keys())
             .copied()
+            .chain(culprits)
+            .chain(self.periods.keys().copied())
+            .chain(self.episodes.keys().copied())
+            .chain(self.reads.keys().copied())
             .collect()
     }
 }

@@ -635,6 +635,7 @@ mod tests {
             runq: RunqWindow {
                 all: h.summary(),
                 kinds,
+                blame: None,
             },
             ..CgroupWindow::default()
         }

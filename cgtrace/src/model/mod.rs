@@ -254,6 +254,9 @@ pub struct CgroupWindow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
     pub runq: RunqWindow,
+    /// Run-queue wait this cgroup's tasks caused others by holding their CPU (the blame ledger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caused: Option<crate::family::runq::blame::Caused>,
     /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<crate::family::throttle::model::ThrottleWindow>,
@@ -293,6 +296,7 @@ impl CgroupWindow {
             container: parts.container,
             removed: false,
             runq,
+            caused: None,
             throttle: None,
             reads: None,
             flags: Vec::new(),
@@ -308,4 +312,8 @@ pub struct RunqWindow {
     pub all: HistSummary,
     /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
     pub kinds: BTreeMap<String, HistSummary>,
+    /// Who the wait is charged to (the blame ledger; absent when it is off or nothing was
+    /// charged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<crate::family::runq::blame::Blame>,
 }

@@ -308,6 +308,15 @@ fn header(o: &mut String, r: &Report) {
     if let Some(w) = r.read.warning() {
         let _ = writeln!(o, "<p class=\"warn\">The file is damaged: {}.</p>", esc(&w));
     }
+    if let Some(s) = &r.wait_split {
+        let _ = writeln!(
+            o,
+            "<p class=\"meta\">Wait split ({}, {}): {}</p>",
+            esc(&s.method),
+            if s.exact { "exact" } else { "approximate" },
+            esc(&s.detail)
+        );
+    }
 }
 
 fn flags(o: &mut String, r: &Report) {
@@ -896,6 +905,44 @@ fn counters(o: &mut String, r: Option<&Report>, s: &Series) {
                 esc(f)
             );
         }
+    }
+    o.push_str("</table></div>\n");
+    if let Some(c) = r.and_then(|r| r.own_cost.as_ref()) {
+        own_cost(o, c);
+    }
+}
+
+/// cgtrace's own cost over the recording (the windows' `self`).
+fn own_cost(o: &mut String, c: &super::OwnCost) {
+    o.push_str("<h2>cgtrace's own cost</h2>\n<p class=\"what\">What tracing cost the recorded host: the daemon's CPU and memory, and each BPF program's time per run where it was timed (--bpf-stats).</p>\n");
+    let _ = writeln!(
+        o,
+        "<p>daemon {:.2} % of one CPU on average ({:.2} % at most), resident memory up to {} KiB, over {} windows; BPF programs {}</p>",
+        c.mean_daemon_cpu_pct,
+        c.max_daemon_cpu_pct,
+        c.max_rss_kib,
+        c.windows,
+        if c.timed_windows == 0 {
+            "not timed (record with --bpf-stats)".to_string()
+        } else {
+            format!(
+                "{:.2} % of one CPU over {} timed windows",
+                c.mean_bpf_cpu_pct, c.timed_windows
+            )
+        }
+    );
+    if c.programs.is_empty() {
+        return;
+    }
+    o.push_str("<div class=\"scroll\"><table><tr><th>program</th><th class=\"n\">runs</th><th class=\"n\">ns/run</th></tr>\n");
+    for p in &c.programs {
+        let _ = writeln!(
+            o,
+            "<tr><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{:.0}</td></tr>",
+            esc(&p.name),
+            p.runs,
+            p.ns_per_run
+        );
     }
     o.push_str("</table></div>\n");
 }

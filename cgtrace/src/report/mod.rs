@@ -68,6 +68,103 @@ pub struct Report {
     /// Single events per family, and those this cgtrace cannot decode.
     pub events_by_family: BTreeMap<String, u64>,
     pub undecoded_events: u64,
+    /// How the recorded kernel split waits into throttled and the rest (absent in recordings
+    /// made before it was reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_split: Option<crate::model::WaitSplit>,
+    /// What cgtrace itself cost the recorded host (the windows' `self`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_cost: Option<OwnCost>,
+}
+
+/// cgtrace's own cost over a recording, from its windows' `self` objects.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct OwnCost {
+    /// Windows with a `self` object, and of those, windows whose programs were timed
+    /// (`--bpf-stats`).
+    pub windows: u64,
+    pub timed_windows: u64,
+    pub mean_daemon_cpu_pct: f64,
+    pub max_daemon_cpu_pct: f64,
+    pub max_rss_kib: u64,
+    /// Time in all programs over the timed windows, in % of one CPU.
+    pub mean_bpf_cpu_pct: f64,
+    /// Per program over the timed windows, most time first.
+    pub programs: Vec<ProgramTotal>,
+}
+
+/// One program's runs and time over a recording's timed windows.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct ProgramTotal {
+    pub name: String,
+    pub runs: u64,
+    pub run_us: f64,
+    pub ns_per_run: f64,
+}
+
+/// Sums the windows' `self` objects as they come.
+#[derive(Default)]
+struct OwnAcc {
+    windows: u64,
+    timed: u64,
+    daemon_pct_sum: f64,
+    daemon_pct_max: f64,
+    rss_max: u64,
+    timed_ms: u64,
+    programs: BTreeMap<String, (u64, f64)>,
+}
+
+impl OwnAcc {
+    fn add(&mut self, w: &Window) {
+        let Some(s) = &w.self_cost else {
+            return;
+        };
+        self.windows += 1;
+        self.daemon_pct_sum += s.daemon_cpu_pct;
+        self.daemon_pct_max = self.daemon_pct_max.max(s.daemon_cpu_pct);
+        self.rss_max = self.rss_max.max(s.rss_kib);
+        if s.bpf_stats {
+            self.timed += 1;
+            self.timed_ms += w.duration_ms;
+            for p in &s.programs {
+                let e = self.programs.entry(p.name.clone()).or_default();
+                e.0 += p.runs;
+                e.1 += p.run_us;
+            }
+        }
+    }
+
+    fn finish(self) -> Option<OwnCost> {
+        if self.windows == 0 {
+            return None;
+        }
+        let total_us: f64 = self.programs.values().map(|p| p.1).sum();
+        let mut programs: Vec<ProgramTotal> = self
+            .programs
+            .into_iter()
+            .filter(|(_, (runs, _))| *runs > 0)
+            .map(|(name, (runs, run_us))| ProgramTotal {
+                name,
+                runs,
+                run_us,
+                ns_per_run: run_us * 1e3 / runs as f64,
+            })
+            .collect();
+        programs.sort_by(|a, b| b.run_us.total_cmp(&a.run_us).then(a.name.cmp(&b.name)));
+        Some(OwnCost {
+            windows: self.windows,
+            timed_windows: self.timed,
+            mean_daemon_cpu_pct: self.daemon_pct_sum / self.windows as f64,
+            max_daemon_cpu_pct: self.daemon_pct_max,
+            max_rss_kib: self.rss_max,
+            mean_bpf_cpu_pct: if self.timed_ms > 0 {
+                total_us / (self.timed_ms as f64 * 1e3) * 100.0
+            } else {
+                0.0
+            },
+            programs,
+        })
+    }
 }
 
 /// One reader's reads of one file over the recording.
@@ -275,6 +372,7 @@ pub fn build(rec: &Recording) -> Report {
     let mut read_files: HashMap<(u64, String, String), FileReadsSeen> = HashMap::new();
     let mut memcgs: BTreeMap<(String, String), MemcgSeen> = BTreeMap::new();
     let mut dying_max: Option<u64> = None;
+    let mut own = OwnAcc::default();
     let mut churn = (0u64, 0u64);
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
@@ -362,6 +460,7 @@ pub fn build(rec: &Recording) -> Report {
             last = last.max(end_unix_ms);
             dropped = dropped.saturating_add(w.events.dropped);
             window_reads(&w, &mut read_files, &mut memcgs, &mut dying_max, &mut churn);
+            own.add(&w);
             for c in &w.cgroups {
                 window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
                 window_flags(c, &mut diagnosed);
@@ -461,6 +560,8 @@ pub fn build(rec: &Recording) -> Report {
         cgroups_removed: churn.1,
         events_by_family: by_family,
         undecoded_events: undecoded,
+        wait_split: hello.wait_split,
+        own_cost: own.finish(),
     }
 }
 
@@ -645,6 +746,15 @@ pub fn render_text(r: &Report) -> String {
     }
     if let Some(w) = r.read.warning() {
         let _ = writeln!(o, "note: the file is damaged: {w}");
+    }
+    if let Some(s) = &r.wait_split {
+        let _ = writeln!(
+            o,
+            "wait split: {} ({}): {}",
+            esc(&s.method),
+            if s.exact { "exact" } else { "approximate" },
+            esc(&s.detail)
+        );
     }
     for (f, fr) in &r.families {
         let _ = writeln!(o, "\n## {f}: worst of {} cgroups", fr.cgroups);
@@ -835,5 +945,93 @@ pub fn render_text(r: &Report) -> String {
             r.undecoded_events
         );
     }
+    if let Some(c) = &r.own_cost {
+        let _ = writeln!(o, "\n## cgtrace's own cost on the host");
+        let _ = writeln!(
+            o,
+            "  daemon: {:.2} % of one CPU on average ({:.2} % at most), resident memory up to {} KiB, over {} windows",
+            c.mean_daemon_cpu_pct, c.max_daemon_cpu_pct, c.max_rss_kib, c.windows
+        );
+        if c.timed_windows == 0 {
+            let _ = writeln!(
+                o,
+                "  BPF programs: not timed (record with --bpf-stats to see each program's cost)"
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "  BPF programs: {:.2} % of one CPU over the {} timed windows",
+                c.mean_bpf_cpu_pct, c.timed_windows
+            );
+            for p in &c.programs {
+                let _ = writeln!(
+                    o,
+                    "    {:<28} {:>12} runs  {:>8.0} ns/run",
+                    esc(&p.name),
+                    p.runs,
+                    p.ns_per_run
+                );
+            }
+        }
+    }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ProgramCost, SelfCost};
+
+    fn window_with_self(seq: u64, timed: bool, daemon: f64, rss: u64) -> Window {
+        let mut w: Window =
+            serde_json::from_str(&crate::record::tests::window_json(seq)).expect("window");
+        w.duration_ms = 1000;
+        w.self_cost = Some(SelfCost {
+            bpf_stats: timed,
+            programs: if timed {
+                vec![
+                    ProgramCost {
+                        name: "sched_switch".into(),
+                        runs: 1000,
+                        run_us: 600.0,
+                        ns_per_run: Some(600.0),
+                        recursion_misses: 0,
+                    },
+                    ProgramCost {
+                        name: "sched_wakeup".into(),
+                        runs: 500,
+                        run_us: 200.0,
+                        ns_per_run: Some(400.0),
+                        recursion_misses: 0,
+                    },
+                ]
+            } else {
+                Vec::new()
+            },
+            bpf_cpu_pct: if timed { 0.08 } else { 0.0 },
+            daemon_cpu_pct: daemon,
+            rss_kib: rss,
+        });
+        w
+    }
+
+    #[test]
+    fn own_cost_sums_the_windows_self_and_times_only_timed_windows() {
+        let mut acc = OwnAcc::default();
+        acc.add(&window_with_self(1, true, 1.0, 30_000));
+        acc.add(&window_with_self(2, true, 3.0, 32_000));
+        acc.add(&window_with_self(3, false, 2.0, 31_000));
+        let c = acc.finish().expect("own cost");
+        assert_eq!((c.windows, c.timed_windows, c.max_rss_kib), (3, 2, 32_000));
+        assert!((c.mean_daemon_cpu_pct - 2.0).abs() < 1e-9);
+        assert_eq!(c.max_daemon_cpu_pct, 3.0);
+        // 1.6 ms of program time over 2 s of timed windows.
+        assert!((c.mean_bpf_cpu_pct - 0.08).abs() < 1e-9);
+        assert_eq!(c.programs[0].name, "sched_switch");
+        assert_eq!(
+            (c.programs[0].runs, c.programs[0].ns_per_run),
+            (2000, 600.0)
+        );
+        assert!(OwnAcc::default().finish().is_none());
+    }
 }

@@ -318,14 +318,22 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
     println!();
     if !rows.is_empty() {
         println!(
-            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}  runq mode",
-            "kernel", "result", "uname -r", "boot/total s", "windows", "busy", "quiet", "dropped"
+            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}  runq mode",
+            "kernel",
+            "result",
+            "uname -r",
+            "boot/total s",
+            "windows",
+            "busy",
+            "quiet",
+            "dropped",
+            "quiet by busy %"
         );
     }
     for row in rows {
         let r = row.report.clone().unwrap_or_default();
         println!(
-            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}  {}",
+            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}  {}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -334,6 +342,11 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             r.busy_count,
             r.quiet_count,
             r.dropped,
+            if r.quiet_wait_us > 0.0 {
+                format!("{:.1}", r.quiet_by_busy_us / r.quiet_wait_us * 100.0)
+            } else {
+                "-".into()
+            },
             r.runq_mode.as_deref().unwrap_or("-")
         );
     }

@@ -11,6 +11,12 @@ pub(super) struct StreamReport {
     pub(super) busy_count: u64,
     pub(super) quiet_count: u64,
     pub(super) runq_mode: Option<String>,
+    /// The quiet sleeper's wait (µs), and the part of it the blame ledger charged to the busy
+    /// loops' cgroup.
+    pub(super) quiet_wait_us: f64,
+    pub(super) quiet_by_busy_us: f64,
+    /// Cgroup windows whose `runq.blame` parts do not add up to their wait.
+    pub(super) blame_mismatches: Vec<String>,
     pub(super) failures: Vec<String>,
 }
 
@@ -41,6 +47,7 @@ pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamRep
         }
         report.busy_count += runq_count(window, "/cgtrace-vm-busy");
         report.quiet_count += runq_count(window, "/cgtrace-vm-quiet");
+        check_blame(window, &mut report);
     }
     let f = &mut report.failures;
     if report.windows == 0 {
@@ -54,7 +61,53 @@ pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamRep
     if report.quiet_count == 0 {
         f.push("no runq count for cgroup2 /cgtrace-vm-quiet".into());
     }
+    if report.quiet_count > 0 && report.quiet_by_busy_us <= 0.0 {
+        f.push(format!(
+            "the blame ledger charged none of /cgtrace-vm-quiet's {:.0} µs of waiting to \
+             /cgtrace-vm-busy, whose loops held the CPUs",
+            report.quiet_wait_us
+        ));
+    }
+    f.extend(report.blame_mismatches.iter().take(3).cloned());
     report
+}
+
+/// Adds up one window's blame: the quiet sleeper's wait and what of it was charged to the busy
+/// loops; and for every cgroup with a `runq.blame`, its parts must add up to its wait.
+fn check_blame(window: &Value, report: &mut StreamReport) {
+    let Some(cgroups) = window["cgroups"].as_array() else {
+        return;
+    };
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    for c in cgroups {
+        let runq = &c["runq"];
+        let b = &runq["blame"];
+        let neighbours = b["neighbours"].as_array().cloned().unwrap_or_default();
+        if c["path"] == "/cgtrace-vm-quiet" {
+            report.quiet_wait_us += f(runq, "sum_us");
+            report.quiet_by_busy_us += neighbours
+                .iter()
+                .filter(|p| p["path"] == "/cgtrace-vm-busy")
+                .map(|p| f(p, "wait_us"))
+                .sum::<f64>();
+        }
+        if !b.is_object() {
+            continue;
+        }
+        let parts = f(b, "throttled_own_us")
+            + f(b, "throttled_ancestor_us")
+            + f(b, "siblings_us")
+            + neighbours.iter().map(|p| f(p, "wait_us")).sum::<f64>()
+            + f(b, "neighbours_other_us")
+            + f(b, "unattributed_us");
+        let wait = f(runq, "sum_us");
+        if (parts - wait).abs() > wait * 0.01 + 1.0 {
+            report.blame_mismatches.push(format!(
+                "window {}: {}'s blame parts add up to {parts:.1} µs, its wait is {wait:.1} µs",
+                window["seq"], c["path"]
+            ));
+        }
+    }
 }
 
 /// The JSON objects between the stream markers; `None` (with a failure) if the markers are

@@ -7,7 +7,7 @@ fn lines(text: &str) -> Vec<String> {
 
 const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"}}}"#;
 const WINDOW_1: &str = r#"{"type":"window","seq":1,"events":{"seen":900,"dropped":2},"cgroups":[{"id":7,"hierarchy":"cgroup2","path":"/cgtrace-vm-busy","name":"cgtrace-vm-busy","runq":{"count":310,"p50_us":900.0,"p99_us":4000.0,"max_us":5000.0,"buckets":[[1024,3]],"kinds":{}}}]}"#;
-const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
+const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"sum_us":800.0,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{},"blame":{"throttled_own_us":0.0,"throttled_ancestor_us":0.0,"siblings_us":0.0,"neighbours":[{"id":7,"path":"/cgtrace-vm-busy","name":null,"wait_us":600.0}],"neighbours_other_us":0.0,"unattributed_us":200.0}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
 
 fn captured(hello: &str) -> Vec<String> {
     lines(&format!(
@@ -332,4 +332,27 @@ fn an_int3_oops_is_recognised_as_tcg_text_patching() {
     assert!(!tcg_text_patch_oops(&lines(
         "BUG: kernel NULL pointer dereference"
     )));
+}
+
+#[test]
+fn check_rejects_blame_that_does_not_add_up_or_charges_nobody() {
+    let bad = WINDOW_2.replace(r#""unattributed_us":200.0"#, r#""unattributed_us":50.0"#);
+    let log: Vec<String> = captured(HELLO)
+        .into_iter()
+        .map(|l| if l == WINDOW_2 { bad.clone() } else { l })
+        .collect();
+    let r = check_stream("6.1", &log);
+    let all = r.failures.join("\n");
+    assert!(
+        all.contains("blame parts add up to 650.0 µs, its wait is 800.0 µs"),
+        "{all}"
+    );
+    assert_eq!((r.quiet_wait_us, r.quiet_by_busy_us), (800.0, 600.0));
+    let none = WINDOW_2.replace("/cgtrace-vm-busy", "/elsewhere");
+    let log: Vec<String> = captured(HELLO)
+        .into_iter()
+        .map(|l| if l == WINDOW_2 { none.clone() } else { l })
+        .collect();
+    let all = check_stream("6.1", &log).failures.join("\n");
+    assert!(all.contains("charged none of /cgtrace-vm-quiet"), "{all}");
 }

@@ -10,7 +10,7 @@ use cgtrace_common::{
     runq::{RunqHist, RunqKey, WaitKind},
 };
 
-use super::{INFO, KindHists};
+use super::{INFO, KindHists, blame::BlameReader};
 use crate::{
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
@@ -30,6 +30,8 @@ pub struct RunqReader {
     epoch_map: Array<MapData, u64>,
     epoch: u64,
     prev: StdHashMap<RunqKey, Prev>,
+    /// `BLAME` (absent from objects built before the ledger).
+    blame: Option<BlameReader>,
 }
 
 impl RunqReader {
@@ -44,6 +46,7 @@ impl RunqReader {
             epoch_map,
             epoch,
             prev: StdHashMap::new(),
+            blame: None,
         })
     }
 
@@ -98,6 +101,9 @@ impl RunqReader {
             let _ = self.hist.remove(&key);
             self.prev.remove(&key);
         }
+        if let Some(b) = &mut self.blame {
+            b.forget(cgroup_id);
+        }
     }
 }
 
@@ -105,7 +111,10 @@ impl RunqReader {
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
-    Ok(Box::new(RunqReader::new(hist, epoch)?))
+    let mut reader = RunqReader::new(hist, epoch)?;
+    let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
+    reader.blame = Some(BlameReader::new(blame));
+    Ok(Box::new(reader))
 }
 
 impl Collector for RunqReader {
@@ -115,6 +124,9 @@ impl Collector for RunqReader {
 
     fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
         input.runq = RunqReader::read_window(self)?;
+        if let Some(b) = &mut self.blame {
+            input.blame = b.read_window();
+        }
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 //! model types.
 
 pub mod attach;
+pub mod blame;
 pub mod collect;
 pub mod metrics;
 

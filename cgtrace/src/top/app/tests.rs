@@ -596,3 +596,78 @@ fn a_family_turned_off_shows_no_columns() {
     let app = App::with_families(h, Theme::plain(), WITH_FAKE);
     assert!(ids(&app).contains(&"fake.a"));
 }
+
+/// On a kernel where the wait split is approximate the detail pane says so, escaped (the hello
+/// line can come from a recording someone else made).
+#[test]
+fn detail_says_where_the_wait_split_is_approximate() {
+    let text = |app: &App| -> String {
+        crate::top::render::detail::lines(app, 200)
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut app = App::new(
+        Hello {
+            wait_split: Some(crate::model::WaitSplit {
+                method: "throttled_clock_pelt".into(),
+                exact: false,
+                detail: "PELT clock\u{1b}[2J".into(),
+            }),
+            ..hello(&["runq"])
+        },
+        Theme::plain(),
+    );
+    app.apply(Action::Resize(80, 24));
+    app.apply(window(1, three()));
+    let shown = text(&app);
+    assert!(
+        shown.contains("approximate on this kernel (throttled_clock_pelt)"),
+        "{shown}"
+    );
+    assert!(!shown.contains('\u{1b}'), "{shown}");
+    let exact = app_with(three());
+    assert!(!text(&exact).contains("approximate"));
+}
+
+/// The detail pane says who delayed the selected cgroup (escaped names) and whom it delayed.
+#[test]
+fn detail_shows_who_delayed_it_and_whom_it_delayed() {
+    use crate::family::runq::blame::{Blame, Caused, Party};
+    let mut cgs = three();
+    // db (selected first: busiest) waited 20 ms: 15 ms behind a neighbour with a hostile name.
+    cgs[1].runq.blame = Some(Blame {
+        siblings_us: 2000.0,
+        neighbours: vec![Party {
+            id: 99,
+            path: Some("/evil\u{1b}[2J".into()),
+            name: None,
+            wait_us: 15_000.0,
+        }],
+        unattributed_us: 3000.0,
+        ..Blame::default()
+    });
+    cgs[1].caused = Some(Caused {
+        wait_us: 700.0,
+        victims: vec![Party {
+            id: 10,
+            path: Some("/system.slice/web.service".into()),
+            name: Some("web.service".into()),
+            wait_us: 700.0,
+        }],
+    });
+    let app = app_with(cgs);
+    assert_eq!(selected(&app).as_deref(), Some("db.service"));
+    let text: String = crate::top::render::detail::lines(&app, 100)
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(text.contains("who delayed it"), "{text}");
+    assert!(text.contains("75%"), "{text}");
+    assert!(text.contains("its own tasks"), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(text.contains("it delayed others"), "{text}");
+    assert!(text.contains("web.service"), "{text}");
+}

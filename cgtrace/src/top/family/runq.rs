@@ -135,6 +135,7 @@ impl Family for Runq {
         ]));
         if all.count == 0 {
             out.push(Line::raw("  no run-queue waits in this window"));
+            caused_lines(cg, ctx, theme, width, out);
             return;
         }
         out.push(Line::styled(
@@ -163,11 +164,90 @@ impl Family for Runq {
                 out.push(Line::styled(row(kind, h), theme.kinds[i]));
             }
         }
+        blame_lines(cg, ctx, theme, width, out);
+        caused_lines(cg, ctx, theme, width, out);
         out.push(Line::raw(""));
         let kinds: Vec<(&str, &HistSummary)> = KINDS
             .iter()
             .filter_map(|k| cg.runq.kinds.get(*k).map(|h| (*k, h)))
             .collect();
         bars::runqlat_lines(&kinds, theme, width, out);
+    }
+}
+
+/// A cgroup on the other side of a blame entry, as the view names it (escaped: tenants name
+/// cgroups).
+fn party_label(p: &crate::family::runq::blame::Party, width: usize) -> String {
+    let raw = p
+        .name
+        .as_deref()
+        .or(p.path.as_deref())
+        .map_or_else(|| format!("id {}", p.id), str::to_string);
+    format::ellipsize_middle(&crate::escape::terminal(&raw), width)
+}
+
+/// "Who delayed it": the window's wait split into the parts the blame ledger charged, each as a
+/// share of the wait and a wait per second.
+fn blame_lines(
+    cg: &CgroupWindow,
+    ctx: &super::Ctx,
+    theme: &crate::top::render::theme::Theme,
+    width: u16,
+    out: &mut Vec<Line<'static>>,
+) {
+    let Some(b) = &cg.runq.blame else {
+        return;
+    };
+    let total = cg.runq.all.sum_us.max(1e-9);
+    let name_width = usize::from(width).saturating_sub(20).max(10);
+    out.push(Line::styled(
+        "  who delayed it     share  wait/s",
+        theme.dim,
+    ));
+    let mut part = |label: String, us: f64| {
+        if us > 0.0 {
+            out.push(Line::raw(format!(
+                "  {:<18} {:>4.0}% {:>7}",
+                label,
+                us / total * 100.0,
+                format::micros(us / ctx.seconds())
+            )));
+        }
+    };
+    part("own quota".into(), b.throttled_own_us);
+    part("ancestor's quota".into(), b.throttled_ancestor_us);
+    part("its own tasks".into(), b.siblings_us);
+    for n in &b.neighbours {
+        part(party_label(n, name_width.min(18)), n.wait_us);
+    }
+    part("other neighbours".into(), b.neighbours_other_us);
+    part("unattributed".into(), b.unattributed_us);
+}
+
+/// The wait this cgroup caused others by holding their CPU, and whom it delayed most.
+fn caused_lines(
+    cg: &CgroupWindow,
+    ctx: &super::Ctx,
+    theme: &crate::top::render::theme::Theme,
+    width: u16,
+    out: &mut Vec<Line<'static>>,
+) {
+    let Some(c) = &cg.caused else {
+        return;
+    };
+    out.push(Line::styled(
+        format!(
+            "  it delayed others by {}/s:",
+            format::micros(c.wait_us / ctx.seconds())
+        ),
+        theme.dim,
+    ));
+    let name_width = usize::from(width).saturating_sub(14).max(10);
+    for v in &c.victims {
+        out.push(Line::raw(format!(
+            "    {:>7}  {}",
+            format::micros(v.wait_us / ctx.seconds()),
+            party_label(v, name_width)
+        )));
     }
 }

@@ -116,6 +116,19 @@ pub fn lines(app: &App, width: u16) -> Vec<Line<'static>> {
             },
         );
     }
+    // Where throttled and contention are told apart only approximately (before 6.8), say so
+    // under the numbers that depend on it. (From the hello line, which a recording carries:
+    // escaped like any string read from a file.)
+    if let Some(s) = app.hello.wait_split.as_ref().filter(|s| !s.exact) {
+        out.push(Line::styled(
+            format!(
+                "throttled vs contention is approximate on this kernel ({}): {}",
+                crate::escape::terminal(&s.method),
+                crate::escape::terminal(&s.detail)
+            ),
+            t.dim,
+        ));
+    }
     if let Some(w) = &app.window {
         out.push(Line::raw(""));
         out.push(Line::styled(

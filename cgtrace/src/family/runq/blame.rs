@@ -1,0 +1,258 @@
+//! The blame ledger of `runq`: who delayed whom. The kernel charges each wait of at least
+//! `--blame-min-us` to whoever held the CPU meanwhile (`BLAME`, cumulative ns per (waiting
+//! cgroup, culprit)); here the window deltas become each cgroup's `runq.blame` (parts that add up
+//! to its wait) and, on the culprit's side, `caused`.
+
+use std::collections::HashMap as StdHashMap;
+
+use aya::maps::{HashMap, MapData};
+use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
+use serde::{Deserialize, Serialize};
+
+use crate::model::CgroupWindow;
+
+/// Neighbours (and victims) listed by name; the rest are summed.
+pub const TOP: usize = 5;
+/// A pair unchanged this many windows is deleted from the kernel map (its last value was
+/// counted), so pairs of cgroups that no longer meet do not fill it.
+const IDLE_WINDOWS: u32 = 10;
+
+/// Whether a culprit id is a marker rather than a cgroup.
+pub fn is_marker(culprit: u64) -> bool {
+    culprit == CULPRIT_THROTTLED_OWN || culprit == CULPRIT_THROTTLED_ANCESTOR
+}
+
+/// `runq.blame`: a cgroup's run-queue wait in the window, split by why it waited. The parts add
+/// up to the wait (`sum_us` of `runq`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Blame {
+    /// Its own CPU quota was exhausted (the `throttled` part of its waits).
+    pub throttled_own_us: f64,
+    /// An ancestor's quota was exhausted (6.18+; before 6.18 counted as its own when it has a
+    /// quota of its own).
+    pub throttled_ancestor_us: f64,
+    /// The CPU ran other tasks of the same cgroup.
+    pub siblings_us: f64,
+    /// The other cgroups that held the CPU, most first (at most [`TOP`]).
+    pub neighbours: Vec<Party>,
+    /// The neighbours past the first [`TOP`].
+    pub neighbours_other_us: f64,
+    /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, the part of a
+    /// wait spent queued on another CPU before a migration, stretches older than the CPU's last
+    /// 16 slices, idle time, and parts lost to a full table (`blame_full`).
+    pub unattributed_us: f64,
+}
+
+/// A cgroup on the other side of a blame entry.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Party {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub wait_us: f64,
+}
+
+/// `caused`: the run-queue wait a cgroup's tasks caused other cgroups in the window by holding
+/// their CPU (present even when it never waited itself).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Caused {
+    pub wait_us: f64,
+    /// The cgroups it delayed most (at most [`TOP`]).
+    pub victims: Vec<Party>,
+}
+
+/// Reads `BLAME` once per window as deltas of its cumulative values.
+pub struct BlameReader {
+    map: HashMap<MapData, BlameKey, u64>,
+    /// Last value of each pair, and windows since it last changed.
+    prev: StdHashMap<BlameKey, (u64, u32)>,
+}
+
+impl BlameReader {
+    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
+        Self {
+            map,
+            prev: StdHashMap::new(),
+        }
+    }
+
+    /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
+    pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
+        let mut out = StdHashMap::new();
+        let mut seen = Vec::new();
+        for entry in self.map.iter() {
+            let Ok((key, cur)) = entry else { continue };
+            seen.push(key);
+            let (last, idle) = self.prev.entry(key).or_insert((0, 0));
+            if cur > *last {
+                out.insert(key, cur - *last);
+                *last = cur;
+                *idle = 0;
+            } else {
+                *idle += 1;
+            }
+        }
+        let stale: Vec<BlameKey> = seen
+            .into_iter()
+            .filter(|k| self.prev.get(k).is_some_and(|p| p.1 >= IDLE_WINDOWS))
+            .collect();
+        for k in stale {
+            let _ = self.map.remove(&k);
+            self.prev.remove(&k);
+        }
+        out
+    }
+
+    /// Drops every pair a removed cgroup is part of.
+    pub fn forget(&mut self, id: u64) {
+        let keys: Vec<BlameKey> = self
+            .prev
+            .keys()
+            .filter(|k| k.victim == id || k.culprit == id)
+            .copied()
+            .collect();
+        for k in keys {
+            let _ = self.map.remove(&k);
+            self.prev.remove(&k);
+        }
+    }
+}
+
+/// Fills `runq.blame` of every cgroup that waited and `caused` of every cgroup that held a CPU
+/// someone waited for, from the window's deltas; `describe` names a cgroup id.
+pub fn attach(
+    cgroups: &mut [CgroupWindow],
+    blame: &StdHashMap<BlameKey, u64>,
+    mut describe: impl FnMut(u64) -> (Option<String>, Option<String>),
+) {
+    if blame.is_empty() {
+        return;
+    }
+    let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+    for (k, &ns) in blame {
+        by_victim.entry(k.victim).or_default().push((k.culprit, ns));
+        if !is_marker(k.culprit) && k.culprit != k.victim && k.culprit != 0 {
+            by_culprit
+                .entry(k.culprit)
+                .or_default()
+                .push((k.victim, ns));
+        }
+    }
+    let mut party = |id: u64, ns: u64| {
+        let (path, name) = describe(id);
+        Party {
+            id,
+            path,
+            name,
+            wait_us: ns as f64 / 1e3,
+        }
+    };
+    for cg in cgroups.iter_mut() {
+        if let Some(parts) = by_victim.get_mut(&cg.id) {
+            let mut b = Blame::default();
+            let mut others: Vec<(u64, u64)> = Vec::new();
+            let mut charged = 0.0;
+            for &(culprit, ns) in parts.iter() {
+                let us = ns as f64 / 1e3;
+                charged += us;
+                match culprit {
+                    CULPRIT_THROTTLED_OWN => b.throttled_own_us += us,
+                    CULPRIT_THROTTLED_ANCESTOR => b.throttled_ancestor_us += us,
+                    c if c == cg.id => b.siblings_us += us,
+                    c => others.push((c, ns)),
+                }
+            }
+            others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (i, &(id, ns)) in others.iter().enumerate() {
+                if i < TOP {
+                    b.neighbours.push(party(id, ns));
+                } else {
+                    b.neighbours_other_us += ns as f64 / 1e3;
+                }
+            }
+            // The map and the histograms are read a moment apart: never below zero.
+            b.unattributed_us = (cg.runq.all.sum_us - charged).max(0.0);
+            cg.runq.blame = Some(b);
+        }
+        if let Some(victims) = by_culprit.get_mut(&cg.id) {
+            victims.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let total: u64 = victims.iter().map(|v| v.1).sum();
+            cg.caused = Some(Caused {
+                wait_us: total as f64 / 1e3,
+                victims: victims
+                    .iter()
+                    .take(TOP)
+                    .map(|&(id, ns)| party(id, ns))
+                    .collect(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RunqWindow;
+
+    fn cg(id: u64, wait_us: f64) -> CgroupWindow {
+        let mut runq = RunqWindow::default();
+        runq.all.sum_us = wait_us;
+        CgroupWindow::new(id, "cgroup2".into(), Some(format!("/c{id}")), None, runq)
+    }
+
+    #[test]
+    fn parts_add_up_to_the_wait_and_culprits_see_their_victims() {
+        // Victim 1 waited 10 ms: 2 ms own quota, 1 ms siblings, 6 neighbours (3, 2, 1, 0.5, 0.25,
+        // 0.1 ms), the rest unattributed.
+        let mut blame = StdHashMap::new();
+        let mut put = |victim, culprit, us: u64| {
+            blame.insert(BlameKey { victim, culprit }, us * 1000);
+        };
+        put(1, CULPRIT_THROTTLED_OWN, 2000);
+        put(1, 1, 1000);
+        for (c, us) in [
+            (10, 3000),
+            (11, 2000),
+            (12, 1000),
+            (13, 500),
+            (14, 250),
+            (15, 100),
+        ] {
+            put(1, c, us);
+        }
+        put(2, 10, 700);
+        let mut cgs = vec![cg(1, 10_000.0), cg(2, 1000.0), cg(10, 0.0)];
+        attach(&mut cgs, &blame, |id| (Some(format!("/c{id}")), None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!((b.throttled_own_us, b.siblings_us), (2000.0, 1000.0));
+        let ids: Vec<u64> = b.neighbours.iter().map(|p| p.id).collect();
+        assert_eq!(ids, [10, 11, 12, 13, 14]);
+        assert_eq!(b.neighbours_other_us, 100.0);
+        let named: f64 = b.neighbours.iter().map(|p| p.wait_us).sum();
+        let sum = b.throttled_own_us
+            + b.throttled_ancestor_us
+            + b.siblings_us
+            + named
+            + b.neighbours_other_us
+            + b.unattributed_us;
+        assert!((sum - 10_000.0).abs() < 1e-6, "{sum}");
+        assert!((b.unattributed_us - 150.0).abs() < 1e-6);
+        // Cgroup 10 delayed 1 and 2; it never waited itself.
+        let caused = cgs[2].caused.as_ref().expect("caused");
+        assert_eq!(caused.wait_us, 3700.0);
+        let victims: Vec<u64> = caused.victims.iter().map(|p| p.id).collect();
+        assert_eq!(victims, [1, 2]);
+        assert!(cgs[2].runq.blame.is_none());
+        assert_eq!(
+            cgs[2].caused.as_ref().unwrap().victims[0].path.as_deref(),
+            Some("/c1")
+        );
+    }
+
+    #[test]
+    fn markers_are_not_cgroups() {
+        assert!(is_marker(CULPRIT_THROTTLED_OWN) && is_marker(CULPRIT_THROTTLED_ANCESTOR));
+        assert!(!is_marker(7));
+    }
+}
