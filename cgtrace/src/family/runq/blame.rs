@@ -171,8 +171,22 @@ pub fn attach(
                     b.neighbours_other_us += ns as f64 / 1e3;
                 }
             }
-            // The map and the histograms are read a moment apart: never below zero.
-            b.unattributed_us = (cg.runq.all.sum_us - charged).max(0.0);
+            // The ledger and the histograms are read a moment apart, so a wait that ended in
+            // between can be charged in this window and counted in the next: when the charges
+            // exceed the wait they are scaled to it, so the parts always add up to the wait.
+            let wait = cg.runq.all.sum_us;
+            if charged > wait && charged > 0.0 {
+                let f = wait / charged;
+                b.throttled_own_us *= f;
+                b.throttled_ancestor_us *= f;
+                b.siblings_us *= f;
+                b.neighbours_other_us *= f;
+                for n in &mut b.neighbours {
+                    n.wait_us *= f;
+                }
+            } else {
+                b.unattributed_us = wait - charged;
+            }
             cg.runq.blame = Some(b);
         }
         if let Some(victims) = by_culprit.get_mut(&cg.id) {
@@ -238,6 +252,12 @@ mod tests {
             + b.unattributed_us;
         assert!((sum - 10_000.0).abs() < 1e-6, "{sum}");
         assert!((b.unattributed_us - 150.0).abs() < 1e-6);
+        // Cgroup 2's charges (700 µs) exceed its wait (500 µs in this reading): scaled to it.
+        let mut cgs2 = vec![cg(2, 500.0)];
+        attach(&mut cgs2, &blame, |_| (None, None));
+        let b2 = cgs2[0].runq.blame.as_ref().expect("blame");
+        assert!((b2.neighbours[0].wait_us - 500.0).abs() < 1e-9);
+        assert_eq!(b2.unattributed_us, 0.0);
         // Cgroup 10 delayed 1 and 2; it never waited itself.
         let caused = cgs[2].caused.as_ref().expect("caused");
         assert_eq!(caused.wait_us, 3700.0);
