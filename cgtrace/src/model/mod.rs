@@ -256,7 +256,7 @@ pub struct CgroupWindow {
     pub runq: RunqWindow,
     /// Run-queue wait this cgroup's tasks caused others by holding their CPU (the blame ledger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caused: Option<crate::family::runq::blame::Caused>,
+    pub caused: Option<crate::family::runq::model::Caused>,
     /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<crate::family::throttle::model::ThrottleWindow>,
@@ -315,5 +315,5 @@ pub struct RunqWindow {
     /// Who the wait is charged to (the blame ledger; absent when it is off or nothing was
     /// charged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blame: Option<crate::family::runq::blame::Blame>,
+    pub blame: Option<crate::family::runq::model::Blame>,
 }

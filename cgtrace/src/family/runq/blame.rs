@@ -5,14 +5,10 @@
 
 use std::collections::HashMap as StdHashMap;
 
+pub use super::model::{Blame, Caused, Party, TOP};
+use crate::model::CgroupWindow;
 use aya::maps::{HashMap, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
-use serde::{Deserialize, Serialize};
-
-use crate::model::CgroupWindow;
-
-/// Neighbours (and victims) listed by name; the rest are summed.
-pub const TOP: usize = 5;
 /// A pair unchanged this many windows is deleted from the kernel map (its last value was
 /// counted), so pairs of cgroups that no longer meet do not fill it.
 const IDLE_WINDOWS: u32 = 10;
@@ -20,45 +16,6 @@ const IDLE_WINDOWS: u32 = 10;
 /// Whether a culprit id is a marker rather than a cgroup.
 pub fn is_marker(culprit: u64) -> bool {
     culprit == CULPRIT_THROTTLED_OWN || culprit == CULPRIT_THROTTLED_ANCESTOR
-}
-
-/// `runq.blame`: a cgroup's run-queue wait in the window, split by why it waited. The parts add
-/// up to the wait (`sum_us` of `runq`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Blame {
-    /// Its own CPU quota was exhausted (the `throttled` part of its waits).
-    pub throttled_own_us: f64,
-    /// An ancestor's quota was exhausted (6.18+; before 6.18 counted as its own when it has a
-    /// quota of its own).
-    pub throttled_ancestor_us: f64,
-    /// The CPU ran other tasks of the same cgroup.
-    pub siblings_us: f64,
-    /// The other cgroups that held the CPU, most first (at most [`TOP`]).
-    pub neighbours: Vec<Party>,
-    /// The neighbours past the first [`TOP`].
-    pub neighbours_other_us: f64,
-    /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, the part of a
-    /// wait spent queued on another CPU before a migration, stretches older than the CPU's last
-    /// 16 slices, idle time, and parts lost to a full table (`blame_full`).
-    pub unattributed_us: f64,
-}
-
-/// A cgroup on the other side of a blame entry.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Party {
-    pub id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
-    pub wait_us: f64,
-}
-
-/// `caused`: the run-queue wait a cgroup's tasks caused other cgroups in the window by holding
-/// their CPU (present even when it never waited itself).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Caused {
-    pub wait_us: f64,
-    /// The cgroups it delayed most (at most [`TOP`]).
-    pub victims: Vec<Party>,
 }
 
 /// Reads `BLAME` once per window as deltas of its cumulative values.

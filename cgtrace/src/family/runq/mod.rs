@@ -6,6 +6,7 @@ pub mod attach;
 pub mod blame;
 pub mod collect;
 pub mod metrics;
+pub mod model;
 
 use cgtrace_common::runq::{RunqEvent, WaitKind};
 use serde::{Deserialize, Serialize};
