@@ -281,7 +281,7 @@ impl Config {
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
         self_tgid: 0,
         _pad: 0,
-        blame_min_ns: 100_000,
+        blame_min_ns: u64::MAX,
     };
 }
 

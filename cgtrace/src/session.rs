@@ -37,7 +37,7 @@ pub struct SessionOptions {
     /// times (`--bpf-stats`).
     pub bpf_stats: bool,
     /// Waits at least this long are charged to whoever held the CPU (`runq.blame`); `None`:
-    /// the blame ledger is off (`--no-blame`).
+    /// the blame ledger is off (the default; `--blame` turns it on).
     pub blame_min: Option<Duration>,
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,

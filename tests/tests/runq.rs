@@ -459,7 +459,7 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     }
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
-    let mut s = Stream::start(&["--interval", "1000"])?;
+    let mut s = Stream::start(&["--interval", "1000", "--blame"])?;
     let windows = s.windows(4)?;
     s.stop(SIGINT)?;
     let of = |path: &str| {

@@ -20,7 +20,7 @@ sleep 1
 
 # stdout goes to a file and is printed afterwards with only emergency kernel messages on the
 # console, so that kernel lines cannot split an NDJSON line. stderr stays live for diagnosis.
-cgtrace stream --interval 1000 --duration 4 >/tmp/stream.ndjson
+cgtrace stream --interval 1000 --duration 4 --blame >/tmp/stream.ndjson
 rc=$?
 echo "runq: cgtrace exit $rc"
 

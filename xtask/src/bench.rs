@@ -113,7 +113,7 @@ struct RunqArgs {
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-noblame (--no-blame), runqlat,
+    /// cgtrace-blame (--blame), runqlat,
     /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
@@ -140,8 +140,8 @@ enum Config {
     /// With `--event-min-ms 0`: every wait also goes through the ring buffer as an event (the
     /// high-rate check of the event path: events absorbed, drops, daemon CPU).
     CgtraceEvents,
-    /// With `--no-blame`: what the blame ledger's per-switch slice ring costs.
-    CgtraceNoblame,
+    /// With `--blame`: what the blame ledger's per-switch slice ring costs.
+    CgtraceBlame,
     Runqlat,
     /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
     RunqlatStats,
@@ -155,7 +155,7 @@ impl Config {
             Config::CgtraceStats => "cgtrace-stats",
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
-            Config::CgtraceNoblame => "cgtrace-noblame",
+            Config::CgtraceBlame => "cgtrace-blame",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
         }
@@ -168,7 +168,7 @@ impl Config {
             Config::CgtraceStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
-            Config::CgtraceNoblame => Some(&["--no-blame"]),
+            Config::CgtraceBlame => Some(&["--blame"]),
             _ => None,
         }
     }
@@ -342,7 +342,7 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
         | Config::CgtraceStats
         | Config::CgtraceReads
         | Config::CgtraceEvents
-        | Config::CgtraceNoblame => {
+        | Config::CgtraceBlame => {
             let (perf, stats) = under_cgtrace(plan, config.cgtrace_args().unwrap_or(&[]))?;
             (perf, Some(stats))
         }
