@@ -54,11 +54,11 @@ impl SelfSampler {
     /// A sample; the CPU share is 0 on the first call (nothing to compare with yet). `None` if
     /// `/proc` is unreadable.
     pub fn sample(&mut self) -> Option<SelfUsage> {
-        let stat = std::fs::read_to_string(self.proc_root.join("self/stat")).ok()?;
         let statm = std::fs::read_to_string(self.proc_root.join("self/statm")).ok()?;
         let cpu_ns = if self.rusage {
             rusage_cpu_ns()?
         } else {
+            let stat = std::fs::read_to_string(self.proc_root.join("self/stat")).ok()?;
             (cpu_ticks(&stat)? as f64 / self.ticks_per_s * 1e9) as u64
         };
         let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
