@@ -121,8 +121,9 @@ pub fn clock_ticks() -> u64 {
 /// CPU weight next to them (`crowded`, CPU 1), and the same sleeper alone on CPU 0 (`quiet`). The
 /// crowded one waits milliseconds for a CPU, the quiet one microseconds.
 pub struct CrowdedScene {
-    // Dropped first: the tasks leave before their cgroups are removed.
-    _tasks: Vec<Task>,
+    /// The busy spinners, the crowded sleeper, the quiet sleeper. Dropped first: the tasks leave
+    /// before their cgroups are removed.
+    pub tasks: Vec<Task>,
     pub busy: crate::cgroup::TestCgroup,
     pub crowded: crate::cgroup::TestCgroup,
     pub quiet: crate::cgroup::TestCgroup,
@@ -143,7 +144,7 @@ pub fn crowded_scene(prefix: &str) -> Result<CrowdedScene> {
         sleeper(1000, Some(&quiet.procs_file()), Some(0), false)?,
     ];
     Ok(CrowdedScene {
-        _tasks: tasks,
+        tasks,
         busy,
         crowded,
         quiet,

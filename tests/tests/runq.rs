@@ -460,8 +460,16 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
     let mut s = Stream::start(&["--interval", "1000", "--blame"])?;
-    let windows = s.windows(4)?;
-    s.stop(SIGINT)?;
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
+    s.windows(4)?;
+    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
+    let (_, lines) = s.stop(SIGINT)?;
+    // The windows after the first (the kernel's count is sampled as it arrives).
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
     let of = |path: &str| {
         windows
             .iter()
@@ -471,6 +479,9 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
             .cloned()
             .collect::<Vec<_>>()
     };
+    // In every window each one's parts add up to its wait.
+    blamed_windows(&windows, &crowded.rel);
+    blamed_windows(&windows, &busy.rel);
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     // The crowded sleeper: parts add up, the busy neighbour has nearly all of it.
     let (mut wait, mut parts, mut by_busy) = (0.0, 0.0, 0.0);
@@ -493,7 +504,14 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
                 .sum()
         });
     }
-    eprintln!("crowded: wait {wait:.0} µs, parts {parts:.0}, charged to busy {by_busy:.0}");
+    let kernel = delay_to - delay_from;
+    eprintln!(
+        "crowded: wait {wait:.0} µs, parts {parts:.0}, charged to busy {by_busy:.0}, run_delay {kernel:.0} µs"
+    );
+    assert!(
+        (wait / kernel - 1.0).abs() <= 0.03,
+        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs"
+    );
     assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
     assert!(
         (parts - wait).abs() <= wait * 0.01,
@@ -524,5 +542,118 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
         siblings >= 0.5 * busy_wait,
         "the spinners mostly wait behind each other: siblings {siblings} of {busy_wait} µs"
     );
+    Ok(())
+}
+
+/// The sum of a `runq.blame` object's parts.
+fn blame_parts(b: &serde_json::Value) -> f64 {
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let named: f64 = b["neighbours"]
+        .as_array()
+        .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
+    f(b, "throttled_own_us")
+        + f(b, "throttled_ancestor_us")
+        + f(b, "siblings_us")
+        + named
+        + f(b, "neighbours_other_us")
+        + f(b, "unattributed_us")
+}
+
+/// `path`'s entries in `windows`, each checked: its blame parts add up to its wait within 1 %
+/// (and 1 µs of rounding).
+fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for w in windows.iter().filter(|l| l["type"] == "window") {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            if c["path"] != path {
+                continue;
+            }
+            let wait = c["runq"]["sum_us"].as_f64().unwrap_or(0.0);
+            if wait > 0.0 {
+                let parts = blame_parts(&c["runq"]["blame"]);
+                assert!(
+                    (parts - wait).abs() <= wait * 0.01 + 1.0,
+                    "{path}: in window {} the blame parts {parts} µs add up to the wait {wait} µs: {}",
+                    w["seq"],
+                    c["runq"]["blame"]
+                );
+            }
+            out.push(c.clone());
+        }
+    }
+    out
+}
+
+/// Stops (SIGSTOP) the tasks so that they wait no more, and returns their threads' `run_delay`
+/// (µs).
+fn stop_and_run_delay_us(tasks: &[&Task]) -> f64 {
+    for t in tasks {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(t.pid() as i32, libc::SIGSTOP) };
+    }
+    // Every thread has been switched in to take the signal once it is stopped.
+    sleep(Duration::from_millis(300));
+    tasks
+        .iter()
+        .map(|t| cgtrace_tests::node::run_delay_ns(t.pid()) as f64 / 1e3)
+        .sum()
+}
+
+/// The blame ledger on quotas: a cgroup alone on a CPU under its own quota waits on it
+/// (`throttled_own_us` ≥ 85 % of its wait), a child of a quota'd parent waits on its ancestor's
+/// (`throttled_ancestor_us` ≥ 85 %); in every window the parts add up to the wait, and the wait
+/// summed over the windows is the kernel's `run_delay` of the threads within 3 %.
+#[test]
+fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        cgtrace_tests::skip("needs 2 CPUs");
+        return Ok(());
+    }
+    let own = TestCgroup::new("blame-own")?;
+    let parent = TestCgroup::new("blame-parent")?;
+    let child = parent.child("child")?;
+    own.set_quota(20_000, 100_000)?;
+    parent.set_quota(20_000, 100_000)?;
+    let mut s = Stream::start(&["--interval", "1000", "--blame"])?;
+    s.windows(1)?;
+    // Started after the first window: every wait of theirs is in the windows that follow.
+    let own_task = workload::spin(1, &own.procs_file(), Some(0))?;
+    let child_task = workload::spin(1, &child.procs_file(), Some(1))?;
+    s.windows(6)?;
+    let own_delay = stop_and_run_delay_us(&[&own_task]);
+    let child_delay = stop_and_run_delay_us(&[&child_task]);
+    s.windows(2)?;
+    let (code, lines) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    drop((own_task, child_task));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    for (cg, kernel, part) in [
+        (&own, own_delay, "throttled_own_us"),
+        (&child, child_delay, "throttled_ancestor_us"),
+    ] {
+        let entries = blamed_windows(&lines, &cg.rel);
+        let wait: f64 = entries.iter().map(|c| f(&c["runq"], "sum_us")).sum();
+        let charged: f64 = entries.iter().map(|c| f(&c["runq"]["blame"], part)).sum();
+        eprintln!(
+            "{}: wait {wait:.0} µs, {part} {charged:.0} ({:.1} %), run_delay {kernel:.0} µs (ratio {:.4})",
+            cg.rel,
+            charged / wait.max(1.0) * 100.0,
+            wait / kernel.max(1.0)
+        );
+        assert!(wait > 1_000_000.0, "{}: waited on the quota: {wait} µs", cg.rel);
+        assert!(
+            charged >= 0.85 * wait,
+            "{}: {part} {charged} of {wait} µs",
+            cg.rel
+        );
+        assert!(
+            (wait / kernel - 1.0).abs() <= 0.03,
+            "{}: wait {wait} µs vs the kernel's run_delay {kernel} µs",
+            cg.rel
+        );
+    }
     Ok(())
 }
