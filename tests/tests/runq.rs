@@ -643,7 +643,11 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
             charged / wait.max(1.0) * 100.0,
             wait / kernel.max(1.0)
         );
-        assert!(wait > 1_000_000.0, "{}: waited on the quota: {wait} µs", cg.rel);
+        assert!(
+            wait > 1_000_000.0,
+            "{}: waited on the quota: {wait} µs",
+            cg.rel
+        );
         assert!(
             charged >= 0.85 * wait,
             "{}: {part} {charged} of {wait} µs",

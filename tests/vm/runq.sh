@@ -1,38 +1,86 @@
 #!/bin/sh
 # Kernel-matrix scenario for run-queue latency per cgroup v2 (run by `cargo xtask vm matrix`).
-# Three busy loops compete for 2 vCPUs in cgtrace-vm-busy; a sleeper in cgtrace-vm-quiet wakes
-# up every 10 ms. cgtrace's NDJSON is printed between CGTRACE-STREAM-BEGIN/END; the host checks it.
+# Three busy loops in cgtrace-vm-busy and a sleeper in cgtrace-vm-quiet at the lowest CPU weight
+# (a best-effort pod), all on vCPU 1; the sleeper wakes up every 10 ms and waits behind the loops.
+# The sleeper is let go after cgtrace's first window and stopped again (SIGSTOP: it waits no
+# more) before cgtrace; the run_delay (/proc/PID/schedstat) it had in between is printed as a
+# CGTRACE-RUNDELAY line.
+# cgtrace's NDJSON is printed between CGTRACE-STREAM-BEGIN/END; the host checks it.
 CG=/sys/fs/cgroup
 BUSY=$CG/cgtrace-vm-busy
 QUIET=$CG/cgtrace-vm-quiet
+OUT=/tmp/stream.ndjson
+# Seconds to wait for cgtrace's first window (loading under TCG is slow).
+START_TIMEOUT=$((60 + $(nproc) * 2))
+# Waits (up to 30 s) until process $1 has stopped itself (state T).
+wait_stopped() {
+    n=0
+    while [ "$n" -lt 300 ]; do
+        read -r _ _ state _ <"/proc/$1/stat" && [ "$state" = T ] && return 0
+        sleep 0.1
+        n=$((n + 1))
+    done
+    echo "scenario: process $1 did not stop itself"
+    return 1
+}
+
 mkdir "$BUSY" "$QUIET" || exit 90
+echo 1 >"$QUIET/cpu.weight" || exit 91
+mkfifo /tmp/tick || exit 91
 
 pids=
 for _ in 1 2 3; do
-    sh -c 'while :; do :; done' &
+    taskset -c 1 sh -c 'while :; do :; done' &
     echo $! >"$BUSY/cgroup.procs"
     pids="$pids $!"
 done
-sh -c 'while :; do sleep 0.01; done' &
-echo $! >"$QUIET/cgroup.procs"
-pids="$pids $!"
-sleep 1
+# The sleeper stops itself first thing and is moved to its cgroup once stopped; its run_delay is
+# read before it is let go (SIGCONT: the waits it had starting up, in the root cgroup, are not
+# the scenario's) and after it is stopped again. `read -t` on a FIFO nobody writes sleeps 10 ms
+# in the same process (a `sleep` child per tick would take its run_delay with it).
+taskset -c 1 sh -c 'kill -STOP $$; exec 3<>/tmp/tick; while :; do read -t 0.01 x <&3; done' &
+quiet=$!
+wait_stopped "$quiet" && echo "$quiet" >"$QUIET/cgroup.procs"
+read -r _ delay_before runs_before <"/proc/$quiet/schedstat"
 
 # stdout goes to a file and is printed afterwards with only emergency kernel messages on the
 # console, so that kernel lines cannot split an NDJSON line. stderr stays live for diagnosis.
-cgtrace stream --interval 1000 --duration 4 --blame >/tmp/stream.ndjson
+cgtrace stream --interval 1000 --blame >"$OUT" &
+cgpid=$!
+waited=0
+until grep -q '^{"type":"window"' "$OUT" 2>/dev/null; do
+    if ! kill -0 "$cgpid" 2>/dev/null || [ "$waited" -ge $((START_TIMEOUT * 5)) ]; then
+        echo "runq: no window from cgtrace"
+        break
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+done
+
+kill -CONT "$quiet"
+sleep 4
+kill -STOP "$quiet"
+sleep 0.5
+read -r _ delay runs <"/proc/$quiet/schedstat"
+rundelay="CGTRACE-RUNDELAY quiet_ns=$((delay - delay_before)) quiet_runs=$((runs - runs_before))"
+# One more window: the sleeper's last wait is in it.
+sleep 1.2
+
+kill -INT "$cgpid"
+wait "$cgpid"
 rc=$?
 echo "runq: cgtrace exit $rc"
 
 read -r printk_saved </proc/sys/kernel/printk
 echo 1 >/proc/sys/kernel/printk
+echo "$rundelay"
 echo CGTRACE-STREAM-BEGIN
-cat /tmp/stream.ndjson
+cat "$OUT"
 echo CGTRACE-STREAM-END
 echo "$printk_saved" >/proc/sys/kernel/printk
 
 # shellcheck disable=SC2086 # word splitting of the pid list is intended
-kill $pids
+kill -KILL $pids "$quiet"
 wait
 for cg in "$BUSY" "$QUIET"; do
     for _ in 1 2 3 4 5; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done

@@ -5,6 +5,10 @@
 # written its first window) and after they are gone (once the last episodes have closed), and
 # printed as CGTRACE-KSTAT-BEFORE/AFTER lines; cgtrace's NDJSON is printed between
 # CGTRACE-STREAM-BEGIN/END. The host compares the two.
+# With them, one loop runs in cgtrace-vm-anc/child under a 2 % quota on its parent: its wait must
+# be charged to its ancestor's quota. At the end the loops are stopped (SIGSTOP: they wait no
+# more) and their threads' run_delay (/proc/PID/schedstat) printed as a CGTRACE-RUNDELAY line:
+# the host compares it with cgtrace's run-queue wait.
 #
 # Parameters come from the kernel command line (`--append` of `cargo xtask vm run`):
 #   cgtrace.throttle_mode=auto|fentry|kprobe|tracepoint   passed as --throttle-mode; without it
@@ -14,6 +18,7 @@
 #                                                         runs one per CPU)
 #   cgtrace.throttle_quota=US                             cpu.max quota per 100 ms (default 20000)
 CG=/sys/fs/cgroup/cgtrace-vm-thr
+ANC=/sys/fs/cgroup/cgtrace-vm-anc
 MODE=
 RUN_SECS=6
 THREADS=2
@@ -50,6 +55,7 @@ print_stream() {
     echo 1 >/proc/sys/kernel/printk
     [ -n "$before" ] && echo "$before"
     [ -n "$after" ] && echo "$after"
+    [ -n "$rundelay" ] && echo "$rundelay"
     echo CGTRACE-STREAM-BEGIN
     cat "$OUT"
     echo CGTRACE-STREAM-END
@@ -57,18 +63,47 @@ print_stream() {
 }
 
 remove_cgroup() {
-    for _ in 1 2 3 4 5; do rmdir "$CG" 2>/dev/null && break; sleep 0.2; done
-    [ -d "$CG" ] && echo "throttle: could not remove $CG"
+    for cg in "$CG" "$ANC/child" "$ANC"; do
+        for _ in 1 2 3 4 5; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
+        [ -d "$cg" ] && echo "throttle: could not remove $cg"
+    done
 }
 
-mkdir "$CG" || exit 90
+# The sum of the second field of /proc/PID/schedstat (run_delay, ns) over the given pids.
+run_delay() {
+    total=0
+    for pid in "$@"; do
+        read -r _ delay _ <"/proc/$pid/schedstat"
+        total=$((total + delay))
+    done
+    echo "$total"
+}
+
+# Waits (up to 30 s) until process $1 has stopped itself (state T).
+wait_stopped() {
+    n=0
+    while [ "$n" -lt 300 ]; do
+        read -r _ _ state _ <"/proc/$1/stat" && [ "$state" = T ] && return 0
+        sleep 0.1
+        n=$((n + 1))
+    done
+    echo "scenario: process $1 did not stop itself"
+    return 1
+}
+
+mkdir "$CG" "$ANC" || exit 90
 echo "$QUOTA 100000" >"$CG/cpu.max" || exit 91
+echo "2000 100000" >"$ANC/cpu.max" || exit 91
+# The child is a CPU group of its own under the parent's quota.
+echo +cpu >"$ANC/cgroup.subtree_control" || exit 91
+mkdir "$ANC/child" || exit 90
 echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load in $THREADS loops, cpu.max $(cat "$CG/cpu.max"), $(nproc) CPUs"
 
 before=
 after=
+rundelay=
 # stdout goes to a file; stderr stays live on the console for diagnosis.
-cgtrace stream --interval 1000 ${MODE:+--throttle-mode "$MODE"} >"$OUT" &
+cgtrace stream --interval 1000 --blame ${MODE:+--throttle-mode "$MODE"} >"$OUT" &
 cgpid=$!
 
 waited=0
@@ -95,21 +130,41 @@ until grep -q '^{"type":"window"' "$OUT" 2>/dev/null; do
 done
 
 before=$(kstat CGTRACE-KSTAT-BEFORE)
+# Each loop stops itself first thing and is moved to its cgroup once stopped; their run_delay is
+# read before they are let go (SIGCONT: the waits they had starting up, in the root cgroup, are
+# not the scenario's) and after they are stopped again.
 pids=
 i=0
 while [ "$i" -lt "$THREADS" ]; do
     i=$((i + 1))
-    sh -c 'while :; do :; done' &
-    echo $! >"$CG/cgroup.procs"
+    sh -c 'kill -STOP $$; while :; do :; done' &
+    wait_stopped $! && echo $! >"$CG/cgroup.procs"
     pids="$pids $!"
 done
-sleep "$RUN_SECS"
+sh -c 'kill -STOP $$; while :; do :; done' &
+anc=$!
+wait_stopped $anc && echo $anc >"$ANC/child/cgroup.procs"
 # shellcheck disable=SC2086 # word splitting of the pid list is intended
-kill $pids
+thr_before=$(run_delay $pids)
+anc_before=$(run_delay $anc)
 # shellcheck disable=SC2086
-wait $pids 2>/dev/null
+kill -CONT $pids $anc
+sleep "$RUN_SECS"
+# shellcheck disable=SC2086
+kill -STOP $pids $anc
 sleep "$SETTLE_SECS"
+# shellcheck disable=SC2086
+rundelay="CGTRACE-RUNDELAY thr_ns=$(($(run_delay $pids) - thr_before)) anc_ns=$(($(run_delay $anc) - anc_before))"
 after=$(kstat CGTRACE-KSTAT-AFTER)
+# Out of the quota'd groups before they go: a loop killed there would wait for the next period
+# to exit, a wait after its run_delay was read.
+for pid in $pids $anc; do echo "$pid" >/sys/fs/cgroup/cgroup.procs; done
+# shellcheck disable=SC2086
+kill -KILL $pids $anc
+# shellcheck disable=SC2086
+wait $pids $anc 2>/dev/null
+# One more window: the stopped loops' last waits are in it.
+sleep 1.2
 
 kill -INT "$cgpid"
 wait "$cgpid"

@@ -310,6 +310,22 @@ pub(super) fn print_reads_table(rows: &[(&'static str, String, ReadsReport)]) {
     println!();
 }
 
+/// `ours / kernel` to 4 places, "-" without the kernel's figure.
+fn kernel_ratio(ours: f64, kernel: Option<f64>) -> String {
+    kernel
+        .filter(|k| *k > 0.0)
+        .map_or("-".into(), |k| format!("{:.4}", ours / k))
+}
+
+/// `part` as a percentage of `whole` to 1 place, "-" when there is no whole.
+fn percent(part: f64, whole: f64) -> String {
+    if whole > 0.0 {
+        format!("{:.1}", part / whole * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
 pub(super) fn verdict(failures: &[String]) -> &'static str {
     if failures.is_empty() { "PASS" } else { "FAIL" }
 }
@@ -318,7 +334,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
     println!();
     if !rows.is_empty() {
         println!(
-            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}  runq mode",
+            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}{:>15}  runq mode",
             "kernel",
             "result",
             "uname -r",
@@ -327,13 +343,14 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             "busy",
             "quiet",
             "dropped",
-            "quiet by busy %"
+            "quiet by busy %",
+            "wait/run_delay"
         );
     }
     for row in rows {
         let r = row.report.clone().unwrap_or_default();
         println!(
-            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}  {}",
+            "{:<8}{:<8}{:<30}{:>12}{:>9}{:>10}{:>10}{:>9}{:>16}{:>15}  {}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -347,6 +364,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             } else {
                 "-".into()
             },
+            kernel_ratio(r.quiet_wait_us, r.quiet_run_delay_us),
             r.runq_mode.as_deref().unwrap_or("-")
         );
     }
@@ -355,7 +373,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             println!();
         }
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}",
             "kernel",
             "result",
             "uname -r",
@@ -367,7 +385,10 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             "ratio",
             "wait split",
             "thr %",
-            "wait/kern"
+            "wait/kern",
+            "own %",
+            "anc %",
+            "run_delay thr/anc"
         );
     }
     for row in throttle_rows {
@@ -394,7 +415,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ),
         };
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -407,7 +428,14 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             r.wait_split.as_deref().unwrap_or("-"),
             r.throttled_share()
                 .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
-            r.wait_ratio().map_or("-".into(), |x| format!("{x:.4}"))
+            r.wait_ratio().map_or("-".into(), |x| format!("{x:.4}")),
+            percent(r.blame_own_us, r.wait_sum_us),
+            percent(r.anc_ancestor_us, r.anc_wait_us),
+            format!(
+                "{}/{}",
+                kernel_ratio(r.wait_sum_us, r.run_delay_us),
+                kernel_ratio(r.anc_wait_us, r.anc_run_delay_us)
+            )
         );
     }
     for row in rows.iter().filter(|r| !r.failures.is_empty()) {

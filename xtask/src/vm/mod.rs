@@ -66,6 +66,8 @@ const KSTAT_BEFORE: &str = "CGTRACE-KSTAT-BEFORE";
 const KSTAT_AFTER: &str = "CGTRACE-KSTAT-AFTER";
 /// The cgroup (cgroup2 path) `tests/vm/throttle.sh` puts its quota and load in.
 const THROTTLE_CGROUP: &str = "/cgtrace-vm-thr";
+/// The child of the quota'd parent `tests/vm/throttle.sh` runs one loop in.
+const ANCESTOR_CHILD: &str = "/cgtrace-vm-anc/child";
 /// Largest relative difference allowed between our throttled time and the kernel's.
 const THROTTLED_TIME_TOLERANCE: f64 = 0.02;
 /// Least share of the throttled cgroup's run-queue wait that must be of kind `throttled`: its
@@ -76,6 +78,15 @@ const THROTTLED_SHARE_MIN: f64 = 0.75;
 /// Largest relative difference allowed between the loops' throttled wait and loops/CPUs times
 /// the kernel's throttled time (measured 0.985-1.000 on 5.10, 6.1 and 6.12).
 const THROTTLED_WAIT_TOLERANCE: f64 = 0.06;
+/// The line the scenarios print the kernel's `run_delay` (ns) of their stopped tasks on.
+const RUNDELAY: &str = "CGTRACE-RUNDELAY";
+/// Largest relative difference allowed between a cgroup's run-queue wait summed over the
+/// windows and its tasks' `run_delay`.
+const RUN_DELAY_TOLERANCE: f64 = 0.03;
+/// Least share of a wait behind another cgroup's loops on the same CPU charged to that cgroup.
+const BLAME_NEIGHBOUR_MIN: f64 = 0.80;
+/// Least share of a wait on a quota (own or an ancestor's) charged to that quota.
+const BLAME_QUOTA_MIN: f64 = 0.85;
 const KERNEL_NAMES: [&str; 3] = ["5.10", "6.1", "6.12"];
 
 #[derive(Args)]

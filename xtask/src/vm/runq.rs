@@ -15,6 +15,9 @@ pub(super) struct StreamReport {
     /// loops' cgroup.
     pub(super) quiet_wait_us: f64,
     pub(super) quiet_by_busy_us: f64,
+    /// The guest kernel's `run_delay` of the quiet sleeper (µs), from the `CGTRACE-RUNDELAY`
+    /// line.
+    pub(super) quiet_run_delay_us: Option<f64>,
     /// Cgroup windows whose `runq.blame` parts do not add up to their wait.
     pub(super) blame_mismatches: Vec<String>,
     pub(super) failures: Vec<String>,
@@ -27,6 +30,7 @@ pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamRep
     let Some(objects) = stream_objects(lines, &mut report.failures) else {
         return report;
     };
+    report.quiet_run_delay_us = run_delay_us(lines, "quiet_ns", &mut report.failures);
     match objects.iter().find(|o| o["type"] == "hello") {
         Some(hello) => {
             check_hello(expected_kernel, hello, &mut report.failures);
@@ -61,12 +65,28 @@ pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamRep
     if report.quiet_count == 0 {
         f.push("no runq count for cgroup2 /cgtrace-vm-quiet".into());
     }
-    if report.quiet_count > 0 && report.quiet_by_busy_us <= 0.0 {
+    if report.quiet_count > 0
+        && report.quiet_by_busy_us < BLAME_NEIGHBOUR_MIN * report.quiet_wait_us
+    {
         f.push(format!(
-            "the blame ledger charged none of /cgtrace-vm-quiet's {:.0} µs of waiting to \
-             /cgtrace-vm-busy, whose loops held the CPUs",
-            report.quiet_wait_us
+            "the blame ledger charged {:.0} of /cgtrace-vm-quiet's {:.0} µs of waiting to \
+             /cgtrace-vm-busy, whose loops held its CPU (want at least {:.0} %)",
+            report.quiet_by_busy_us,
+            report.quiet_wait_us,
+            BLAME_NEIGHBOUR_MIN * 100.0
         ));
+    }
+    if let Some(kernel) = report.quiet_run_delay_us {
+        let before = f.len();
+        check_run_delay("/cgtrace-vm-quiet", report.quiet_wait_us, kernel, f);
+        // The kernel's count of the sleeper's runs tells lost waits from a skew in timing.
+        let runs = run_delay_us(lines, "quiet_runs", &mut Vec::new()).map(|r| r * 1e3);
+        if let (Some(last), Some(runs)) = (f.get_mut(before), runs) {
+            last.push_str(&format!(
+                "; {} waits counted, {runs:.0} runs by the kernel",
+                report.quiet_count
+            ));
+        }
     }
     f.extend(report.blame_mismatches.iter().take(3).cloned());
     report
@@ -91,23 +111,35 @@ fn check_blame(window: &Value, report: &mut StreamReport) {
                 .map(|p| f(p, "wait_us"))
                 .sum::<f64>();
         }
-        if !b.is_object() {
-            continue;
-        }
-        let parts = f(b, "throttled_own_us")
-            + f(b, "throttled_ancestor_us")
-            + f(b, "siblings_us")
-            + neighbours.iter().map(|p| f(p, "wait_us")).sum::<f64>()
-            + f(b, "neighbours_other_us")
-            + f(b, "unattributed_us");
-        let wait = f(runq, "sum_us");
-        if (parts - wait).abs() > wait * 0.01 + 1.0 {
-            report.blame_mismatches.push(format!(
-                "window {}: {}'s blame parts add up to {parts:.1} µs, its wait is {wait:.1} µs",
-                window["seq"], c["path"]
-            ));
-        }
+        report.blame_mismatches.extend(blame_mismatch(window, c));
     }
+}
+
+/// A failure when a cgroup's `runq.blame` parts in `window` do not add up to its wait (within
+/// 1 % and 1 µs of rounding).
+pub(super) fn blame_mismatch(window: &Value, c: &Value) -> Option<String> {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let runq = &c["runq"];
+    let b = &runq["blame"];
+    if !b.is_object() {
+        return None;
+    }
+    let named: f64 = b["neighbours"]
+        .as_array()
+        .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
+    let parts = f(b, "throttled_own_us")
+        + f(b, "throttled_ancestor_us")
+        + f(b, "siblings_us")
+        + named
+        + f(b, "neighbours_other_us")
+        + f(b, "unattributed_us");
+    let wait = f(runq, "sum_us");
+    ((parts - wait).abs() > wait * 0.01 + 1.0).then(|| {
+        format!(
+            "window {}: {}'s blame parts add up to {parts:.1} µs, its wait is {wait:.1} µs",
+            window["seq"], c["path"]
+        )
+    })
 }
 
 /// The JSON objects between the stream markers; `None` (with a failure) if the markers are
@@ -182,4 +214,33 @@ pub(super) fn runq_count(window: &Value, path: &str) -> u64 {
         .filter(|c| c["path"] == path && c["hierarchy"] == "cgroup2")
         .filter_map(|c| c.pointer("/runq/count").and_then(Value::as_u64))
         .sum()
+}
+
+/// `key` (ns) of the scenario's `CGTRACE-RUNDELAY` line, in µs (a failure when missing).
+pub(super) fn run_delay_us(lines: &[String], key: &str, failures: &mut Vec<String>) -> Option<f64> {
+    let value = lines
+        .iter()
+        .find_map(|l| l.split_once(RUNDELAY).map(|(_, r)| r))
+        .and_then(|rest| {
+            rest.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+        });
+    if value.is_none() {
+        failures.push(format!("no {key} on a {RUNDELAY} line"));
+    }
+    value.map(|ns| ns as f64 / 1e3)
+}
+
+/// A cgroup's run-queue wait summed over the windows against its tasks' `run_delay`.
+pub(super) fn check_run_delay(path: &str, ours_us: f64, kernel_us: f64, f: &mut Vec<String>) {
+    if kernel_us <= 0.0 || (ours_us / kernel_us - 1.0).abs() > RUN_DELAY_TOLERANCE {
+        f.push(format!(
+            "{path}: run-queue wait {ours_us:.0} µs vs the kernel's run_delay {kernel_us:.0} µs \
+             (ratio {:.4}, allowed ±{:.0} %)",
+            ours_us / kernel_us.max(1e-9),
+            RUN_DELAY_TOLERANCE * 100.0
+        ));
+    }
 }

@@ -7,12 +7,12 @@ fn lines(text: &str) -> Vec<String> {
 
 const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"}}}"#;
 const WINDOW_1: &str = r#"{"type":"window","seq":1,"events":{"seen":900,"dropped":2},"cgroups":[{"id":7,"hierarchy":"cgroup2","path":"/cgtrace-vm-busy","name":"cgtrace-vm-busy","runq":{"count":310,"p50_us":900.0,"p99_us":4000.0,"max_us":5000.0,"buckets":[[1024,3]],"kinds":{}}}]}"#;
-const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"sum_us":800.0,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{},"blame":{"throttled_own_us":0.0,"throttled_ancestor_us":0.0,"siblings_us":0.0,"neighbours":[{"id":7,"path":"/cgtrace-vm-busy","name":null,"wait_us":600.0}],"neighbours_other_us":0.0,"unattributed_us":200.0}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
+const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"sum_us":800.0,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{},"blame":{"throttled_own_us":0.0,"throttled_ancestor_us":0.0,"siblings_us":0.0,"neighbours":[{"id":7,"path":"/cgtrace-vm-busy","name":null,"wait_us":700.0}],"neighbours_other_us":0.0,"unattributed_us":100.0}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
 
 fn captured(hello: &str) -> Vec<String> {
     lines(&format!(
         "[    0.912345] random: crng init done\nCGTRACE-VM-BOOTED 6.1.0-56-cloud-amd64\n\
-         cgtrace: attached runq (tp_btf)\n{STREAM_BEGIN}\n{hello}\r\n\
+         cgtrace: attached runq (tp_btf)\n{RUNDELAY} quiet_ns=800400\n{STREAM_BEGIN}\n{hello}\r\n\
          [    7.000001] sched: RT throttling activated\n{WINDOW_1}\n{WINDOW_2}\n{STREAM_END}\n\
          CGTRACE-VM-EXIT 0\n[    9.1] reboot: Power down"
     ))
@@ -57,23 +57,42 @@ const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-c
 /// A window whose /cgtrace-vm-thr element has `nr_throttled` and `throttled_us`.
 fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
     format!(
-        r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40,"kinds":{{"preempt":{{"sum_us":{preempt_us}}},"throttled":{{"sum_us":{throttled_wait_us}}}}}}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}}]}}"#,
+        r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40,"sum_us":{wait_us},"kinds":{{"preempt":{{"sum_us":{preempt_us}}},"throttled":{{"sum_us":{throttled_wait_us}}}}},"blame":{{"throttled_own_us":{throttled_wait_us},"throttled_ancestor_us":0.0,"siblings_us":{preempt_us},"neighbours":[],"neighbours_other_us":0.0,"unattributed_us":0.0}}}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}},{{"id":24,"hierarchy":"cgroup2","path":"/cgtrace-vm-anc/child","runq":{{"count":10,"sum_us":{anc_us},"blame":{{"throttled_own_us":0.0,"throttled_ancestor_us":{anc_thr_us},"siblings_us":0.0,"neighbours":[{{"id":23,"path":"/cgtrace-vm-thr","name":null,"wait_us":{anc_nb_us}}}],"neighbours_other_us":0.0,"unattributed_us":0.0}}}}}}]}}"#,
         e = 2 * nr_throttled,
         // Nine tenths of the wait throttled, as the 6-loop 2-CPU scenario has it.
         throttled_wait_us = 3.0 * throttled_us,
         preempt_us = throttled_us / 3.0,
+        wait_us = 3.0 * throttled_us + throttled_us / 3.0,
+        // The child's loop: 98 % of its wait on its parent's quota.
+        anc_us = throttled_us / 2.0,
+        anc_thr_us = throttled_us / 2.0 * 0.98,
+        anc_nb_us = throttled_us / 2.0 * 0.02,
     )
 }
 
-/// A throttle-scenario log: kernel delta 62 throttled periods, 10 674 582 µs.
+/// A throttle-scenario log: kernel delta 62 throttled periods, 10 674 582 µs; the loops'
+/// run_delay is their wait in `windows` (ns, rounded down).
 fn thr_captured(hello: &str, windows: &[String]) -> Vec<String> {
+    let wait_ns = |path: &str| -> u64 {
+        let us: f64 = windows
+            .iter()
+            .filter_map(|w| serde_json::from_str::<Value>(w).ok())
+            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["path"] == path)
+            .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
+            .sum();
+        (us * 1e3) as u64
+    };
     lines(&format!(
         "CGTRACE-VM-BOOTED 6.12.117+deb12-cloud-amd64\n\
          throttle: mode fentry, 6s of load in 6 loops, cpu.max 20000 100000, 2 CPUs\n\
          [    9.100000] random: crng init done\nthrottle: cgtrace exit 0\n\
          {KSTAT_BEFORE} nr_periods=2 nr_throttled=0 throttled_usec=0\n\
          {KSTAT_AFTER} nr_periods=66 nr_throttled=62 throttled_usec=10674582\n\
+         {RUNDELAY} thr_ns={} anc_ns={}\n\
          {STREAM_BEGIN}\n{hello}\n{}\n{STREAM_END}\nCGTRACE-VM-EXIT 0",
+        wait_ns(THROTTLE_CGROUP),
+        wait_ns(ANCESTOR_CHILD),
         windows.join("\n")
     ))
 }
@@ -336,7 +355,7 @@ fn an_int3_oops_is_recognised_as_tcg_text_patching() {
 
 #[test]
 fn check_rejects_blame_that_does_not_add_up_or_charges_nobody() {
-    let bad = WINDOW_2.replace(r#""unattributed_us":200.0"#, r#""unattributed_us":50.0"#);
+    let bad = WINDOW_2.replace(r#""unattributed_us":100.0"#, r#""unattributed_us":50.0"#);
     let log: Vec<String> = captured(HELLO)
         .into_iter()
         .map(|l| if l == WINDOW_2 { bad.clone() } else { l })
@@ -344,15 +363,77 @@ fn check_rejects_blame_that_does_not_add_up_or_charges_nobody() {
     let r = check_stream("6.1", &log);
     let all = r.failures.join("\n");
     assert!(
-        all.contains("blame parts add up to 650.0 µs, its wait is 800.0 µs"),
+        all.contains("blame parts add up to 750.0 µs, its wait is 800.0 µs"),
         "{all}"
     );
-    assert_eq!((r.quiet_wait_us, r.quiet_by_busy_us), (800.0, 600.0));
+    assert_eq!((r.quiet_wait_us, r.quiet_by_busy_us), (800.0, 700.0));
     let none = WINDOW_2.replace("/cgtrace-vm-busy", "/elsewhere");
     let log: Vec<String> = captured(HELLO)
         .into_iter()
         .map(|l| if l == WINDOW_2 { none.clone() } else { l })
         .collect();
     let all = check_stream("6.1", &log).failures.join("\n");
-    assert!(all.contains("charged none of /cgtrace-vm-quiet"), "{all}");
+    assert!(
+        all.contains("charged 0 of /cgtrace-vm-quiet's 800 µs"),
+        "{all}"
+    );
+    // Less than 80 % to the neighbour that held the CPU; a wait off the kernel's run_delay.
+    let some = WINDOW_2
+        .replace(r#""wait_us":700.0"#, r#""wait_us":600.0"#)
+        .replace(r#""unattributed_us":100.0"#, r#""unattributed_us":200.0"#);
+    let log: Vec<String> = captured(HELLO)
+        .into_iter()
+        .map(|l| if l == WINDOW_2 { some.clone() } else { l })
+        .map(|l| l.replace("quiet_ns=800400", "quiet_ns=900000"))
+        .collect();
+    let r = check_stream("6.1", &log);
+    let all = r.failures.join("\n");
+    assert_eq!(r.failures.len(), 2, "{all}");
+    assert!(
+        all.contains("charged 600 of /cgtrace-vm-quiet's 800 µs"),
+        "{all}"
+    );
+    assert!(
+        all.contains("/cgtrace-vm-quiet: run-queue wait 800 µs vs the kernel's run_delay 900 µs"),
+        "{all}"
+    );
+    assert_eq!(r.quiet_run_delay_us, Some(900.0));
+}
+
+#[test]
+fn throttle_check_rejects_quota_blame_off_the_quota_and_run_delay() {
+    // The loops' throttled wait charged as siblings; the child's run_delay 10 % above its wait.
+    let windows: Vec<String> = good_thr_windows()
+        .iter()
+        .map(|w| {
+            w.replace(r#""throttled_own_us":"#, r#""siblings_us":0,"x":"#)
+                .replacen(r#""siblings_us":"#, r#""throttled_own_us":0,"y":"#, 2)
+        })
+        .collect();
+    let log: Vec<String> = thr_captured(THR_HELLO, &windows)
+        .into_iter()
+        .map(|l| {
+            if l.starts_with(RUNDELAY) {
+                let anc: u64 = l.rsplit_once("anc_ns=").unwrap().1.parse().unwrap();
+                format!(
+                    "{} anc_ns={}",
+                    l.rsplit_once(" anc_ns=").unwrap().0,
+                    anc * 11 / 10
+                )
+            } else {
+                l
+            }
+        })
+        .collect();
+    let r = check_throttle("6.12", ThrottleMode::Fentry, &log);
+    let all = r.failures.join("\n");
+    assert!(
+        all.contains("/cgtrace-vm-thr: throttled_own_us is 0 of its"),
+        "{all}"
+    );
+    assert!(
+        all.contains("/cgtrace-vm-anc/child: run-queue wait") && all.contains("ratio 0.9091"),
+        "{all}"
+    );
+    assert!(!all.contains("/cgtrace-vm-thr: run-queue wait"), "{all}");
 }

@@ -46,6 +46,18 @@ pub(super) struct ThrottleReport {
     pub(super) wait_total_us: f64,
     /// Busy loops and CPUs of the guest, from the scenario's first line.
     pub(super) loops_cpus: Option<(u64, u64)>,
+    /// The blame ledger: the scenario cgroup's wait charged to its own quota (µs); the wait of
+    /// the loop in the child of the quota'd parent, and the part charged to that ancestor.
+    pub(super) blame_own_us: f64,
+    /// The scenario cgroup's `runq.sum_us` over the windows.
+    pub(super) wait_sum_us: f64,
+    pub(super) anc_wait_us: f64,
+    pub(super) anc_ancestor_us: f64,
+    /// The guest kernel's `run_delay` (µs) of the loops, and of the child's loop.
+    pub(super) run_delay_us: Option<f64>,
+    pub(super) anc_run_delay_us: Option<f64>,
+    /// Cgroup windows whose `runq.blame` parts do not add up to their wait.
+    pub(super) blame_mismatches: Vec<String>,
     pub(super) failures: Vec<String>,
 }
 
@@ -96,6 +108,8 @@ pub(super) fn check_throttle(
         .iter()
         .find(|l| l.contains("throttle: mode"))
         .and_then(|l| loops_and_cpus(l));
+    report.run_delay_us = run_delay_us(lines, "thr_ns", &mut report.failures);
+    report.anc_run_delay_us = run_delay_us(lines, "anc_ns", &mut report.failures);
     let Some(objects) = stream_objects(lines, &mut report.failures) else {
         return report;
     };
@@ -127,6 +141,17 @@ pub(super) fn check_throttle(
         let Some(cgroups) = window["cgroups"].as_array() else {
             continue;
         };
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        for c in cgroups {
+            report.blame_mismatches.extend(blame_mismatch(window, c));
+            if c["path"] == THROTTLE_CGROUP {
+                report.blame_own_us += f(&c["runq"]["blame"], "throttled_own_us");
+                report.wait_sum_us += f(&c["runq"], "sum_us");
+            } else if c["path"] == ANCESTOR_CHILD {
+                report.anc_wait_us += f(&c["runq"], "sum_us");
+                report.anc_ancestor_us += f(&c["runq"]["blame"], "throttled_ancestor_us");
+            }
+        }
         for kinds in cgroups
             .iter()
             .filter(|c| c["path"] == THROTTLE_CGROUP)
@@ -160,6 +185,7 @@ pub(super) fn check_throttle(
     }
     let share = report.throttled_share();
     let wait_ratio = report.wait_ratio();
+    check_quota_blame(&mut report);
     let (wait_throttled_us, wait_total_us) = (report.wait_throttled_us, report.wait_total_us);
     let f = &mut report.failures;
     if report.windows == 0 {
@@ -218,6 +244,42 @@ pub(super) fn check_throttle(
         }
     }
     report
+}
+
+/// The blame ledger on the quotas: the loops' wait charged to their own quota, the child's loop's
+/// to its parent's (each at least [`BLAME_QUOTA_MIN`]); every cgroup's parts add up; each
+/// cgroup's wait over the windows is its loops' `run_delay`.
+fn check_quota_blame(report: &mut ThrottleReport) {
+    let f = &mut report.failures;
+    for (path, part, charged, wait) in [
+        (
+            THROTTLE_CGROUP,
+            "throttled_own_us",
+            report.blame_own_us,
+            report.wait_sum_us,
+        ),
+        (
+            ANCESTOR_CHILD,
+            "throttled_ancestor_us",
+            report.anc_ancestor_us,
+            report.anc_wait_us,
+        ),
+    ] {
+        if wait <= 0.0 || charged < BLAME_QUOTA_MIN * wait {
+            f.push(format!(
+                "{path}: {part} is {charged:.0} of its {wait:.0} µs of run-queue wait (want at \
+                 least {:.0} %)",
+                BLAME_QUOTA_MIN * 100.0
+            ));
+        }
+    }
+    if let Some(kernel) = report.run_delay_us {
+        check_run_delay(THROTTLE_CGROUP, report.wait_sum_us, kernel, f);
+    }
+    if let Some(kernel) = report.anc_run_delay_us {
+        check_run_delay(ANCESTOR_CHILD, report.anc_wait_us, kernel, f);
+    }
+    f.extend(report.blame_mismatches.iter().take(3).cloned());
 }
 
 /// `N` and `M` of the scenario's "throttle: mode …, Ss of load in N loops, …, M CPUs" line.
