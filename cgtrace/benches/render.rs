@@ -52,6 +52,7 @@ fn hello() -> Hello {
         },
         kept_capabilities: Vec::new(),
         wait_split: None,
+        blame_min_us: None,
     }
 }
 

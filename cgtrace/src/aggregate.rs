@@ -103,7 +103,6 @@ impl Aggregator {
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
             }
-            cg.flags = crate::family::flags(&cg, duration_ms);
             cgroups.push(cg);
             if gone {
                 removed.push(id);
@@ -114,6 +113,10 @@ impl Aggregator {
             let (path, name) = self.describe(id);
             (path, name.map(|n| n.display))
         });
+        // The diagnoses once the window is whole (the runq one names who held the CPU).
+        for cg in &mut cgroups {
+            cg.flags = crate::family::flags(cg, duration_ms);
+        }
         cgroups.sort_by(busiest_first);
         removed.extend(self.sweep());
         for id in &removed {

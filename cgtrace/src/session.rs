@@ -179,6 +179,7 @@ impl Session {
             },
             kept_capabilities: crate::privilege::kept_names(),
             wait_split: Some(crate::layout::wait_split(&tracer.layout)),
+            blame_min_us: opts.blame_min.map(|d| d.as_micros() as u64),
         };
         let aggregator = Aggregator::new(
             hier_name,

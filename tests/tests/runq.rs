@@ -661,3 +661,86 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
     }
     Ok(())
 }
+
+/// The blame ledger where users look besides the stream: a recording's report names the busy
+/// cgroup as the noisy neighbour with the crowded sleeper as its victim, and Prometheus has the
+/// sleeper's wait by part and by neighbour and the busy cgroup's delay caused.
+#[test]
+fn blame_reaches_the_report_and_prometheus() -> anyhow::Result<()> {
+    use cgtrace_tests::record::{cgtrace, free_port, scrape};
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        cgtrace_tests::skip("needs 2 CPUs");
+        return Ok(());
+    }
+    let scene = workload::crowded_scene("blame-out-")?;
+    let (busy, crowded) = (&scene.busy, &scene.crowded);
+    let file = std::env::temp_dir().join(format!("cgtrace-blame-{}.cgtrace", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let mut s = Stream::start_cmd(&[
+        "record",
+        "-o",
+        &file.display().to_string(),
+        "--stream",
+        "--blame",
+        "--prometheus",
+        &addr,
+        "--interval",
+        "1000",
+    ])?;
+    s.windows(4)?;
+    let (_, body) = scrape(&addr)?;
+    let (code, _) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    // Prometheus: the counters of the ledger, named by cgroup path.
+    let value = |prefix: &str, labels: &[&str]| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(prefix) && labels.iter().all(|x| l.contains(x)))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let victim = format!("cgroup=\"{}\"", crowded.rel);
+    let culprit = format!("neighbour=\"{}\"", busy.rel);
+    let by_busy = value(
+        "cgtrace_runq_wait_by_neighbour_seconds_total{",
+        &[&victim, &culprit],
+    );
+    let parts = value("cgtrace_runq_wait_blame_seconds_total{", &[&victim]);
+    let neighbours = value(
+        "cgtrace_runq_wait_blame_seconds_total{",
+        &[&victim, "part=\"neighbours\""],
+    );
+    let caused = value(
+        "cgtrace_runq_delay_caused_seconds_total{",
+        &[&format!("cgroup=\"{}\"", busy.rel)],
+    );
+    eprintln!(
+        "prometheus: crowded parts {parts:.3} s, neighbours {neighbours:.3} s, by busy {by_busy:.3} s; busy caused {caused:.3} s"
+    );
+    assert!(parts > 0.5, "{body}");
+    assert!(
+        neighbours >= 0.8 * parts && by_busy >= 0.8 * parts,
+        "{body}"
+    );
+    assert!(caused >= by_busy, "{body}");
+    // The report: the busy cgroup is the noisiest, the crowded sleeper its first victim.
+    let f = file.display().to_string();
+    let (code, json, err) = cgtrace(&["report", &f, "--json"])?;
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&json)?;
+    let top = &r["noisy_neighbours"][0];
+    assert_eq!(top["path"], busy.rel.as_str(), "{}", r["noisy_neighbours"]);
+    assert_eq!(top["victims"][0]["path"], crowded.rel.as_str(), "{top}");
+    assert!(
+        top["caused_us"].as_f64().unwrap_or(0.0) > 500_000.0,
+        "{top}"
+    );
+    let (code, text, _) = cgtrace(&["report", &f])?;
+    assert_eq!(code, 0);
+    assert!(text.contains("## noisy neighbours"), "{text}");
+    let _ = std::fs::remove_file(&file);
+    Ok(())
+}

@@ -842,6 +842,67 @@ mod tests {
     }
 
     #[test]
+    fn blame_parts_neighbours_and_caused_are_counters() {
+        use crate::family::runq::model::{Blame, Caused, Party};
+        let party = |id: u64, us: f64| Party {
+            id,
+            path: Some(format!("/n{id}")),
+            name: None,
+            wait_us: us,
+        };
+        let mut m = Metrics::new(MetricsOptions::default());
+        // Two windows; in each the victim is delayed by 12 neighbours (5 named, 7 summed) and
+        // its named neighbours differ, so that more than MAX_NEIGHBOUR_SERIES are seen.
+        for seq in 1..=3u64 {
+            let mut c = cgroup(7, "/slow", &[5000]);
+            c.runq.blame = Some(Blame {
+                throttled_own_us: 1e6,
+                throttled_ancestor_us: 0.0,
+                siblings_us: 5e5,
+                neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
+                neighbours_other_us: 2e5,
+                unattributed_us: 1e5,
+            });
+            let mut culprit = cgroup(8, "/noisy", &[]);
+            culprit.caused = Some(Caused {
+                wait_us: 2e6,
+                victims: vec![party(7, 2e6)],
+            });
+            m.update(&window(seq, seq * 1000, vec![c, culprit]));
+        }
+        let t = m.render();
+        // The value of the one series whose line starts with `prefix`.
+        let value = |prefix: &str| -> f64 {
+            let l: Vec<&str> = t.lines().filter(|l| l.starts_with(prefix)).collect();
+            assert_eq!(l.len(), 1, "{prefix} in\n{t}");
+            l[0].rsplit_once(' ').unwrap().1.parse().unwrap()
+        };
+        let blame = r#"cgtrace_runq_wait_blame_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",part="#;
+        let near = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+        near(value(&format!("{blame}\"throttled_own\"}}")), 3.0);
+        near(value(&format!("{blame}\"siblings\"}}")), 1.5);
+        // 5 named (0.1 s each) + 0.2 s summed, three times.
+        near(value(&format!("{blame}\"neighbours\"}}")), 2.1);
+        near(value(&format!("{blame}\"unattributed\"}}")), 0.3);
+        let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",neighbour="#;
+        near(value(&format!("{by}\"/n10\"}}")), 0.1);
+        // 15 named neighbours seen: 10 get series, the other 5 and the summed ones are "other".
+        let named = t
+            .lines()
+            .filter(|l| {
+                l.starts_with("cgtrace_runq_wait_by_neighbour_seconds_total{")
+                    && l.contains("neighbour=\"/n")
+            })
+            .count();
+        assert_eq!(named, super::family::runq::metrics::MAX_NEIGHBOUR_SERIES);
+        near(value(&format!("{by}\"other\"}}")), 1.1);
+        near(
+            value(r#"cgtrace_runq_delay_caused_seconds_total{cgroup="/noisy","#),
+            6.0,
+        );
+    }
+
+    #[test]
     fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
         let mut m = Metrics::new(MetricsOptions {
             max_series: 2,

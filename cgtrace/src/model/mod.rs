@@ -46,6 +46,10 @@ pub struct Hello {
     /// Absent in recordings made before the split was reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_split: Option<WaitSplit>,
+    /// The blame ledger (`--blame`): waits at least this long (µs) are charged to whoever held
+    /// the CPU. Absent when it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame_min_us: Option<u64>,
 }
 
 /// `hello.wait_split`: how the `throttled` wait kind is told apart from `wakeup`/`preempt`.

@@ -668,5 +668,6 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
         },
         kept_capabilities: Vec::new(),
         wait_split: None,
+        blame_min_us: None,
     }
 }

@@ -265,6 +265,7 @@ fn page(r: Option<&Report>, s: &Series) -> String {
     }
     runq(&mut o, r, s);
     if let Some(r) = r {
+        noisy_neighbours(&mut o, r);
         throttle(&mut o, r, s);
         reads(&mut o, r, s);
         waits(&mut o, r);
@@ -861,6 +862,30 @@ fn reads(o: &mut String, r: &Report, s: &Series) {
             &|v| format!("{v:.0}"),
         );
     }
+}
+
+/// The blame ledger's noisy neighbours: who cost others the most run-queue wait, and whom.
+fn noisy_neighbours(o: &mut String, r: &Report) {
+    if r.noisy_neighbours.is_empty() {
+        return;
+    }
+    o.push_str("<h2>Noisy neighbours</h2>\n<p class=\"what\">The cgroups whose tasks held CPUs that other cgroups' tasks were waiting for (the blame ledger, recorded with --blame), with the cgroups they delayed most.</p><div class=\"scroll\"><table><tr><th class=\"n\">wait caused</th><th class=\"n\">windows</th><th>cgroup</th><th>delayed most</th></tr>\n");
+    for n in &r.noisy_neighbours {
+        let victims: Vec<String> = n
+            .victims
+            .iter()
+            .map(|v| format!("{} {}", micros(v.wait_us), who(&v.path, &v.name, v.id)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+            micros(n.caused_us),
+            n.windows,
+            who(&n.path, &n.name, n.id),
+            victims.join("<br>")
+        );
+    }
+    o.push_str("</table></div>\n");
 }
 
 fn waits(o: &mut String, r: &Report) {

@@ -56,6 +56,9 @@ pub struct Report {
     pub throttled: Vec<ThrottledCgroup>,
     pub longest_episodes: Vec<Episode>,
     pub slowest_waits: Vec<Wait>,
+    /// The blame ledger (recorded with `--blame`): the cgroups that cost others the most
+    /// run-queue wait, with their victims.
+    pub noisy_neighbours: Vec<family::runq::blame::NoisyNeighbour>,
     /// `reads`: the (reader cgroup, comm, file) with the slowest reads over the recording.
     pub slowest_reads: Vec<FileReadsSeen>,
     /// `reads`: memory cgroups whose stat files were read, most read time first.
@@ -373,6 +376,7 @@ pub fn build(rec: &Recording) -> Report {
     let mut memcgs: BTreeMap<(String, String), MemcgSeen> = BTreeMap::new();
     let mut dying_max: Option<u64> = None;
     let mut own = OwnAcc::default();
+    let mut noisy = family::runq::blame::Noisy::default();
     let mut churn = (0u64, 0u64);
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
@@ -464,6 +468,7 @@ pub fn build(rec: &Recording) -> Report {
             for c in &w.cgroups {
                 window_cgroup(c, end_unix_ms, &mut fam, &mut thr);
                 window_flags(c, &mut diagnosed);
+                noisy.add(c);
             }
         }
         Item::Loss(j) => {
@@ -553,6 +558,7 @@ pub fn build(rec: &Recording) -> Report {
         throttled,
         longest_episodes: episodes,
         slowest_waits: waits,
+        noisy_neighbours: noisy.finish(TOP),
         slowest_reads,
         memcgs,
         dying_memcgs_max: dying_max,
@@ -783,6 +789,29 @@ pub fn render_text(r: &Report) -> String {
                 c.count,
                 who(&c.path, &c.name, c.id)
             );
+        }
+    }
+    if !r.noisy_neighbours.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## noisy neighbours: run-queue wait caused to other cgroups by holding their CPU"
+        );
+        for n in &r.noisy_neighbours {
+            let _ = writeln!(
+                o,
+                "  caused {:>9} in {} windows  {}",
+                us(n.caused_us),
+                n.windows,
+                who(&n.path, &n.name, n.id)
+            );
+            for v in &n.victims {
+                let _ = writeln!(
+                    o,
+                    "      {:>9} to {}",
+                    us(v.wait_us),
+                    who(&v.path, &v.name, v.id)
+                );
+            }
         }
     }
     if !r.diagnoses.is_empty() {

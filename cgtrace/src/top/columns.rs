@@ -77,7 +77,7 @@ pub struct Column {
     /// Which columns survive a narrow terminal: higher is kept longer.
     pub priority: u8,
     /// Families that must be attached (`hello.families[..].mode`, not off or unavailable) for the column
-    /// to be shown at all.
+    /// to be shown at all; [`BLAME`]: the blame ledger must be on.
     pub needs: &'static [&'static str],
     pub source: Source,
     /// Sort descending by default (largest latency first).
@@ -121,6 +121,18 @@ pub fn family_active(hello: &Hello, family: &str) -> bool {
         .is_some_and(|m| m.mode.is_attached())
 }
 
+/// The `needs` entry of columns that show the blame ledger (`--blame`, `hello.blame_min_us`).
+pub const BLAME: &str = "blame";
+
+/// Whether one of a column's `needs` is met in this session.
+fn need_met(hello: &Hello, need: &str) -> bool {
+    if need == BLAME {
+        hello.blame_min_us.is_some()
+    } else {
+        family_active(hello, need)
+    }
+}
+
 /// The columns this session can show, in order: `NAME`, each active family's columns whose
 /// `needs` are met, then `FLAGS`.
 pub fn available(hello: &Hello, families: &[&'static dyn Family]) -> Vec<&'static Column> {
@@ -132,7 +144,7 @@ pub fn available(hello: &Hello, families: &[&'static dyn Family]) -> Vec<&'stati
         out.extend(
             fam.columns()
                 .iter()
-                .filter(|c| c.needs.iter().all(|n| family_active(hello, n))),
+                .filter(|c| c.needs.iter().all(|n| need_met(hello, n))),
         );
     }
     out.push(&FLAGS);

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap as StdHashMap;
 
-pub use super::model::{Blame, Caused, Party, TOP};
+pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
 use aya::maps::{HashMap, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
@@ -161,6 +161,54 @@ pub fn attach(
     }
 }
 
+/// Noisy neighbours over a recording: every window's `caused`, summed per culprit.
+#[derive(Debug, Default)]
+pub struct Noisy {
+    culprits: StdHashMap<u64, (NoisyNeighbour, StdHashMap<u64, Party>)>,
+}
+
+impl Noisy {
+    pub fn add(&mut self, c: &CgroupWindow) {
+        let Some(caused) = &c.caused else {
+            return;
+        };
+        let (n, victims) = self.culprits.entry(c.id).or_default();
+        n.id = c.id;
+        n.path.clone_from(&c.path);
+        n.name.clone_from(&c.name);
+        n.caused_us += caused.wait_us;
+        n.windows += 1;
+        for v in &caused.victims {
+            let e = victims.entry(v.id).or_insert_with(|| Party {
+                wait_us: 0.0,
+                ..v.clone()
+            });
+            e.path.clone_from(&v.path);
+            e.name.clone_from(&v.name);
+            e.wait_us += v.wait_us;
+        }
+    }
+
+    /// The `top` that caused the most, each with its [`TOP`] most delayed victims.
+    pub fn finish(self, top: usize) -> Vec<NoisyNeighbour> {
+        let mut out: Vec<NoisyNeighbour> = self
+            .culprits
+            .into_values()
+            .map(|(mut n, victims)| {
+                let mut v: Vec<Party> = victims.into_values().collect();
+                v.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us).then(a.id.cmp(&b.id)));
+                v.truncate(TOP);
+                n.victims = v;
+                n
+            })
+            .filter(|n| n.caused_us > 0.0)
+            .collect();
+        out.sort_by(|a, b| b.caused_us.total_cmp(&a.caused_us).then(a.id.cmp(&b.id)));
+        out.truncate(top);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +273,70 @@ mod tests {
             cgs[2].caused.as_ref().unwrap().victims[0].path.as_deref(),
             Some("/c1")
         );
+    }
+
+    /// A window's cgroups: victim 1 waited 1 s (80 % behind 10, 15 % its own quota, the rest
+    /// unattributed), 10 and 11 caused it.
+    fn blamed_window() -> Vec<CgroupWindow> {
+        let mut blame = StdHashMap::new();
+        let mut put = |victim, culprit, us: u64| {
+            blame.insert(BlameKey { victim, culprit }, us * 1000);
+        };
+        put(1, 10, 800_000);
+        put(1, CULPRIT_THROTTLED_OWN, 150_000);
+        put(1, 11, 20_000);
+        let mut cgs = vec![cg(1, 1_000_000.0), cg(10, 0.0), cg(11, 0.0)];
+        attach(&mut cgs, &blame, |id| {
+            (Some(format!("/kubepods/c{id}")), None)
+        });
+        cgs
+    }
+
+    #[test]
+    fn the_diagnosis_names_the_neighbour_and_the_quota() {
+        let cgs = blamed_window();
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        let (message, advice) =
+            super::super::blame_diagnosis(b, 1_000_000.0, "cpu.weight", "cpu.max").expect("one");
+        assert_eq!(
+            message,
+            "waited 1.00s for a CPU: 80 % behind /kubepods/c10, 15 % its own quota"
+        );
+        assert!(
+            advice.starts_with("/kubepods/c10 held its CPUs"),
+            "{advice}"
+        );
+        // Its own quota first when it is the larger part.
+        let mut own = b.clone();
+        std::mem::swap(&mut own.throttled_own_us, &mut own.neighbours[0].wait_us);
+        let (message, advice) =
+            super::super::blame_diagnosis(&own, 1_000_000.0, "cpu.weight", "cpu.max").unwrap();
+        assert!(message.ends_with(": 80 % its own quota, 15 % behind /kubepods/c10"));
+        assert!(advice.contains("cpu.max"), "{advice}");
+        // Mostly unattributed: no account to give.
+        let mut little = b.clone();
+        little.unattributed_us = 600_000.0;
+        assert!(
+            super::super::blame_diagnosis(&little, 1_000_000.0, "cpu.weight", "cpu.max").is_none()
+        );
+    }
+
+    #[test]
+    fn noisy_neighbours_sum_the_windows_by_culprit() {
+        let mut noisy = Noisy::default();
+        for _ in 0..3 {
+            for c in &blamed_window() {
+                noisy.add(c);
+            }
+        }
+        let top = noisy.finish(10);
+        let ids: Vec<u64> = top.iter().map(|n| n.id).collect();
+        assert_eq!(ids, [10, 11]);
+        assert_eq!((top[0].caused_us, top[0].windows), (2_400_000.0, 3));
+        assert_eq!(top[0].victims.len(), 1);
+        assert_eq!(top[0].victims[0].wait_us, 2_400_000.0);
+        assert_eq!(top[0].victims[0].path.as_deref(), Some("/kubepods/c1"));
+        assert_eq!(Noisy::default().finish(10), Vec::new());
     }
 
     #[test]

@@ -7,16 +7,72 @@ use crate::{
     model::CgroupWindow,
 };
 
-/// One cgroup's waits since cgtrace started, by wait kind.
+/// Neighbours a cgroup's `cgtrace_runq_wait_by_neighbour_seconds` names; the wait charged to
+/// later ones is summed as `neighbour="other"`.
+pub const MAX_NEIGHBOUR_SERIES: usize = 10;
+
+/// The blame ledger's parts, as the `part` label has them.
+pub const BLAME_PARTS: [&str; 5] = [
+    "throttled_own",
+    "throttled_ancestor",
+    "siblings",
+    "neighbours",
+    "unattributed",
+];
+
+/// One cgroup's waits since cgtrace started, by wait kind; with the blame ledger, its wait by
+/// part, by neighbour, and the wait it caused others.
 #[derive(Clone, Debug, Default)]
 pub struct Series {
     by_kind: BTreeMap<String, CumHist>,
+    /// Seconds by [`BLAME_PARTS`] index (`None`: the ledger never reported on it).
+    blame: Option<[f64; BLAME_PARTS.len()]>,
+    /// Seconds by the neighbour's `cgroup` label, at most [`MAX_NEIGHBOUR_SERIES`] and
+    /// `other`.
+    by_neighbour: BTreeMap<String, f64>,
+    /// Seconds of wait it caused other cgroups (`None`: never).
+    caused: Option<f64>,
 }
 
 impl Series {
     pub fn add(&mut self, c: &CgroupWindow) {
         for (kind, h) in &c.runq.kinds {
             self.by_kind.entry(kind.clone()).or_default().add(h);
+        }
+        if let Some(b) = &c.runq.blame {
+            let named: f64 = b.neighbours.iter().map(|n| n.wait_us).sum();
+            let parts = [
+                b.throttled_own_us,
+                b.throttled_ancestor_us,
+                b.siblings_us,
+                named + b.neighbours_other_us,
+                b.unattributed_us,
+            ];
+            let acc = self.blame.get_or_insert([0.0; BLAME_PARTS.len()]);
+            for (a, us) in acc.iter_mut().zip(parts) {
+                *a += us / 1e6;
+            }
+            for n in &b.neighbours {
+                let label = n.path.clone().unwrap_or_else(|| format!("id:{}", n.id));
+                let named = self.by_neighbour.len()
+                    - usize::from(self.by_neighbour.contains_key(crate::metrics::OTHER));
+                let key = if self.by_neighbour.contains_key(&label) || named < MAX_NEIGHBOUR_SERIES
+                {
+                    label
+                } else {
+                    crate::metrics::OTHER.to_string()
+                };
+                *self.by_neighbour.entry(key).or_insert(0.0) += n.wait_us / 1e6;
+            }
+            if b.neighbours_other_us > 0.0 {
+                *self
+                    .by_neighbour
+                    .entry(crate::metrics::OTHER.to_string())
+                    .or_insert(0.0) += b.neighbours_other_us / 1e6;
+            }
+        }
+        if let Some(caused) = &c.caused {
+            *self.caused.get_or_insert(0.0) += caused.wait_us / 1e6;
         }
     }
 }
@@ -32,6 +88,44 @@ pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
     for (l, s) in series {
         for (kind, h) in &s.by_kind {
             f.hist(l, Some(("kind", kind)), h);
+        }
+    }
+    out.push(f);
+    let mut f = MetricFamily::new(
+        "cgtrace_runq_wait_blame_seconds",
+        Kind::Counter,
+        "seconds",
+        "Run-queue wait by why it waited (blame ledger, --blame): its own quota, an ancestor's \
+         quota, its own other tasks, other cgroups' tasks, unattributed; the parts add up to the wait",
+    );
+    for (l, s) in series {
+        for (part, v) in BLAME_PARTS.iter().zip(s.blame.iter().flatten()) {
+            f.num(l, Some(("part", part)), *v);
+        }
+    }
+    out.push(f);
+    let mut f = MetricFamily::new(
+        "cgtrace_runq_wait_by_neighbour_seconds",
+        Kind::Counter,
+        "seconds",
+        "Run-queue wait charged to each other cgroup that held the CPU meanwhile (blame ledger; \
+         a cgroup's top neighbours of each window, at most 10 per cgroup, the rest as other)",
+    );
+    for (l, s) in series {
+        for (n, v) in &s.by_neighbour {
+            f.num(l, Some(("neighbour", n)), *v);
+        }
+    }
+    out.push(f);
+    let mut f = MetricFamily::new(
+        "cgtrace_runq_delay_caused_seconds",
+        Kind::Counter,
+        "seconds",
+        "Run-queue wait the cgroup's tasks caused other cgroups by holding their CPU (blame ledger)",
+    );
+    for (l, s) in series {
+        if let Some(v) = s.caused {
+            f.num(l, None, v);
         }
     }
     out.push(f);

@@ -48,6 +48,24 @@ pub fn flags(cg: &CgroupWindow, _duration_ms: u64, out: &mut Vec<Flag>) {
     let v1 = cg.hierarchy == "cpu";
     let weight = if v1 { "cpu.shares" } else { "cpu.weight" };
     let quota = if v1 { "cpu.cfs_quota_us" } else { "cpu.max" };
+    if let Some((message, suggestion)) = cg
+        .runq
+        .blame
+        .as_ref()
+        .and_then(|b| blame_diagnosis(b, all.sum_us, weight, quota))
+    {
+        out.push(Flag {
+            family: INFO.name.into(),
+            code: "runq_long_waits".into(),
+            message: format!(
+                "{message} (p99 {} over {} waits)",
+                crate::hist::micros(all.p99_us),
+                all.count
+            ),
+            suggestion,
+        });
+        return;
+    }
     let (cause, advice) = if share("throttled") >= 0.5 {
         (
             "mostly CFS throttling",
@@ -78,6 +96,75 @@ pub fn flags(cg: &CgroupWindow, _duration_ms: u64, out: &mut Vec<Flag>) {
         ),
         suggestion: advice,
     });
+}
+
+/// The blame ledger's account of a long wait: "waited 1.2 s: 80 % behind /kubepods/…/batch-job,
+/// 15 % its own quota" (the parts of at least 10 %, largest first), and the change the largest
+/// part asks for. `None` when the ledger attributed less than half of the wait.
+pub fn blame_diagnosis(
+    b: &blame::Blame,
+    wait_us: f64,
+    weight: &str,
+    quota: &str,
+) -> Option<(String, String)> {
+    if wait_us <= 0.0 || b.unattributed_us * 2.0 > wait_us {
+        return None;
+    }
+    let label = |p: &blame::Party| {
+        p.path
+            .clone()
+            .or_else(|| p.name.clone())
+            .unwrap_or_else(|| format!("cgroup {}", p.id))
+    };
+    // (µs, what it is, the change it asks for)
+    let mut parts: Vec<(f64, String, String)> = vec![
+        (
+            b.throttled_own_us,
+            "its own quota".into(),
+            format!("raise or remove its CPU quota ({quota})"),
+        ),
+        (
+            b.throttled_ancestor_us,
+            "an ancestor's quota".into(),
+            format!("raise the CPU quota ({quota}) of the parent whose quota ran out"),
+        ),
+        (
+            b.siblings_us,
+            "its own other threads".into(),
+            format!("it has more runnable threads than CPU: run fewer, or give it more ({weight})"),
+        ),
+        (
+            b.neighbours_other_us,
+            "other cgroups".into(),
+            format!("its CPUs are oversubscribed: raise its {weight} or move it to less busy CPUs"),
+        ),
+    ];
+    for n in &b.neighbours {
+        let who = label(n);
+        parts.push((
+            n.wait_us,
+            format!("behind {who}"),
+            format!(
+                "{who} held its CPUs: lower that cgroup's {weight} or move it to other CPUs (cpuset), or raise this one's {weight}"
+            ),
+        ));
+    }
+    parts.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let shown: Vec<String> = parts
+        .iter()
+        .filter(|p| p.0 >= 0.1 * wait_us)
+        .take(3)
+        .map(|p| format!("{:.0} % {}", p.0 / wait_us * 100.0, p.1))
+        .collect();
+    let (_, _, advice) = parts.into_iter().next()?;
+    Some((
+        format!(
+            "waited {} for a CPU: {}",
+            crate::hist::micros(wait_us),
+            shown.join(", ")
+        ),
+        advice,
+    ))
 }
 
 /// `runq` records between two windows: waits of at least `--event-min-ms`, kept for event lines.

@@ -44,3 +44,17 @@ pub struct Caused {
     /// The cgroups it delayed most (at most [`TOP`]).
     pub victims: Vec<Party>,
 }
+
+/// A cgroup that cost others run-queue wait over a recording (`report`'s noisy neighbours).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct NoisyNeighbour {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    /// Run-queue wait it caused other cgroups, summed over the windows.
+    pub caused_us: f64,
+    /// Windows in which it caused any.
+    pub windows: u64,
+    /// Its victims, most delayed first (each window's top [`TOP`], summed; at most [`TOP`]).
+    pub victims: Vec<Party>,
+}

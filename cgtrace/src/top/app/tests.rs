@@ -50,6 +50,7 @@ fn hello(families: &[&str]) -> Hello {
         },
         kept_capabilities: Vec::new(),
         wait_split: None,
+        blame_min_us: None,
     }
 }
 
@@ -670,4 +671,61 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     assert!(!text.contains('\u{1b}'), "{text}");
     assert!(text.contains("it delayed others"), "{text}");
     assert!(text.contains("web.service"), "{text}");
+}
+
+/// With the blame ledger on, the table has NBR% (share of its wait behind other cgroups) and
+/// CAUSE/s (wait it caused others), and sorting by CAUSE/s puts the noisy neighbour first even
+/// when it never waited itself.
+#[test]
+fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
+    use crate::family::runq::blame::{Blame, Caused, Party};
+    let app = app_with(three());
+    assert!(!ids(&app).contains(&"runq.neighbours") && !ids(&app).contains(&"runq.caused"));
+    let mut cgs = three();
+    cgs[1].runq.blame = Some(Blame {
+        neighbours: vec![Party {
+            id: 42,
+            path: Some("/batch".into()),
+            name: None,
+            wait_us: cgs[1].runq.all.sum_us * 0.8,
+        }],
+        unattributed_us: cgs[1].runq.all.sum_us * 0.2,
+        ..Blame::default()
+    });
+    let mut batch = cg(42, "/batch", None, 0, 0);
+    batch.caused = Some(Caused {
+        wait_us: cgs[1].runq.all.sum_us * 0.8,
+        victims: Vec::new(),
+    });
+    cgs.push(batch);
+    let mut app = App::new(
+        Hello {
+            blame_min_us: Some(100),
+            ..hello(&["runq"])
+        },
+        Theme::plain(),
+    );
+    app.apply(Action::Resize(160, 24));
+    app.apply(window(1, cgs));
+    assert!(ids(&app).contains(&"runq.neighbours") && ids(&app).contains(&"runq.caused"));
+    let col = |id: &str| {
+        app.columns
+            .iter()
+            .find(|c| c.id == id)
+            .copied()
+            .expect("column")
+    };
+    let value = |id: &str, cgroup: u64| match col(id).source {
+        Source::Data(f) => f(
+            &app.store.get(cgroup).expect("cgroup").cg,
+            &Ctx { duration_ms: 1000 },
+        ),
+        _ => unreachable!(),
+    };
+    assert_eq!(value("runq.neighbours", 11), Cell::Percent(80.0));
+    assert_eq!(value("runq.neighbours", 10), Cell::Absent);
+    while app.sort_column().id != "runq.caused" {
+        app.apply(cmd(Command::SortNext));
+    }
+    assert_eq!(labels(&app)[0], "/batch");
 }

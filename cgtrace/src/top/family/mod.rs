@@ -116,8 +116,9 @@ pub fn daemon_flags(cg: &CgroupWindow, family: &'static str, out: &mut Vec<Flag>
             .map(|f| Flag {
                 code: short_code(&f.code).into(),
                 family,
-                finding: f.message.clone(),
-                advice: f.suggestion.clone(),
+                // They name cgroups and threads, which tenants name.
+                finding: crate::escape::terminal(&f.message).into_owned(),
+                advice: crate::escape::terminal(&f.suggestion).into_owned(),
             }),
     );
 }

@@ -45,7 +45,24 @@ fn throttled_share(cg: &CgroupWindow, _: &Ctx) -> Cell {
     }
 }
 
-static COLUMNS: [Column; 6] = [
+fn neighbours_share(cg: &CgroupWindow, _: &Ctx) -> Cell {
+    match (active(cg), &cg.runq.blame) {
+        (Some(h), Some(b)) if h.sum_us > 0.0 => {
+            let named: f64 = b.neighbours.iter().map(|n| n.wait_us).sum();
+            Cell::Percent((named + b.neighbours_other_us) / h.sum_us * 100.0)
+        }
+        (Some(_), None) => Cell::Absent,
+        _ => Cell::Idle,
+    }
+}
+fn caused_per_s(cg: &CgroupWindow, ctx: &Ctx) -> Cell {
+    cg.caused
+        .as_ref()
+        .filter(|c| c.wait_us > 0.0)
+        .map_or(Cell::Idle, |c| Cell::Micros(c.wait_us / ctx.seconds()))
+}
+
+static COLUMNS: [Column; 8] = [
     Column {
         id: "runq.wait",
         title: "WAIT/s",
@@ -104,6 +121,26 @@ static COLUMNS: [Column; 6] = [
         priority: 70,
         needs: &["throttle"],
         source: Source::Data(throttled_share),
+        descending: true,
+    },
+    Column {
+        id: "runq.neighbours",
+        title: "NBR%",
+        help: "share of run-queue waiting charged to other cgroups that held the CPU (--blame)",
+        width: 5,
+        priority: 68,
+        needs: &[crate::top::columns::BLAME],
+        source: Source::Data(neighbours_share),
+        descending: true,
+    },
+    Column {
+        id: "runq.caused",
+        title: "CAUSE/s",
+        help: "run-queue wait its tasks caused other cgroups by holding their CPU, per second (--blame); sort by it to find the noisy neighbour",
+        width: 7,
+        priority: 67,
+        needs: &[crate::top::columns::BLAME],
+        source: Source::Data(caused_per_s),
         descending: true,
     },
 ];
