@@ -127,8 +127,10 @@ pub struct RunqEvent {
     pub comm: [u8; 16],
 }
 
-/// Slices each CPU keeps for the blame ledger (a power of two).
-pub const NR_SLICES: usize = 16;
+/// Slices each CPU keeps for the blame ledger (a power of two). On the node simulator (200 pods
+/// on 2 CPUs, about 22 tasks waiting at any time) 16 left 52 % of the wait unattributed for want
+/// of history; a wait's charge walks only the slices since it began.
+pub const NR_SLICES: usize = 64;
 
 /// One stretch during which a CPU ran a task of one cgroup (`cgroup_id` 0: the idle task, or a
 /// cgroup that could not be read).

@@ -54,14 +54,13 @@ impl SelfSampler {
     /// A sample; the CPU share is 0 on the first call (nothing to compare with yet). `None` if
     /// `/proc` is unreadable.
     pub fn sample(&mut self) -> Option<SelfUsage> {
-        let statm = std::fs::read_to_string(self.proc_root.join("self/statm")).ok()?;
+        let rss_bytes = rss_bytes(&self.proc_root, self.page_size)?;
         let cpu_ns = if self.rusage {
             rusage_cpu_ns()?
         } else {
             let stat = std::fs::read_to_string(self.proc_root.join("self/stat")).ok()?;
             (cpu_ticks(&stat)? as f64 / self.ticks_per_s * 1e9) as u64
         };
-        let rss_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
         let now = Instant::now();
         let cpu_percent = match self.prev {
             Some((t, prev)) => {
@@ -77,13 +76,29 @@ impl SelfSampler {
         self.prev = Some((now, cpu_ns));
         Some(SelfUsage {
             cpu_percent,
-            rss_bytes: rss_pages * self.page_size,
+            rss_bytes,
         })
     }
 
     pub fn proc_root(&self) -> &Path {
         &self.proc_root
     }
+}
+
+/// The resident set (bytes) of `<proc_root>/self`, from `statm`.
+fn rss_bytes(proc_root: &Path, page_size: u64) -> Option<u64> {
+    let statm = std::fs::read_to_string(proc_root.join("self/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size)
+}
+
+/// This process's CPU time since it started (seconds, every thread, from `getrusage`) and its
+/// resident set now (bytes): the totals Prometheus exports.
+pub fn process_totals() -> Option<(f64, u64)> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let rss = rss_bytes(Path::new("/proc"), page)?;
+    Some((rusage_cpu_ns()? as f64 / 1e9, rss))
 }
 
 /// User + system CPU time of every thread of this process, in ns.

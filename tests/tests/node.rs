@@ -8,7 +8,9 @@
 //!   for `CGTRACE_NODE_MINUTES` (default 5) under the flight-recorder configuration the Helm chart
 //!   deploys: throttling per throttled pod equals its `cpu.stat`, run-queue wait per sampled pod
 //!   equals the kernel's per-thread run_delay, dying memcgs equal the kernel's, every live pod is
-//!   named, no episode or wait is longer than the run, nothing is lost.
+//!   named, no episode or wait is longer than the run, nothing is lost. `CGTRACE_NODE_ARGS` adds
+//!   daemon flags (`--blame`: then every cgroup's blame parts must add up to its wait in every
+//!   window, and `blame_full` counts as a loss like every `_full` counter).
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     fs,
@@ -287,17 +289,21 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     let mut node = Node::start(spec.clone())?;
     let dir = tempdir()?;
     let file = dir.0.join("node.cgtr");
-    let mut s = Stream::start_cmd(&[
+    let file_arg = file.display().to_string();
+    let mut args = vec![
         "record",
         "-o",
-        &file.display().to_string(),
+        &file_arg,
         "--max-size",
         "64M",
         "--rotate",
         "--stream",
         "--reads-mode",
         "syscall",
-    ])?;
+    ];
+    let extra = std::env::var("CGTRACE_NODE_ARGS").unwrap_or_default();
+    args.extend(extra.split_whitespace());
+    let mut s = Stream::start_cmd(&args)?;
     let daemon = s.child.id();
     let started = Instant::now();
     let mut windows: Vec<(Duration, Value, HashMap<u64, u64>)> = Vec::new();
@@ -371,6 +377,44 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
                 }
             }
         }
+    }
+
+    // With the blame ledger: every cgroup's parts add up to its wait in every window.
+    let (mut blamed, mut wait_us, mut unattributed_us) = (0u64, 0.0, 0.0);
+    for (_, w, _) in &windows {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            let b = &c["runq"]["blame"];
+            if !b.is_object() {
+                continue;
+            }
+            let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+            let named: f64 = b["neighbours"]
+                .as_array()
+                .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
+            let parts = f(b, "throttled_own_us")
+                + f(b, "throttled_ancestor_us")
+                + f(b, "siblings_us")
+                + named
+                + f(b, "neighbours_other_us")
+                + f(b, "unattributed_us");
+            let wait = f(&c["runq"], "sum_us");
+            blamed += 1;
+            wait_us += wait;
+            unattributed_us += f(b, "unattributed_us");
+            if (parts - wait).abs() > wait * 0.01 + 1.0 {
+                problems.push(format!(
+                    "window {}: {}'s blame parts {parts:.1} µs vs its wait {wait:.1} µs",
+                    w["seq"], c["path"]
+                ));
+            }
+        }
+    }
+    if blamed > 0 {
+        eprintln!(
+            "blame: {blamed} cgroup windows, {:.1} s of wait, {:.1} % unattributed",
+            wait_us / 1e6,
+            unattributed_us / wait_us.max(1.0) * 100.0
+        );
     }
 
     // Throttling per throttled pod (its pod and container cgroups) against cpu.stat.

@@ -181,21 +181,22 @@ fn is_self() -> bool {
     me != 0 && (bpf_get_current_pid_tgid() >> 32) as u32 == me
 }
 
+/// `file`'s inode, super block and file-system magic when its reads are traced: a pseudo file
+/// system ([`traced_magic`]), and not cgtrace's own read.
+#[inline(always)]
+fn traced_file(file: P) -> Option<(P, P, u64)> {
+    let inode = rd::<P>(file, layout!(file_inode))?;
+    let sb = rd::<P>(inode, layout!(inode_sb))?;
+    let magic = rd::<u64>(sb, layout!(sb_magic))?;
+    (traced_magic(magic) && !is_self()).then_some((inode, sb, magic))
+}
+
 /// Starts timing a read of `file` by the current thread if the file is a traced pseudo-file.
 #[inline(always)]
 fn open_read(task: P, file: P, hook: u32) {
-    let Some(inode) = rd::<P>(file, layout!(file_inode)) else {
+    let Some((inode, sb, magic)) = traced_file(file) else {
         return;
     };
-    let Some(sb) = rd::<P>(inode, layout!(inode_sb)) else {
-        return;
-    };
-    let Some(magic) = rd::<u64>(sb, layout!(sb_magic)) else {
-        return;
-    };
-    if !traced_magic(magic) || is_self() {
-        return;
-    }
     let t = tid();
     if let Some(e) = READ_INFLIGHT.get_ptr_mut(&t) {
         // SAFETY: this thread's live map value; only this thread writes it.
@@ -330,16 +331,7 @@ fn lost_read(hook: u32, file: Option<P>) {
     let Some(file) = file else {
         return;
     };
-    let Some(inode) = rd::<P>(file, layout!(file_inode)) else {
-        return;
-    };
-    let Some(sb) = rd::<P>(inode, layout!(inode_sb)) else {
-        return;
-    };
-    let Some(magic) = rd::<u64>(sb, layout!(sb_magic)) else {
-        return;
-    };
-    if !traced_magic(magic) || is_self() {
+    if traced_file(file).is_none() {
         return;
     }
     if let Some(mark) = READ_LOST_INNER.get_ptr_mut(0) {

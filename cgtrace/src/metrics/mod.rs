@@ -162,25 +162,13 @@ struct ProcessCost {
 }
 
 impl ProcessCost {
-    /// From `/proc/self/stat` (utime, stime) and `/proc/self/statm` (resident pages).
+    /// CPU time from `getrusage`, resident pages from `/proc/self/statm` (the `self` object's
+    /// source too).
     fn read_self() -> Option<Self> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // Fields after the comm (which may hold spaces and parentheses): state is field 3.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let (utime, stime): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
-        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let (tck, page) = unsafe {
-            (
-                libc::sysconf(libc::_SC_CLK_TCK),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
+        let (cpu_seconds, rss_bytes) = crate::selfstat::process_totals()?;
         Some(Self {
-            cpu_seconds: (utime + stime) as f64 / tck.max(1) as f64,
-            rss_bytes: pages * page.max(1) as u64,
+            cpu_seconds,
+            rss_bytes,
         })
     }
 }

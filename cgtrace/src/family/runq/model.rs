@@ -23,7 +23,7 @@ pub struct Blame {
     pub neighbours_other_us: f64,
     /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, the part of a
     /// wait spent queued on another CPU before a migration, stretches older than the CPU's last
-    /// 16 slices, idle time, and parts lost to a full table (`blame_full`).
+    /// 64 slices, idle time, and parts lost to a full table (`blame_full`).
     pub unattributed_us: f64,
 }
 
