@@ -216,3 +216,17 @@ pub fn sum_counter(windows: &[Value], name: &str) -> u64 {
         .map(|w| w["events"]["counters"][name].as_u64().unwrap_or(0))
         .sum()
 }
+
+/// The sum of a `runq.blame` object's parts (µs): what must add up to the cgroup's wait.
+pub fn blame_parts_us(b: &Value) -> f64 {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let named: f64 = b["neighbours"]
+        .as_array()
+        .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
+    f(b, "throttled_own_us")
+        + f(b, "throttled_ancestor_us")
+        + f(b, "siblings_us")
+        + named
+        + f(b, "neighbours_other_us")
+        + f(b, "unattributed_us")
+}

@@ -388,15 +388,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
                 continue;
             }
             let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-            let named: f64 = b["neighbours"]
-                .as_array()
-                .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
-            let parts = f(b, "throttled_own_us")
-                + f(b, "throttled_ancestor_us")
-                + f(b, "siblings_us")
-                + named
-                + f(b, "neighbours_other_us")
-                + f(b, "unattributed_us");
+            let parts = cgtrace_tests::stream::blame_parts_us(b);
             let wait = f(&c["runq"], "sum_us");
             blamed += 1;
             wait_us += wait;

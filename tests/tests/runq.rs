@@ -6,7 +6,7 @@ use std::{thread::sleep, time::Duration};
 use cgtrace_tests::{
     can_trace,
     cgroup::{TestCgroup, runq_mount},
-    stream::{Stream, merge, sum_counter},
+    stream::{Stream, blame_parts_us, merge, sum_counter},
     workload::{self, Task, cpus},
 };
 
@@ -488,15 +488,7 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     for c in of(&crowded.rel) {
         wait += f(&c["runq"], "sum_us");
         let b = &c["runq"]["blame"];
-        let named: f64 = b["neighbours"]
-            .as_array()
-            .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
-        parts += f(b, "throttled_own_us")
-            + f(b, "throttled_ancestor_us")
-            + f(b, "siblings_us")
-            + named
-            + f(b, "neighbours_other_us")
-            + f(b, "unattributed_us");
+        parts += blame_parts_us(b);
         by_busy += b["neighbours"].as_array().map_or(0.0, |n| {
             n.iter()
                 .filter(|p| p["path"] == busy.rel.as_str())
@@ -545,20 +537,6 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The sum of a `runq.blame` object's parts.
-fn blame_parts(b: &serde_json::Value) -> f64 {
-    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    let named: f64 = b["neighbours"]
-        .as_array()
-        .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
-    f(b, "throttled_own_us")
-        + f(b, "throttled_ancestor_us")
-        + f(b, "siblings_us")
-        + named
-        + f(b, "neighbours_other_us")
-        + f(b, "unattributed_us")
-}
-
 /// `path`'s entries in `windows`, each checked: its blame parts add up to its wait within 1 %
 /// (and 1 µs of rounding).
 fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::Value> {
@@ -570,7 +548,7 @@ fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::
             }
             let wait = c["runq"]["sum_us"].as_f64().unwrap_or(0.0);
             if wait > 0.0 {
-                let parts = blame_parts(&c["runq"]["blame"]);
+                let parts = blame_parts_us(&c["runq"]["blame"]);
                 assert!(
                     (parts - wait).abs() <= wait * 0.01 + 1.0,
                     "{path}: in window {} the blame parts {parts} µs add up to the wait {wait} µs: {}",
