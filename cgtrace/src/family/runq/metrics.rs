@@ -40,12 +40,11 @@ impl Series {
             self.by_kind.entry(kind.clone()).or_default().add(h);
         }
         if let Some(b) = &c.runq.blame {
-            let named: f64 = b.neighbours.iter().map(|n| n.wait_us).sum();
             let parts = [
                 b.throttled_own_us,
                 b.throttled_ancestor_us,
                 b.siblings_us,
-                named + b.neighbours_other_us,
+                b.neighbours_us(),
                 b.unattributed_us,
             ];
             let acc = self.blame.get_or_insert([0.0; BLAME_PARTS.len()]);

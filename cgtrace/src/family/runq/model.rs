@@ -27,6 +27,13 @@ pub struct Blame {
     pub unattributed_us: f64,
 }
 
+impl Blame {
+    /// All of its wait the other cgroups held the CPU for: the named neighbours and the rest.
+    pub fn neighbours_us(&self) -> f64 {
+        self.neighbours.iter().map(|n| n.wait_us).sum::<f64>() + self.neighbours_other_us
+    }
+}
+
 /// A cgroup on the other side of a blame entry.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Party {

@@ -47,10 +47,7 @@ fn throttled_share(cg: &CgroupWindow, _: &Ctx) -> Cell {
 
 fn neighbours_share(cg: &CgroupWindow, _: &Ctx) -> Cell {
     match (active(cg), &cg.runq.blame) {
-        (Some(h), Some(b)) if h.sum_us > 0.0 => {
-            let named: f64 = b.neighbours.iter().map(|n| n.wait_us).sum();
-            Cell::Percent((named + b.neighbours_other_us) / h.sum_us * 100.0)
-        }
+        (Some(h), Some(b)) if h.sum_us > 0.0 => Cell::Percent(b.neighbours_us() / h.sum_us * 100.0),
         (Some(_), None) => Cell::Absent,
         _ => Cell::Idle,
     }
