@@ -62,7 +62,7 @@ sleep 4
 kill -STOP "$quiet"
 sleep 0.5
 read -r _ delay runs <"/proc/$quiet/schedstat"
-rundelay="CGTRACE-RUNDELAY quiet_ns=$((delay - delay_before)) quiet_runs=$((runs - runs_before))"
+rundelay="CGTRACE-RUNDELAY quiet_ns=$((delay - delay_before)) quiet_runs=$((runs - runs_before)) clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 # One more window: the sleeper's last wait is in it.
 sleep 1.2
 

@@ -154,7 +154,7 @@ sleep "$RUN_SECS"
 kill -STOP $pids $anc
 sleep "$SETTLE_SECS"
 # shellcheck disable=SC2086
-rundelay="CGTRACE-RUNDELAY thr_ns=$(($(run_delay $pids) - thr_before)) anc_ns=$(($(run_delay $anc) - anc_before))"
+rundelay="CGTRACE-RUNDELAY thr_ns=$(($(run_delay $pids) - thr_before)) anc_ns=$(($(run_delay $anc) - anc_before)) clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 after=$(kstat CGTRACE-KSTAT-AFTER)
 # Out of the quota'd groups before they go: a loop killed there would wait for the next period
 # to exit, a wait after its run_delay was read.

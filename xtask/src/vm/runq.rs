@@ -78,7 +78,7 @@ pub(super) fn check_stream(expected_kernel: &str, lines: &[String]) -> StreamRep
     }
     if let Some(kernel) = report.quiet_run_delay_us {
         let before = f.len();
-        check_run_delay("/cgtrace-vm-quiet", report.quiet_wait_us, kernel, f);
+        check_run_delay("/cgtrace-vm-quiet", report.quiet_wait_us, kernel, lines, f);
         // The kernel's count of the sleeper's runs tells lost waits from a skew in timing.
         let runs = run_delay_us(lines, "quiet_runs", &mut Vec::new()).map(|r| r * 1e3);
         if let (Some(last), Some(runs)) = (f.get_mut(before), runs) {
@@ -216,17 +216,20 @@ pub(super) fn runq_count(window: &Value, path: &str) -> u64 {
         .sum()
 }
 
+/// The word after `key=` on the scenario's `CGTRACE-RUNDELAY` line.
+fn run_delay_field<'a>(lines: &'a [String], key: &str) -> Option<&'a str> {
+    lines
+        .iter()
+        .find_map(|l| l.split_once(RUNDELAY).map(|(_, r)| r))?
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
 /// `key` (ns) of the scenario's `CGTRACE-RUNDELAY` line, in µs (a failure when missing).
 pub(super) fn run_delay_us(lines: &[String], key: &str, failures: &mut Vec<String>) -> Option<f64> {
-    let value = lines
-        .iter()
-        .find_map(|l| l.split_once(RUNDELAY).map(|(_, r)| r))
-        .and_then(|rest| {
-            rest.split_whitespace()
-                .filter_map(|w| w.split_once('='))
-                .find(|(k, _)| *k == key)
-                .and_then(|(_, v)| v.parse::<u64>().ok())
-        });
+    let value = run_delay_field(lines, key).and_then(|v| v.parse::<u64>().ok());
     if value.is_none() {
         failures.push(format!("no {key} on a {RUNDELAY} line"));
     }
@@ -234,11 +237,26 @@ pub(super) fn run_delay_us(lines: &[String], key: &str, failures: &mut Vec<Strin
 }
 
 /// A cgroup's run-queue wait summed over the windows against its tasks' `run_delay`.
-pub(super) fn check_run_delay(path: &str, ours_us: f64, kernel_us: f64, f: &mut Vec<String>) {
+/// The guest's clocksource is on the line: off the TSC, the scheduler clock that run_delay uses
+/// and CLOCK_MONOTONIC disagree within each tick (see `qemu_command`), and the failure says so.
+pub(super) fn check_run_delay(
+    path: &str,
+    ours_us: f64,
+    kernel_us: f64,
+    lines: &[String],
+    f: &mut Vec<String>,
+) {
     if kernel_us <= 0.0 || (ours_us / kernel_us - 1.0).abs() > RUN_DELAY_TOLERANCE {
+        let clock = match run_delay_field(lines, "clocksource") {
+            Some("tsc") | None => String::new(),
+            Some(other) => format!(
+                " (the guest kept time on {other}, not the TSC: its scheduler clock and \
+                 CLOCK_MONOTONIC differ within each tick)"
+            ),
+        };
         f.push(format!(
             "{path}: run-queue wait {ours_us:.0} µs vs the kernel's run_delay {kernel_us:.0} µs \
-             (ratio {:.4}, allowed ±{:.0} %)",
+             (ratio {:.4}, allowed ±{:.0} %){clock}",
             ours_us / kernel_us.max(1e-9),
             RUN_DELAY_TOLERANCE * 100.0
         ));

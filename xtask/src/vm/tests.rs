@@ -398,6 +398,17 @@ fn check_rejects_blame_that_does_not_add_up_or_charges_nobody() {
         "{all}"
     );
     assert_eq!(r.quiet_run_delay_us, Some(900.0));
+    assert!(!all.contains("kept time on"), "{all}");
+    // Off the TSC the failure says why the two clocks may differ.
+    let hpet: Vec<String> = log
+        .iter()
+        .map(|l| l.replace("quiet_ns=900000", "quiet_ns=900000 clocksource=hpet"))
+        .collect();
+    let all = check_stream("6.1", &hpet).failures.join("\n");
+    assert!(
+        all.contains("the guest kept time on hpet, not the TSC"),
+        "{all}"
+    );
 }
 
 #[test]

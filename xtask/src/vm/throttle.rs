@@ -185,7 +185,7 @@ pub(super) fn check_throttle(
     }
     let share = report.throttled_share();
     let wait_ratio = report.wait_ratio();
-    check_quota_blame(&mut report);
+    check_quota_blame(&mut report, lines);
     let (wait_throttled_us, wait_total_us) = (report.wait_throttled_us, report.wait_total_us);
     let f = &mut report.failures;
     if report.windows == 0 {
@@ -249,7 +249,7 @@ pub(super) fn check_throttle(
 /// The blame ledger on the quotas: the loops' wait charged to their own quota, the child's loop's
 /// to its parent's (each at least [`BLAME_QUOTA_MIN`]); every cgroup's parts add up; each
 /// cgroup's wait over the windows is its loops' `run_delay`.
-fn check_quota_blame(report: &mut ThrottleReport) {
+fn check_quota_blame(report: &mut ThrottleReport, lines: &[String]) {
     let f = &mut report.failures;
     for (path, part, charged, wait) in [
         (
@@ -274,10 +274,10 @@ fn check_quota_blame(report: &mut ThrottleReport) {
         }
     }
     if let Some(kernel) = report.run_delay_us {
-        check_run_delay(THROTTLE_CGROUP, report.wait_sum_us, kernel, f);
+        check_run_delay(THROTTLE_CGROUP, report.wait_sum_us, kernel, lines, f);
     }
     if let Some(kernel) = report.anc_run_delay_us {
-        check_run_delay(ANCESTOR_CHILD, report.anc_wait_us, kernel, f);
+        check_run_delay(ANCESTOR_CHILD, report.anc_wait_us, kernel, lines, f);
     }
     f.extend(report.blame_mismatches.iter().take(3).cloned());
 }
