@@ -62,6 +62,9 @@ pub struct ThrottleEvent {
     pub header: EventHeader,
     pub cgroup_id: u64,
     pub start_ns: u64,
+    /// How long it was throttled; in the hook modes on kernels that keep
+    /// `throttled_clock_self_time` (6.7–6.17), the kernel's own throttled time of the cfs_rq
+    /// over the episode: the time it was throttled with tasks queued, as `cpu.stat` counts it.
     pub duration_ns: u64,
     pub tasks: u32,
     pub runnable: u32,
@@ -86,6 +89,11 @@ pub struct HookEpisode {
     pub unthrottle_ns: u64,
     pub runnable: u32,
     pub cpu: u32,
+    /// Kernels that keep `throttled_clock_self_time` (6.7–6.17): the cfs_rq's throttled clock at
+    /// the open. Its advance over the episode is the time the kernel counts in `cpu.stat`: only
+    /// while the cfs_rq had tasks (a cfs_rq throttled as its last task blocked counts from the
+    /// next enqueue).
+    pub self_before: u64,
 }
 
 /// `THROTTLE_MODE` values: who opens and closes episodes.

@@ -80,7 +80,7 @@ fn thr_clock_of_task<const DIRECT: bool>(task: *const u8) -> (u64, u64) {
 /// while its hierarchy is throttled (measured against its `rq`'s clock, which the scheduler has
 /// just updated wherever this is called).
 #[inline(always)]
-fn thr_clock<const DIRECT: bool>(cfs_rq: *const u8) -> u64 {
+pub fn thr_clock<const DIRECT: bool>(cfs_rq: *const u8) -> u64 {
     let total = read::<u64, DIRECT>(cfs_rq, layout!(cfs_rq_thr_clock_time)).unwrap_or(0);
     if read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_throttle_count)).unwrap_or(0) <= 0 {
         return total;

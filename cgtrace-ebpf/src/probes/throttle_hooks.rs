@@ -6,6 +6,10 @@
 //! `unthrottle_cfs_rq` the change of `tg->cfs_bandwidth.throttled_time` is the kernel's own
 //! accounting of the episode, reported next to ours. Periods are still counted by the
 //! `hrtimer_expire_entry` program of `probes::throttle`.
+//!
+//! Kernels that keep `throttled_clock_self_time` (6.7–6.17) leave out of `cpu.stat` the time a
+//! cfs_rq is throttled with no task on it (throttled as its last task blocked, until the next
+//! enqueue): there an episode's duration is the advance of that clock, the kernel's own count.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
@@ -15,6 +19,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters,
     event::{EventHeader, KIND_THROTTLE},
+    layout::THR_CLOCK_SELF,
     throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent, WATCH_NS},
 };
 
@@ -23,8 +28,17 @@ use crate::{
     maps::{
         THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, THROTTLE_WATCH, count, counters, emit,
     },
-    probes::throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id},
+    probes::{
+        runq::thr_clock,
+        throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id},
+    },
 };
+
+/// The cfs_rq's throttled-with-tasks clock, on kernels with `throttled_clock_self_time`.
+#[inline(always)]
+fn self_clock(cfs_rq: *const u8) -> Option<u64> {
+    (layout!(thr_clock_kind) == THR_CLOCK_SELF).then(|| thr_clock::<false>(cfs_rq))
+}
 
 /// `THROTTLE_ARG` slots: a throttle can nest inside an unthrottle (enqueue → throttle check).
 const ARG_THROTTLE: u32 = 0;
@@ -63,6 +77,7 @@ fn open<const DIRECT: bool>(cfs_rq: *const u8) {
         unthrottle_ns: 0,
         runnable: read::<u32, DIRECT>(cfs_rq, layout!(cfs_rq_h_nr)).unwrap_or(0),
         cpu,
+        self_before: self_clock(cfs_rq).unwrap_or(0),
     };
     let key = cfs_rq as u64;
     if THROTTLE_EPISODES
@@ -131,6 +146,10 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
     } else {
         now
     };
+    let duration_ns = match self_clock(cfs_rq) {
+        Some(clock) => clock.saturating_sub(ep.self_before),
+        None => end - ep.start_ns,
+    };
     let ev = ThrottleEvent {
         header: EventHeader {
             kind: KIND_THROTTLE,
@@ -139,7 +158,7 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         },
         cgroup_id: ep.cgroup_id,
         start_ns: ep.start_ns,
-        duration_ns: end - ep.start_ns,
+        duration_ns,
         tasks: 0,
         runnable: ep.runnable,
         closed_by: CLOSE_UNTHROTTLE,
