@@ -72,7 +72,8 @@ pub struct ThrottleEvent {
     pub closed_by: u32,
     pub _pad: u32,
     /// fentry/kprobe modes: the change of the kernel's `cfs_bandwidth.throttled_time` across
-    /// `unthrottle_cfs_rq`, its own accounting of this episode (0 in tracepoint mode).
+    /// `unthrottle_cfs_rq`, its own accounting of this episode (0 in tracepoint mode; a
+    /// group-wide counter, so unthrottles on other CPUs at the same moment add to it).
     pub kernel_ns: u64,
 }
 

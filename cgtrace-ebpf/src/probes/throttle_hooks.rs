@@ -4,7 +4,8 @@
 //! After `throttle_cfs_rq` returns, `cfs_rq->throttled` is re-checked (the function is `bool`
 //! since 5.8 and `void` before, and may decline to throttle); that opens the episode. Around
 //! `unthrottle_cfs_rq` the change of `tg->cfs_bandwidth.throttled_time` is the kernel's own
-//! accounting of the episode, reported next to ours. Periods are still counted by the
+//! accounting of the episode, reported next to ours (a group-wide counter: unthrottles running at
+//! the same moment on other CPUs add to it too). Periods are still counted by the
 //! `hrtimer_expire_entry` program of `probes::throttle`.
 //!
 //! Kernels that keep `throttled_clock_self_time` (6.7–6.17) leave out of `cpu.stat` the time a

@@ -103,7 +103,7 @@ pub(super) fn qemu_command(vmlinuz: &Path, initrd: &Path, opts: &BootOpts) -> Co
     // keeps time on the HPET while the scheduler clock is the TSC filtered per tick, so the
     // kernel's run_delay (scheduler clock) and cgtrace's waits (CLOCK_MONOTONIC) disagree by up
     // to a tick per wait, in either direction, by how the boot calibrated the TSC (5.10 runq
-    // sleeper wait/run_delay 0.962-2.29 measured without it, 0.999-1.001 with it). Real hosts
+    // sleeper wait/run_delay 0.962-2.29 measured without it, 0.998-1.001 with it). Real hosts
     // with a stable TSC use one clock for both.
     let mut cmdline = String::from("console=ttyS0 rdinit=/init panic=-1 quiet tsc=reliable");
     if !opts.append.is_empty() {
