@@ -108,11 +108,12 @@ impl Aggregator {
                 removed.push(id);
             }
         }
-        let blame = std::mem::take(&mut input.blame);
-        crate::family::runq::blame::attach(&mut cgroups, &blame, |id| {
-            let (path, name) = self.describe(id);
-            (path, name.map(|n| n.display))
-        });
+        if let Some(blame) = input.blame.take() {
+            crate::family::runq::blame::attach(&mut cgroups, &blame, |id| {
+                let (path, name) = self.describe(id);
+                (path, name.map(|n| n.display))
+            });
+        }
         // The diagnoses once the window is whole (the runq one names who held the CPU).
         for cg in &mut cgroups {
             cg.flags = crate::family::flags(cg, duration_ms);

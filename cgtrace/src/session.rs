@@ -145,6 +145,7 @@ impl Session {
                 max_cgroups: opts.max_cgroups as usize,
                 flag_rules: opts.flag_rules,
                 churn_traced: tracer.churn_traced,
+                blame: opts.blame_min.is_some(),
             };
             collectors.push((f.start)(&mut ctx)?);
         }

@@ -54,6 +54,8 @@ pub struct Start<'a> {
     pub flag_rules: throttle::FlagRules,
     /// Cgroup creations and removals are traced.
     pub churn_traced: bool,
+    /// The blame ledger is on (`--blame`).
+    pub blame: bool,
 }
 
 /// Takes a map out of the loaded object.
@@ -151,8 +153,9 @@ pub trait Collector: Send {
 #[derive(Default)]
 pub struct WindowInput {
     pub runq: HashMap<u64, runq::KindHists>,
-    /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit).
-    pub blame: HashMap<cgtrace_common::runq::BlameKey, u64>,
+    /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit); `None`
+    /// when the ledger is off (`--blame`).
+    pub blame: Option<HashMap<cgtrace_common::runq::BlameKey, u64>>,
     pub periods: HashMap<u64, throttle::PeriodDelta>,
     pub episodes: HashMap<u64, throttle::Episodes>,
     /// Throttled periods and who burned them, by cgroup.
@@ -168,7 +171,8 @@ impl WindowInput {
         // A cgroup that only made others wait is in the window too (its `caused`).
         let culprits = self
             .blame
-            .keys()
+            .iter()
+            .flat_map(|b| b.keys())
             .map(|k| k.culprit)
             .filter(|&c| c != 0 && !runq::blame::is_marker(c));
         self.runq

@@ -76,15 +76,14 @@ impl BlameReader {
 }
 
 /// Fills `runq.blame` of every cgroup that waited and `caused` of every cgroup that held a CPU
-/// someone waited for, from the window's deltas; `describe` names a cgroup id.
+/// someone waited for, from the window's deltas (the ledger is on); `describe` names a cgroup id.
+/// A cgroup that waited with nothing charged (every wait below `--blame-min-us`, or charged in the
+/// window before) has all its wait unattributed.
 pub fn attach(
     cgroups: &mut [CgroupWindow],
     blame: &StdHashMap<BlameKey, u64>,
     mut describe: impl FnMut(u64) -> (Option<String>, Option<String>),
 ) {
-    if blame.is_empty() {
-        return;
-    }
     let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
     let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
     for (k, &ns) in blame {
@@ -106,11 +105,12 @@ pub fn attach(
         }
     };
     for cg in cgroups.iter_mut() {
-        if let Some(parts) = by_victim.get_mut(&cg.id) {
+        let parts = by_victim.get(&cg.id);
+        if parts.is_some() || cg.runq.all.sum_us > 0.0 {
             let mut b = Blame::default();
             let mut others: Vec<(u64, u64)> = Vec::new();
             let mut charged = 0.0;
-            for &(culprit, ns) in parts.iter() {
+            for &(culprit, ns) in parts.into_iter().flatten() {
                 let us = ns as f64 / 1e3;
                 charged += us;
                 match culprit {
@@ -263,6 +263,19 @@ mod tests {
         let b2 = cgs2[0].runq.blame.as_ref().expect("blame");
         assert!((b2.neighbours[0].wait_us - 500.0).abs() < 1e-9);
         assert_eq!(b2.unattributed_us, 0.0);
+        // Cgroup 3 waited 56 µs with nothing charged (below --blame-min-us): all unattributed,
+        // in a window whose ledger has charges and in one whose ledger is empty.
+        for ledger in [blame.clone(), StdHashMap::new()] {
+            let mut cgs3 = vec![cg(3, 56.0), cg(4, 0.0)];
+            attach(&mut cgs3, &ledger, |_| (None, None));
+            let b3 = cgs3[0]
+                .runq
+                .blame
+                .as_ref()
+                .expect("blame of a wait never charged");
+            assert_eq!((b3.unattributed_us, b3.neighbours.len()), (56.0, 0));
+            assert!(cgs3[1].runq.blame.is_none(), "cgroup 4 never waited");
+        }
         // Cgroup 10 delayed 1 and 2; it never waited itself.
         let caused = cgs[2].caused.as_ref().expect("caused");
         assert_eq!(caused.wait_us, 3700.0);

@@ -112,8 +112,10 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
     let mut reader = RunqReader::new(hist, epoch)?;
-    let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
-    reader.blame = Some(BlameReader::new(blame));
+    if ctx.blame {
+        let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
+        reader.blame = Some(BlameReader::new(blame));
+    }
     Ok(Box::new(reader))
 }
 
@@ -125,7 +127,7 @@ impl Collector for RunqReader {
     fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
         input.runq = RunqReader::read_window(self)?;
         if let Some(b) = &mut self.blame {
-            input.blame = b.read_window();
+            input.blame = Some(b.read_window());
         }
         Ok(())
     }
