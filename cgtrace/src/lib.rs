@@ -25,6 +25,7 @@ pub mod hist;
 pub mod kallsyms;
 pub mod layout;
 pub mod loader;
+pub mod mapbatch;
 pub mod metrics;
 pub mod model;
 pub mod privilege;

@@ -62,14 +62,21 @@ pub struct Name {
     /// container's name): labels for metrics, never split out of `display`.
     #[serde(skip)]
     pub parts: Parts,
+    /// A Kubernetes container whose pod kubelet's logs named but whose own log link was not
+    /// there (yet): kubelet makes the link after the container, so its cgroup is often seen
+    /// first. Named again until the link shows (a sandbox never has one: one rescan per refresh
+    /// interval at most).
+    #[serde(skip)]
+    pub container_unmatched: bool,
 }
 
 impl Name {
-    /// A Kubernetes pod or container that kubelet's logs have not named yet.
+    /// A Kubernetes pod or container that kubelet's logs have not named yet (a container: not
+    /// by its own name).
     pub fn awaits_metadata(&self) -> bool {
         matches!(self.kind, NameKind::Pod | NameKind::Container)
             && self.pod_uid.is_some()
-            && self.parts.pod.is_none()
+            && (self.parts.pod.is_none() || self.container_unmatched)
     }
 
     /// Metric labels: the structured parts, or for a container or pod without metadata its
@@ -214,6 +221,7 @@ fn kubernetes(comps: &[&str]) -> Option<Parsed> {
                 container_id,
                 qos: Some(qos.to_string()),
                 parts: Parts::default(),
+                container_unmatched: false,
             },
             conmon,
         });
@@ -244,6 +252,7 @@ fn container(comps: &[&str]) -> Option<Parsed> {
                     container_id: Some(cid),
                     qos: None,
                     parts: Parts::default(),
+                    container_unmatched: false,
                 },
                 conmon,
             });
@@ -265,6 +274,7 @@ fn container(comps: &[&str]) -> Option<Parsed> {
                     container_id: None,
                     qos: None,
                     parts: Parts::default(),
+                    container_unmatched: false,
                 },
                 conmon: false,
             });
@@ -308,6 +318,7 @@ fn systemd(comps: &[&str]) -> Option<Parsed> {
             container_id: None,
             qos: None,
             parts: Parts::default(),
+            container_unmatched: false,
         },
         conmon: false,
     })
@@ -429,6 +440,7 @@ impl Names {
                 pod: Some(p.pod.clone()),
                 container: cid.is_some().then(|| name.display.clone()),
             };
+            name.container_unmatched = cid.is_some();
             name.display = match &cid {
                 Some(_) => format!("{}/{}/{}", p.namespace, p.pod, name.display),
                 None => format!("{}/{}", p.namespace, p.pod),
@@ -648,6 +660,7 @@ mod tests {
             container_id: None,
             qos: Some(qos.to_string()),
             parts: Parts::default(),
+            container_unmatched: false,
         }
     }
 
@@ -659,6 +672,7 @@ mod tests {
             container_id: Some(cid.to_string()),
             qos: Some(qos.to_string()),
             parts: Parts::default(),
+            container_unmatched: false,
         }
     }
 
@@ -670,6 +684,7 @@ mod tests {
             container_id: None,
             qos: None,
             parts: Parts::default(),
+            container_unmatched: false,
         }
     }
 
@@ -681,6 +696,7 @@ mod tests {
             container_id: Some(cid.to_string()),
             qos: None,
             parts: Parts::default(),
+            container_unmatched: false,
         }
     }
 
@@ -1048,6 +1064,30 @@ mod tests {
         assert_eq!(names.name(&path).unwrap().display, format!("pod{UID}"));
         names.set_refresh_interval(Duration::ZERO);
         assert_eq!(names.name(&path).unwrap().display, "default/web-0");
+    }
+
+    /// kubelet links a container's log after making the container: a container named while
+    /// only its pod is known awaits its own name, and gets it at the next rescan.
+    #[test]
+    fn container_named_before_its_log_link_is_named_again() {
+        let r = Roots::new();
+        r.add_pod("payments", "web-341", UID);
+        let mut names = r.names();
+        let path = format!("/kubepods/burstable/pod{UID}/{CID}");
+        let early = names.name(&path).unwrap();
+        assert_eq!(early.display, format!("payments/web-341/{}", &CID[..12]));
+        assert!(early.awaits_metadata(), "named by its pod only: {early:?}");
+        r.add_container("payments", "web-341", UID, "main", CID);
+        names.set_refresh_interval(Duration::ZERO);
+        let late = names.name(&path).unwrap();
+        assert_eq!(late.display, "payments/web-341/main");
+        assert!(!late.awaits_metadata());
+        assert!(
+            !names
+                .name(&format!("/kubepods/burstable/pod{UID}"))
+                .unwrap()
+                .awaits_metadata()
+        );
     }
 
     #[test]

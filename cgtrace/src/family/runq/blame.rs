@@ -6,12 +6,15 @@
 use std::collections::HashMap as StdHashMap;
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
+use crate::mapbatch::BatchReader;
 use crate::model::CgroupWindow;
-use aya::maps::{HashMap, MapData};
+use aya::maps::{HashMap, Map, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
 /// A pair unchanged this many windows is deleted from the kernel map (its last value was
 /// counted), so pairs of cgroups that no longer meet do not fill it.
 const IDLE_WINDOWS: u32 = 10;
+/// Pairs per `BPF_MAP_LOOKUP_BATCH` call (16 bytes of key and 8 of value each).
+const BATCH: usize = 4096;
 
 /// Whether a culprit id is a marker rather than a cgroup.
 pub fn is_marker(culprit: u64) -> bool {
@@ -21,38 +24,52 @@ pub fn is_marker(culprit: u64) -> bool {
 /// Reads `BLAME` once per window as deltas of its cumulative values.
 pub struct BlameReader {
     map: HashMap<MapData, BlameKey, u64>,
+    /// The whole map in a few syscalls (`None`: could not duplicate its fd; iterate).
+    batch: Option<BatchReader<BlameKey, u64>>,
     /// Last value of each pair, and windows since it last changed.
     prev: StdHashMap<BlameKey, (u64, u32)>,
 }
 
 impl BlameReader {
-    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
-        Self {
-            map,
+    pub fn new(map: Map) -> anyhow::Result<Self> {
+        let batch = BatchReader::new(&map, BATCH).ok();
+        Ok(Self {
+            map: map.try_into()?,
+            batch,
             prev: StdHashMap::new(),
-        }
+        })
     }
 
     /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
     pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
         let mut out = StdHashMap::new();
-        let mut seen = Vec::new();
-        for entry in self.map.iter() {
-            let Ok((key, cur)) = entry else { continue };
-            seen.push(key);
-            let (last, idle) = self.prev.entry(key).or_insert((0, 0));
+        let mut stale = Vec::new();
+        let prev = &mut self.prev;
+        let mut visit = |key: BlameKey, cur: u64| {
+            let (last, idle) = prev.entry(key).or_insert((0, 0));
             if cur > *last {
                 out.insert(key, cur - *last);
                 *last = cur;
                 *idle = 0;
             } else {
                 *idle += 1;
+                if *idle >= IDLE_WINDOWS {
+                    stale.push(key);
+                }
+            }
+        };
+        // A walk that fails midway is not redone: the values are cumulative, the next window has
+        // what this one missed.
+        let batched = match &mut self.batch {
+            Some(b) => b.for_each(|k, v| visit(*k, *v)).unwrap_or(true),
+            None => false,
+        };
+        if !batched {
+            for entry in self.map.iter() {
+                let Ok((key, cur)) = entry else { continue };
+                visit(key, cur);
             }
         }
-        let stale: Vec<BlameKey> = seen
-            .into_iter()
-            .filter(|k| self.prev.get(k).is_some_and(|p| p.1 >= IDLE_WINDOWS))
-            .collect();
         for k in stale {
             let _ = self.map.remove(&k);
             self.prev.remove(&k);

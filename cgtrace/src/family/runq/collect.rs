@@ -4,7 +4,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, MapData};
+use aya::maps::{Array, HashMap, Map, MapData};
 use cgtrace_common::{
     hist::NR_BUCKETS,
     runq::{RunqHist, RunqKey, WaitKind},
@@ -15,7 +15,11 @@ use crate::{
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     hist::Hist,
+    mapbatch::BatchReader,
 };
+
+/// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
+const BATCH: usize = 512;
 
 /// Cumulative reading of one key, kept to compute the next delta.
 struct Prev {
@@ -27,6 +31,8 @@ struct Prev {
 /// Reads `RUNQ_HIST` and drives `EPOCH`.
 pub struct RunqReader {
     hist: HashMap<MapData, RunqKey, RunqHist>,
+    /// The whole map in a few syscalls (`None`: could not duplicate its fd; iterate).
+    batch: Option<BatchReader<RunqKey, RunqHist>>,
     epoch_map: Array<MapData, u64>,
     epoch: u64,
     prev: StdHashMap<RunqKey, Prev>,
@@ -35,14 +41,13 @@ pub struct RunqReader {
 }
 
 impl RunqReader {
-    pub fn new(
-        hist: HashMap<MapData, RunqKey, RunqHist>,
-        mut epoch_map: Array<MapData, u64>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(hist: Map, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
         let epoch = 1;
         epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
+        let batch = BatchReader::new(&hist, BATCH).ok();
         Ok(Self {
-            hist,
+            hist: hist.try_into()?,
+            batch,
             epoch_map,
             epoch,
             prev: StdHashMap::new(),
@@ -59,26 +64,22 @@ impl RunqReader {
             .set(0, &self.epoch, 0)
             .context("bumping EPOCH")?;
         let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
-        for entry in self.hist.iter() {
-            // An entry deleted while iterating ends the walk early for that key only.
-            let Ok((key, cur)) = entry else { continue };
+        let prev = &mut self.prev;
+        let mut visit = |key: &RunqKey, cur: &RunqHist| {
             let Ok(kind) = WaitKind::try_from(key.kind) else {
-                continue;
+                return;
             };
             let count = cur.count();
-            let prev = self
-                .prev
-                .get(&key)
-                .map(|p| (p.count, p.sum_ns, &*p.buckets));
-            if prev.is_some_and(|(c, _, _)| c == count) {
-                continue;
+            let last = prev.get(key).map(|p| (p.count, p.sum_ns, &*p.buckets));
+            if last.is_some_and(|(c, _, _)| c == count) {
+                return;
             }
-            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, prev);
+            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, last);
             delta.max_ns = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
-            self.prev.insert(
-                key,
+            prev.insert(
+                *key,
                 Prev {
                     count,
                     sum_ns: cur.sum_ns,
@@ -86,6 +87,19 @@ impl RunqReader {
                 },
             );
             out.entry(key.cgroup_id).or_default()[kind as usize] = delta;
+        };
+        // A walk that fails midway is not redone: the histograms are cumulative, the next window
+        // has what this one missed.
+        let batched = match &mut self.batch {
+            Some(b) => b.for_each(&mut visit).unwrap_or(true),
+            None => false,
+        };
+        if !batched {
+            for entry in self.hist.iter() {
+                // An entry deleted while iterating ends the walk early for that key only.
+                let Ok((key, cur)) = entry else { continue };
+                visit(&key, &cur);
+            }
         }
         Ok(out)
     }
@@ -109,12 +123,11 @@ impl RunqReader {
 
 /// Takes `RUNQ_HIST` and `EPOCH`.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
-    let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
+    let hist = take_map(ctx.ebpf, "RUNQ_HIST")?;
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
     let mut reader = RunqReader::new(hist, epoch)?;
     if ctx.blame {
-        let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
-        reader.blame = Some(BlameReader::new(blame));
+        reader.blame = Some(BlameReader::new(take_map(ctx.ebpf, "BLAME")?)?);
     }
     Ok(Box::new(reader))
 }
