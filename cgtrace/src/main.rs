@@ -208,8 +208,8 @@ struct TraceArgs {
     #[arg(long)]
     bpf_stats: bool,
     /// Turn on the blame ledger: each cgroup's run-queue wait charged to whoever held the CPU
-    /// meanwhile (`runq.blame`, `caused`). Off by default until it is proven on the node
-    /// simulator: its pair table is not yet sized for hundreds of churning cgroups.
+    /// meanwhile (`runq.blame`, `caused`). Off by default for its cost: a slice-ring write per
+    /// context switch and about twice the daemon's CPU on a busy node.
     #[arg(long)]
     blame: bool,
     /// With `--blame`: waits at least this long (µs) are charged; shorter ones count as
