@@ -8,7 +8,10 @@ use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
 };
 
-use aya::{Pod, maps::Map};
+use aya::{
+    Pod,
+    maps::{HashMap, IterableMap, MapData},
+};
 
 /// `enum bpf_cmd`: `BPF_MAP_LOOKUP_BATCH`.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
@@ -29,8 +32,44 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// A hash map read whole once per window: in a few batch lookups where the kernel has them, with
+/// aya's iterator where not.
+pub struct WholeHashMap<K, V> {
+    map: HashMap<MapData, K, V>,
+    /// `None`: its fd could not be duplicated; iterate.
+    batch: Option<BatchReader<K, V>>,
+}
+
+impl<K: Pod, V: Pod> WholeHashMap<K, V> {
+    /// `chunk` entries per batch lookup.
+    pub fn new(map: HashMap<MapData, K, V>, chunk: usize) -> Self {
+        let batch = BatchReader::new(&map, chunk).ok();
+        Self { map, batch }
+    }
+
+    /// Calls `f` with every entry. A batch walk that fails midway is not redone: callers keep
+    /// cumulative values, so the next window has what this one missed.
+    pub fn for_each(&mut self, mut f: impl FnMut(&K, &V)) {
+        let batched = match &mut self.batch {
+            Some(b) => b.for_each(&mut f).unwrap_or(true),
+            None => false,
+        };
+        if !batched {
+            // An entry deleted while iterating ends the walk early for that key only.
+            for (k, v) in self.map.iter().flatten() {
+                f(&k, &v);
+            }
+        }
+    }
+
+    /// Deletes `key` (absent is fine).
+    pub fn remove(&mut self, key: &K) {
+        let _ = self.map.remove(key);
+    }
+}
+
 /// Reads one hash map whole, `chunk` entries per syscall.
-pub struct BatchReader<K, V> {
+struct BatchReader<K, V> {
     fd: OwnedFd,
     chunk: usize,
     keys: Vec<K>,
@@ -40,15 +79,12 @@ pub struct BatchReader<K, V> {
 }
 
 impl<K: Pod, V: Pod> BatchReader<K, V> {
-    /// A reader of `map` (a hash map; its fd is duplicated, the map itself stays with the caller).
-    pub fn new(map: &Map, chunk: usize) -> io::Result<Self> {
-        let data = match map {
-            // Per-CPU maps' values are laid out per CPU: not for this reader.
-            Map::HashMap(d) | Map::LruHashMap(d) => d,
-            _ => return Err(io::Error::other("not a hash map")),
-        };
+    /// A reader of `map` (its fd is duplicated). The typed map has had its key and value sizes
+    /// checked against the kernel's, which the buffers below rely on; per-CPU maps (values laid
+    /// out per CPU) are another type.
+    fn new(map: &HashMap<MapData, K, V>, chunk: usize) -> io::Result<Self> {
         Ok(Self {
-            fd: data.fd().as_fd().try_clone_to_owned()?,
+            fd: map.map().fd().as_fd().try_clone_to_owned()?,
             chunk: chunk.max(1),
             keys: Vec::new(),
             values: Vec::new(),
@@ -59,7 +95,7 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
     /// Calls `f` with every entry of the map. `Ok(false)`: the kernel has no batch lookup for it
     /// (nothing was read; the caller iterates instead, and so on every later call).
     /// Entries added or removed meanwhile may be seen or not, as with any walk of a live map.
-    pub fn for_each(&mut self, mut f: impl FnMut(&K, &V)) -> io::Result<bool> {
+    fn for_each(&mut self, mut f: impl FnMut(&K, &V)) -> io::Result<bool> {
         if self.unsupported {
             return Ok(false);
         }
@@ -181,8 +217,8 @@ mod tests {
     #[test]
     fn reads_every_entry_once() {
         let Some(map) = hash_map(4096) else { return };
-        let mut reader = BatchReader::<u64, [u64; 3]>::new(&map, 1).expect("reader");
         let mut hm: HashMap<MapData, u64, [u64; 3]> = map.try_into().expect("hash map");
+        let mut reader = BatchReader::new(&hm, 1).expect("reader");
         let mut seen = BTreeMap::new();
         assert!(
             reader

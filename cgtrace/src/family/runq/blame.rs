@@ -6,9 +6,9 @@
 use std::collections::HashMap as StdHashMap;
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
-use crate::mapbatch::BatchReader;
+use crate::mapbatch::WholeHashMap;
 use crate::model::CgroupWindow;
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
 /// A pair unchanged this many windows is deleted from the kernel map (its last value was
 /// counted), so pairs of cgroups that no longer meet do not fill it.
@@ -23,21 +23,17 @@ pub fn is_marker(culprit: u64) -> bool {
 
 /// Reads `BLAME` once per window as deltas of its cumulative values.
 pub struct BlameReader {
-    map: HashMap<MapData, BlameKey, u64>,
-    /// The whole map in a few syscalls (`None`: could not duplicate its fd; iterate).
-    batch: Option<BatchReader<BlameKey, u64>>,
+    map: WholeHashMap<BlameKey, u64>,
     /// Last value of each pair, and windows since it last changed.
     prev: StdHashMap<BlameKey, (u64, u32)>,
 }
 
 impl BlameReader {
-    pub fn new(map: Map) -> anyhow::Result<Self> {
-        let batch = BatchReader::new(&map, BATCH).ok();
-        Ok(Self {
-            map: map.try_into()?,
-            batch,
+    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
+        Self {
+            map: WholeHashMap::new(map, BATCH),
             prev: StdHashMap::new(),
-        })
+        }
     }
 
     /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
@@ -45,7 +41,7 @@ impl BlameReader {
         let mut out = StdHashMap::new();
         let mut stale = Vec::new();
         let prev = &mut self.prev;
-        let mut visit = |key: BlameKey, cur: u64| {
+        self.map.for_each(|&key, &cur| {
             let (last, idle) = prev.entry(key).or_insert((0, 0));
             if cur > *last {
                 out.insert(key, cur - *last);
@@ -57,21 +53,9 @@ impl BlameReader {
                     stale.push(key);
                 }
             }
-        };
-        // A walk that fails midway is not redone: the values are cumulative, the next window has
-        // what this one missed.
-        let batched = match &mut self.batch {
-            Some(b) => b.for_each(|k, v| visit(*k, *v)).unwrap_or(true),
-            None => false,
-        };
-        if !batched {
-            for entry in self.map.iter() {
-                let Ok((key, cur)) = entry else { continue };
-                visit(key, cur);
-            }
-        }
+        });
         for k in stale {
-            let _ = self.map.remove(&k);
+            self.map.remove(&k);
             self.prev.remove(&k);
         }
         out
@@ -86,7 +70,7 @@ impl BlameReader {
             .copied()
             .collect();
         for k in keys {
-            let _ = self.map.remove(&k);
+            self.map.remove(&k);
             self.prev.remove(&k);
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, Map, MapData};
+use aya::maps::{Array, HashMap, MapData};
 use cgtrace_common::{
     hist::NR_BUCKETS,
     runq::{RunqHist, RunqKey, WaitKind},
@@ -15,7 +15,7 @@ use crate::{
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     hist::Hist,
-    mapbatch::BatchReader,
+    mapbatch::WholeHashMap,
 };
 
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
@@ -30,9 +30,7 @@ struct Prev {
 
 /// Reads `RUNQ_HIST` and drives `EPOCH`.
 pub struct RunqReader {
-    hist: HashMap<MapData, RunqKey, RunqHist>,
-    /// The whole map in a few syscalls (`None`: could not duplicate its fd; iterate).
-    batch: Option<BatchReader<RunqKey, RunqHist>>,
+    hist: WholeHashMap<RunqKey, RunqHist>,
     epoch_map: Array<MapData, u64>,
     epoch: u64,
     prev: StdHashMap<RunqKey, Prev>,
@@ -41,13 +39,14 @@ pub struct RunqReader {
 }
 
 impl RunqReader {
-    pub fn new(hist: Map, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
+    pub fn new(
+        hist: HashMap<MapData, RunqKey, RunqHist>,
+        mut epoch_map: Array<MapData, u64>,
+    ) -> anyhow::Result<Self> {
         let epoch = 1;
         epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
-        let batch = BatchReader::new(&hist, BATCH).ok();
         Ok(Self {
-            hist: hist.try_into()?,
-            batch,
+            hist: WholeHashMap::new(hist, BATCH),
             epoch_map,
             epoch,
             prev: StdHashMap::new(),
@@ -65,7 +64,7 @@ impl RunqReader {
             .context("bumping EPOCH")?;
         let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
         let prev = &mut self.prev;
-        let mut visit = |key: &RunqKey, cur: &RunqHist| {
+        self.hist.for_each(|key, cur| {
             let Ok(kind) = WaitKind::try_from(key.kind) else {
                 return;
             };
@@ -87,20 +86,7 @@ impl RunqReader {
                 },
             );
             out.entry(key.cgroup_id).or_default()[kind as usize] = delta;
-        };
-        // A walk that fails midway is not redone: the histograms are cumulative, the next window
-        // has what this one missed.
-        let batched = match &mut self.batch {
-            Some(b) => b.for_each(&mut visit).unwrap_or(true),
-            None => false,
-        };
-        if !batched {
-            for entry in self.hist.iter() {
-                // An entry deleted while iterating ends the walk early for that key only.
-                let Ok((key, cur)) = entry else { continue };
-                visit(&key, &cur);
-            }
-        }
+        });
         Ok(out)
     }
 
@@ -112,7 +98,7 @@ impl RunqReader {
                 kind: kind as u32,
                 _pad: 0,
             };
-            let _ = self.hist.remove(&key);
+            self.hist.remove(&key);
             self.prev.remove(&key);
         }
         if let Some(b) = &mut self.blame {
@@ -123,11 +109,12 @@ impl RunqReader {
 
 /// Takes `RUNQ_HIST` and `EPOCH`.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
-    let hist = take_map(ctx.ebpf, "RUNQ_HIST")?;
+    let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
     let mut reader = RunqReader::new(hist, epoch)?;
     if ctx.blame {
-        reader.blame = Some(BlameReader::new(take_map(ctx.ebpf, "BLAME")?)?);
+        let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
+        reader.blame = Some(BlameReader::new(blame));
     }
     Ok(Box::new(reader))
 }
