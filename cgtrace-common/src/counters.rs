@@ -42,8 +42,16 @@ pub const READ_INFLIGHT_LOST: u32 = 14;
 /// Part of a wait could not be charged to whoever held the CPU: `BLAME` full (that part is
 /// reported as `unattributed_us`).
 pub const BLAME_FULL: u32 = 15;
+/// Slices of watched groups' threads (one per switch-out), summed per thread and period in
+/// `THROTTLE_SLICE_SUMS`.
+pub const THROTTLE_SLICES: u32 = 16;
+/// Slice records sent to the daemon (a thread's sum per period, or one slice when
+/// `THROTTLE_SLICE_SUMS_FULL`).
+pub const THROTTLE_SLICE_RECORDS: u32 = 17;
+/// A slice could not be summed: `THROTTLE_SLICE_SUMS` full (it is sent alone, as before sums).
+pub const THROTTLE_SLICE_SUMS_FULL: u32 = 18;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 16;
+pub const NR_COUNTERS: u32 = 19;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -63,6 +71,9 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "throttle_stale",
     "read_inflight_lost",
     "blame_full",
+    "throttle_slices",
+    "throttle_slice_records",
+    "throttle_slice_sums_full",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

@@ -19,8 +19,12 @@ pub struct EventHeader {
 pub const KIND_RUNQ_WAIT: u32 = 0x100;
 /// A closed CFS throttle episode: [`crate::throttle::ThrottleEvent`].
 pub const KIND_THROTTLE: u32 = 0x200;
-/// A CPU slice of a thread in a recently throttled group: [`crate::throttle::SliceEvent`].
-pub const KIND_THROTTLE_SLICE: u32 = 0x201;
+/// Retired: one CPU slice of a thread in a recently throttled group, sent at every switch
+/// (recordings before slices were summed; the daemon still reads them).
+pub const KIND_THROTTLE_SLICE_V0: u32 = 0x201;
+/// A thread's CPU time in one period of a recently throttled group, summed in the kernel:
+/// [`crate::throttle::SliceEvent`].
+pub const KIND_THROTTLE_SLICE: u32 = 0x203;
 /// A bandwidth period of a recently throttled group ended: [`crate::throttle::PeriodEvent`].
 pub const KIND_THROTTLE_PERIOD: u32 = 0x202;
 

@@ -120,10 +120,54 @@ pub const WATCH_NS: u64 = 1_000_000_000;
 /// close was missed. It is dropped and counted (`throttle_stale`), never reported.
 pub const MAX_EPISODE_NS: u64 = 60_000_000_000;
 
-/// A thread of a watched group came off the CPU after running `runtime_ns`.
+/// Key of `THROTTLE_SLICE_SUMS`: one thread of a watched group.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SliceKey {
+    /// The group with the quota (nearest ancestor with `runtime_enabled`).
+    pub cgroup_id: u64,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// CPUs a [`SliceSum`] tells apart exactly (a bit each); beyond, a change of CPU counts one more.
+pub const SLICE_CPU_BITS: u32 = 256;
+
+/// Value of `THROTTLE_SLICE_SUMS`: a thread's slices in one bandwidth period of its group, summed
+/// in the kernel. When the thread comes off the CPU in a later period, the sum goes to the daemon
+/// as one [`SliceEvent`] and the entry starts over; sums nobody sent that way (the thread has not
+/// run since) the daemon reads from the map once their period has ended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SliceSum {
+    /// The group's period: its `cfs_bandwidth.nr_periods` plus one when the slices ran.
+    pub period: u32,
+    pub slices: u32,
+    pub runtime_ns: u64,
+    /// When the first slice of this sum ended (tells the sum from a later one of the same
+    /// thread and period, after the daemon deleted the entry).
+    pub first_ns: u64,
+    /// When the last one ended.
+    pub last_ns: u64,
+    pub tgid: u32,
+    pub last_cpu: u32,
+    /// Distinct CPUs it ran on (see [`SLICE_CPU_BITS`]).
+    pub cpus: u32,
+    pub _pad: u32,
+    pub cpu_mask: [u64; (SLICE_CPU_BITS / 64) as usize],
+    pub comm: [u8; 16],
+}
+
+/// [`SliceEvent::flags`]: one slice, sent alone because `THROTTLE_SLICE_SUMS` had no room (the
+/// daemon adds it); without it the record is a thread's sum so far in `period`.
+pub const SLICE_ONE: u32 = 1;
+
+/// A thread of a watched group ran `runtime_ns` in `period` (see [`SliceSum`]): its sum when it
+/// came off the CPU in a later period, or, read by the daemon from the map, its sum at that moment.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SliceEvent {
+    /// `cpu`: the last CPU it ran on; `ts_ns`: when the record was made.
     pub header: EventHeader,
     /// The group with the quota (nearest ancestor with `runtime_enabled`).
     pub cgroup_id: u64,
@@ -131,16 +175,25 @@ pub struct SliceEvent {
     pub pid: u32,
     pub tgid: u32,
     pub comm: [u8; 16],
+    /// As in [`SliceSum`]; 0 in recordings made before slices were summed.
+    pub period: u32,
+    pub slices: u32,
+    pub cpus: u32,
+    /// [`SLICE_ONE`] or 0.
+    pub flags: u32,
+    pub first_ns: u64,
 }
 
-/// The period timer of a watched group fired; `throttled` as in `ThrottleStats`.
+/// The period timer of a watched group fired: `period` (as in [`SliceSum`]) ended; `throttled`
+/// as in `ThrottleStats`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct PeriodEvent {
     pub header: EventHeader,
     pub cgroup_id: u64,
     pub throttled: u32,
-    pub _pad: u32,
+    /// 0 in recordings made before slices were summed.
+    pub period: u32,
 }
 
 #[cfg(feature = "user")]
@@ -149,4 +202,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThrottleStats {}
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::HookEpisode {}
+    // SAFETY: #[repr(C)] integers with explicit padding.
+    unsafe impl aya::Pod for super::SliceKey {}
+    // SAFETY: #[repr(C)] integers and byte arrays with explicit padding.
+    unsafe impl aya::Pod for super::SliceSum {}
 }

@@ -8,7 +8,7 @@ use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
     runq::{BlameKey, RunqHist, RunqKey, RunqStart, SliceRing},
-    throttle::{HookEpisode, OpenEpisodes, ThrottleStats},
+    throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
 /// Per-CPU event and loss counters, indexed by `cgtrace_common::counters`.
@@ -55,6 +55,12 @@ pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entr
 /// episodes opens, so "who burned the quota" costs nothing for groups that are not throttled.
 #[map]
 pub static THROTTLE_WATCH: LruHashMap<u64, u64> = LruHashMap::with_max_entries(8192, 0);
+
+/// (watched group, thread) -> its slices in the group's current period, summed (see
+/// `cgtrace_common::throttle::SliceSum`). Sized by the loader from `--max-cgroups` and the CPUs;
+/// the daemon deletes sums whose period it has taken.
+#[map]
+pub static THROTTLE_SLICE_SUMS: HashMap<SliceKey, SliceSum> = HashMap::with_max_entries(16384, 0);
 
 /// Who opens and closes episodes (`cgtrace_common::throttle::MODE_*`), set by the loader after
 /// it knows which programs attached.

@@ -6,12 +6,45 @@
 use cgtrace_common::{
     event::{
         EventHeader, KIND_CGROUP_CHURN, KIND_RUNQ_WAIT, KIND_SLOW_READ, KIND_THROTTLE,
-        KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE,
+        KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE, KIND_THROTTLE_SLICE_V0,
     },
     reads::{CgroupChurnEvent, SlowReadEvent},
     runq::RunqEvent,
-    throttle::{PeriodEvent, SliceEvent, ThrottleEvent},
+    throttle::{PeriodEvent, SLICE_ONE, SliceEvent, ThrottleEvent},
 };
+
+/// The slice record of recordings made before slices were summed in the kernel
+/// (`KIND_THROTTLE_SLICE_V0`): one per switch-out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct SliceEventV0 {
+    header: EventHeader,
+    cgroup_id: u64,
+    runtime_ns: u64,
+    pid: u32,
+    tgid: u32,
+    comm: [u8; 16],
+}
+
+impl From<SliceEventV0> for SliceEvent {
+    /// A lone slice of no known period: it belongs to the period its group's next period
+    /// record ends, as those recordings were read.
+    fn from(v: SliceEventV0) -> Self {
+        Self {
+            header: v.header,
+            cgroup_id: v.cgroup_id,
+            runtime_ns: v.runtime_ns,
+            pid: v.pid,
+            tgid: v.tgid,
+            comm: v.comm,
+            period: 0,
+            slices: 1,
+            cpus: 1,
+            flags: SLICE_ONE,
+            first_ns: v.header.ts_ns,
+        }
+    }
+}
 
 /// One ring-buffer record, decoded.
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +53,7 @@ pub enum Record {
     RunqWait(RunqEvent),
     /// `throttle`: a closed throttle episode.
     Throttle(ThrottleEvent),
-    /// `throttle`: a thread's CPU slice in a recently throttled group.
+    /// `throttle`: a thread's CPU time in one period of a recently throttled group.
     ThrottleSlice(SliceEvent),
     /// `throttle`: a bandwidth period of a recently throttled group ended.
     ThrottlePeriod(PeriodEvent),
@@ -55,6 +88,8 @@ unsafe impl Plain for RunqEvent {}
 unsafe impl Plain for ThrottleEvent {}
 // SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for SliceEvent {}
+// SAFETY: #[repr(C)] integers and byte arrays.
+unsafe impl Plain for SliceEventV0 {}
 // SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
 unsafe impl Plain for PeriodEvent {}
 // SAFETY: #[repr(C)] integers and byte arrays (see cgtrace-common).
@@ -89,6 +124,9 @@ impl Record {
             KIND_RUNQ_WAIT => Self::RunqWait(read(kind, bytes)?),
             KIND_THROTTLE => Self::Throttle(read(kind, bytes)?),
             KIND_THROTTLE_SLICE => Self::ThrottleSlice(read(kind, bytes)?),
+            KIND_THROTTLE_SLICE_V0 => {
+                Self::ThrottleSlice(read::<SliceEventV0>(kind, bytes)?.into())
+            }
             KIND_THROTTLE_PERIOD => Self::ThrottlePeriod(read(kind, bytes)?),
             KIND_SLOW_READ => Self::SlowRead(read(kind, bytes)?),
             KIND_CGROUP_CHURN => Self::CgroupChurn(read(kind, bytes)?),

@@ -157,6 +157,7 @@ pub async fn run(
         }
     }
     let last = pump.last_window()?;
+    pump.session.finish_records();
     let lines = pump.session.take_lines();
     windows += 1;
     let json = serde_json::to_string(&last)?;

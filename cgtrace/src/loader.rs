@@ -181,6 +181,12 @@ impl Tracer {
             // Per cgroup: as many as the daemon tracks.
             .map_max_entries("THROTTLE_STATS", opts.max_cgroups)
             .map_max_entries("THROTTLE_WATCH", opts.max_cgroups)
+            // (watched group, thread) sums: a throttled group runs a few threads per CPU it
+            // spreads over, and a cgroup has threads; only groups throttled in the last second.
+            .map_max_entries(
+                "THROTTLE_SLICE_SUMS",
+                per_cpu(256, 16_384).max(opts.max_cgroups.saturating_mul(4)),
+            )
             // Per (throttled cgroup, CPU) and per thread: grow with the CPUs.
             .map_max_entries("THROTTLE_EPISODES", per_cpu(512, 16_384))
             .map_max_entries("THROTTLE_LAST_CLOSE", per_cpu(512, 16_384))

@@ -62,6 +62,11 @@ impl<K: Pod, V: Pod> WholeHashMap<K, V> {
         }
     }
 
+    /// The value of `key` now, if present.
+    pub fn get(&self, key: &K) -> Option<V> {
+        self.map.get(key, 0).ok()
+    }
+
     /// Deletes `key` (absent is fine).
     pub fn remove(&mut self, key: &K) {
         let _ = self.map.remove(key);

@@ -78,6 +78,22 @@ impl Playback {
     pub fn event(&mut self, raw: &[u8], lines: &mut Vec<EventLine>) -> Played {
         let before = self.records.undecodable;
         self.records.consume(raw);
+        self.take_lines(lines);
+        Played {
+            kind: decode::header(raw).ok().map(|h| h.kind),
+            undecoded: self.records.undecodable > before,
+        }
+    }
+
+    /// The end of the recording: event lines that waited for a later window go to `lines`, as
+    /// they went out at the end of the live run.
+    pub fn finish(&mut self, lines: &mut Vec<EventLine>) {
+        self.records.finish();
+        self.take_lines(lines);
+    }
+
+    /// The event lines made so far, named.
+    fn take_lines(&mut self, lines: &mut Vec<EventLine>) {
         let names = &self.names;
         self.records.take_lines(
             &mut |id| {
@@ -99,10 +115,6 @@ impl Playback {
                 .get(&ev.key.cgroup_id)
                 .map_or((None, None), |e| (e.path.clone(), e.name.clone()));
             lines.push(EventLine::SlowRead(line));
-        }
-        Played {
-            kind: decode::header(raw).ok().map(|h| h.kind),
-            undecoded: self.records.undecodable > before,
         }
     }
 
@@ -191,6 +203,15 @@ pub fn stream<W: Write>(
             }
         }
     });
+    if open {
+        play.finish(&mut lines);
+        for line in lines.drain(..) {
+            r.event_lines += 1;
+            if !emit(out, &line)? {
+                break;
+            }
+        }
+    }
     let _ = out.flush();
     Ok(r)
 }

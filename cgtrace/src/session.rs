@@ -222,6 +222,12 @@ impl Session {
         self.batch = batch;
     }
 
+    /// The end of the run: event lines still waiting for a later window go out (with the last
+    /// window; take them with [`take_lines`](Self::take_lines)).
+    pub fn finish_records(&mut self) {
+        self.records.finish();
+    }
+
     /// Chooses the families whose event lines are kept (`--events`).
     pub fn set_lines(&mut self, lines: &EventSelection) {
         self.records.set_lines(|f| lines.has(f));
@@ -257,6 +263,11 @@ impl Session {
         let mut input = WindowInput::default();
         for c in &mut self.collectors {
             c.read_window(&mut self.records, &mut input)?;
+        }
+        // Records the collectors made go to the recording after the ring buffer's of this window.
+        let made = std::mem::take(&mut self.records.made);
+        if let Some(raw) = self.raw.as_mut() {
+            crate::drain::for_each(&made, |r| raw.push(r));
         }
         let kernel = self.counters.read_window();
         let lost = self.records.undecodable + self.records.lines_dropped;

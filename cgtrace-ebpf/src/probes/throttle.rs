@@ -14,7 +14,8 @@ use cgtrace_common::{
     layout::ABSENT,
     throttle::{
         CLOSE_CSD, CLOSE_LATE, CLOSE_TIMER, MAX_EPISODE_NS, MAX_OPEN_PER_CPU, MODE_TRACEPOINT,
-        PeriodEvent, SliceEvent, ThrottleEvent, ThrottleStats, WATCH_NS,
+        PeriodEvent, SLICE_CPU_BITS, SLICE_ONE, SliceEvent, SliceKey, SliceSum, ThrottleEvent,
+        ThrottleStats, WATCH_NS,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -22,8 +23,8 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     kernel::{layout, read, task_comm, task_tgid},
     maps::{
-        THROTTLE_LAST_CLOSE, THROTTLE_MODE, THROTTLE_OPEN, THROTTLE_PERIOD_AT, THROTTLE_STATS,
-        THROTTLE_WATCH, count, counters, emit,
+        EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_MODE, THROTTLE_OPEN, THROTTLE_PERIOD_AT,
+        THROTTLE_SLICE_SUMS, THROTTLE_STATS, THROTTLE_WATCH, count, counters, emit,
     },
 };
 
@@ -198,8 +199,16 @@ pub fn seed_period_counts(tg: *const u8, cgroup_id: u64) {
     let _ = THROTTLE_STATS.insert(&cgroup_id, &seed, u64::from(BPF_NOEXIST));
 }
 
+/// The period of the group whose bandwidth is `cfs_b` (see `SliceSum::period`).
+#[inline(always)]
+fn period_of(cfs_b: *const u8) -> u32 {
+    (read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32).wrapping_add(1)
+}
+
 /// From `sched_switch`, for every task switched out: if it belongs to a group with a quota that
-/// was throttled within `WATCH_NS`, send the slice it just ran (who burned the quota).
+/// was throttled within `WATCH_NS`, add the slice it just ran to its sum for the group's current
+/// period (who burned the quota). The sum goes to the daemon once, when the thread comes off the
+/// CPU in a later period: one record per thread and period, not one per switch.
 #[inline(always)]
 pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32) {
     let enabled_off = layout!(cfs_rq_runtime_enabled);
@@ -244,22 +253,110 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
     if now > until {
         return;
     }
+    count(c, counters::THROTTLE_SLICES);
     let sum = read::<u64, DIRECT>(task, layout!(task_sum_exec)).unwrap_or(0);
     let prev = read::<u64, DIRECT>(task, layout!(task_prev_sum_exec)).unwrap_or(0);
-    let ev = SliceEvent {
-        header: EventHeader {
-            kind: KIND_THROTTLE_SLICE,
-            // SAFETY: helper without preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            ts_ns: now,
-        },
+    let runtime = sum.saturating_sub(prev);
+    let period = period_of(tg.wrapping_add(layout!(tg_cfs_bandwidth) as usize));
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let key = SliceKey {
         cgroup_id,
-        runtime_ns: sum.saturating_sub(prev),
-        pid,
+        tid: pid,
+        _pad: 0,
+    };
+    if let Some(s) = THROTTLE_SLICE_SUMS.get_ptr_mut(&key) {
+        // SAFETY: live map value. Only this thread's switch-outs write it (a thread is off the
+        // CPU once at a time); the daemon reads it concurrently and deletes it only after its
+        // period was taken.
+        unsafe {
+            if (*s).period != period {
+                // A later period: the finished sum goes to the daemon, this slice starts the next.
+                send_sum(c, &key, &*s, now, 0);
+                (*s).period = period;
+                (*s).slices = 0;
+                (*s).runtime_ns = 0;
+                (*s).first_ns = now;
+                (*s).cpus = 0;
+                (*s).cpu_mask = [0; (SLICE_CPU_BITS / 64) as usize];
+                (*s).tgid = task_tgid::<DIRECT>(task).unwrap_or(0);
+                (*s).comm = task_comm(task);
+            }
+            (*s).slices += 1;
+            (*s).runtime_ns += runtime;
+            (*s).last_ns = now;
+            add_cpu(&mut *s, cpu);
+        }
+        return;
+    }
+    let mut fresh = SliceSum {
+        period,
+        slices: 1,
+        runtime_ns: runtime,
+        first_ns: now,
+        last_ns: now,
         tgid: task_tgid::<DIRECT>(task).unwrap_or(0),
+        last_cpu: cpu,
+        cpus: 0,
+        _pad: 0,
+        cpu_mask: [0; (SLICE_CPU_BITS / 64) as usize],
         comm: task_comm(task),
     };
-    emit(c, &ev);
+    add_cpu(&mut fresh, cpu);
+    if THROTTLE_SLICE_SUMS
+        .insert(&key, &fresh, u64::from(BPF_NOEXIST))
+        .is_err()
+    {
+        // No room: this slice goes alone, as every slice did before sums.
+        count(c, counters::THROTTLE_SLICE_SUMS_FULL);
+        send_sum(c, &key, &fresh, now, SLICE_ONE);
+    }
+}
+
+/// Counts `cpu` into the sum's distinct CPUs.
+#[inline(always)]
+fn add_cpu(s: &mut SliceSum, cpu: u32) {
+    if cpu < SLICE_CPU_BITS {
+        let word = &mut s.cpu_mask[((cpu >> 6) & 3) as usize];
+        let bit = 1u64 << (cpu & 63);
+        if *word & bit == 0 {
+            *word |= bit;
+            s.cpus += 1;
+        }
+    } else if cpu != s.last_cpu || s.cpus == 0 {
+        s.cpus += 1;
+    }
+    s.last_cpu = cpu;
+}
+
+/// Sends a thread's sum (or, with `SLICE_ONE`, a lone slice) to the daemon.
+#[inline(always)]
+fn send_sum(c: *mut Counters, key: &SliceKey, s: &SliceSum, now: u64, flags: u32) {
+    let Some(mut slot) = EVENTS.reserve::<SliceEvent>(0) else {
+        count(c, counters::RINGBUF_FULL);
+        return;
+    };
+    // SAFETY: a reserved, writable record; every field is written before submit.
+    unsafe {
+        let ev = slot.as_mut_ptr();
+        (*ev).header = EventHeader {
+            kind: KIND_THROTTLE_SLICE,
+            cpu: s.last_cpu,
+            ts_ns: now,
+        };
+        (*ev).cgroup_id = key.cgroup_id;
+        (*ev).runtime_ns = s.runtime_ns;
+        (*ev).pid = key.tid;
+        (*ev).tgid = s.tgid;
+        (*ev).comm = s.comm;
+        (*ev).period = s.period;
+        (*ev).slices = s.slices;
+        (*ev).cpus = s.cpus;
+        (*ev).flags = flags;
+        (*ev).first_ns = s.first_ns;
+    }
+    slot.submit(crate::maps::wakeup_flags());
+    count(c, counters::THROTTLE_SLICE_RECORDS);
 }
 
 /// Closes this CPU's episodes whose `cfs_rq` is no longer throttled.
@@ -385,7 +482,7 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
             },
             cgroup_id,
             throttled: u32::from(throttled),
-            _pad: 0,
+            period: period_of(cfs_b),
         };
         emit(counters(), &ev);
     }

@@ -262,6 +262,10 @@ pub struct Records {
     pub undecodable: u64,
     /// Event lines not kept because nobody took them in time.
     pub lines_dropped: u64,
+    /// Records a collector made at a window's end (kernel sums read from a map), in the drain
+    /// queue's format: the recorder keeps them with the ring buffer's, so a replay reads what
+    /// the live run read.
+    pub made: Vec<u8>,
 }
 
 impl Records {
@@ -285,6 +289,19 @@ impl Records {
             Ok(rec) => self.record(&rec),
             Err(_) => self.undecodable += 1,
         }
+    }
+
+    /// A record a collector made (see `made`): consumed like a ring-buffer one, and kept.
+    pub fn make(&mut self, bytes: &[u8]) {
+        self.made
+            .extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+        self.made.extend_from_slice(bytes);
+        self.consume(bytes);
+    }
+
+    /// The end of a run (live or replayed): what waited for a later window goes out.
+    pub fn finish(&mut self) {
+        self.throttle.finish();
     }
 
     pub fn record(&mut self, rec: &Record) {

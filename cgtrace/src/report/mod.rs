@@ -359,6 +359,53 @@ fn as_hist(v: &Value) -> Option<HistSummary> {
     serde_json::from_value(v.clone()).ok()
 }
 
+/// The report's share of event lines: the slowest waits and the longest episodes, timed by the
+/// last window's clock pair (`clock`: CLOCK_MONOTONIC and wall clock ms).
+fn place(
+    lines: &mut Vec<EventLine>,
+    clock: Option<(u64, u64)>,
+    waits: &mut Vec<Wait>,
+    episodes: &mut Vec<Episode>,
+) {
+    let wall = |ts: u64| {
+        clock.map_or(0, |(mono, unix)| {
+            let ms = i128::from(unix) + (i128::from(ts) - i128::from(mono)) / 1_000_000;
+            ms.clamp(0, i128::from(u64::MAX)) as u64
+        })
+    };
+    for line in lines.drain(..) {
+        match line {
+            EventLine::RunqWait(w) => {
+                waits.push(Wait {
+                    cgroup_id: w.head.cgroup_id,
+                    path: w.head.path,
+                    name: w.head.name,
+                    at_unix_ms: wall(w.head.ts_ns),
+                    pid: w.pid,
+                    comm: w.comm,
+                    wait_kind: w.wait_kind,
+                    wait_us: w.wait_us,
+                });
+                keep_top(waits, |w| w.wait_us);
+            }
+            EventLine::Throttle(t) => {
+                episodes.push(Episode {
+                    cgroup_id: t.head.cgroup_id,
+                    path: t.head.path,
+                    name: t.head.name,
+                    at_unix_ms: wall(t.head.ts_ns),
+                    cpu: t.head.cpu,
+                    duration_us: t.duration_us,
+                    runnable: t.runnable,
+                    period: t.period,
+                });
+                keep_top(episodes, |e| e.duration_us);
+            }
+            EventLine::SlowRead(_) => {}
+        }
+    }
+}
+
 /// Builds the report in one pass over the file.
 pub fn build(rec: &Recording) -> Report {
     let hello = rec.hello();
@@ -381,12 +428,6 @@ pub fn build(rec: &Recording) -> Report {
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
     let mut clock: Option<(u64, u64)> = None;
-    let wall = |clock: Option<(u64, u64)>, ts: u64| {
-        clock.map_or(0, |(mono, unix)| {
-            let ms = i128::from(unix) + (i128::from(ts) - i128::from(mono)) / 1_000_000;
-            ms.clamp(0, i128::from(u64::MAX)) as u64
-        })
-    };
     // Events come before the window that ends after them: their times use the last window seen
     // (or, before the first window, are fixed up at it).
     let mut unplaced = (episodes.len(), waits.len());
@@ -405,37 +446,7 @@ pub fn build(rec: &Recording) -> Report {
             if played.undecoded {
                 undecoded += 1;
             }
-            for line in lines.drain(..) {
-                match line {
-                    EventLine::RunqWait(w) => {
-                        waits.push(Wait {
-                            cgroup_id: w.head.cgroup_id,
-                            path: w.head.path,
-                            name: w.head.name,
-                            at_unix_ms: wall(clock, w.head.ts_ns),
-                            pid: w.pid,
-                            comm: w.comm,
-                            wait_kind: w.wait_kind,
-                            wait_us: w.wait_us,
-                        });
-                        keep_top(&mut waits, |w| w.wait_us);
-                    }
-                    EventLine::Throttle(t) => {
-                        episodes.push(Episode {
-                            cgroup_id: t.head.cgroup_id,
-                            path: t.head.path,
-                            name: t.head.name,
-                            at_unix_ms: wall(clock, t.head.ts_ns),
-                            cpu: t.head.cpu,
-                            duration_us: t.duration_us,
-                            runnable: t.runnable,
-                            period: t.period,
-                        });
-                        keep_top(&mut episodes, |e| e.duration_us);
-                    }
-                    EventLine::SlowRead(_) => {}
-                }
-            }
+            place(&mut lines, clock, &mut waits, &mut episodes);
         }
         Item::Window {
             mono_ns,
@@ -479,6 +490,9 @@ pub fn build(rec: &Recording) -> Report {
         }
         Item::Summary(_) | Item::End(_) => {}
     });
+    // Episode lines that waited for their period at the end of the run.
+    play.finish(&mut lines);
+    place(&mut lines, clock, &mut waits, &mut episodes);
     let families = fam
         .into_iter()
         .map(|(f, accs)| {

@@ -7,7 +7,10 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData};
-use cgtrace_common::throttle::{HookEpisode, ThrottleStats};
+use cgtrace_common::{
+    event::{EventHeader, KIND_THROTTLE_SLICE},
+    throttle::{HookEpisode, SliceEvent, SliceKey, SliceSum, ThrottleStats},
+};
 
 use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
 use crate::{
@@ -15,8 +18,12 @@ use crate::{
     clock::monotonic_ns,
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
+    mapbatch::WholeHashMap,
     model::CgroupWindow,
 };
+
+/// Sums per `BPF_MAP_LOOKUP_BATCH` call.
+const SUMS_BATCH: usize = 1024;
 
 /// Where the kernel's CPU counter files of a cgroup are.
 #[derive(Clone, Debug)]
@@ -52,6 +59,8 @@ fn rel_path(mount: &Path, dir: &Path) -> String {
 /// the records, and each throttled cgroup's own kernel counters for the same window.
 pub struct Throttle {
     reader: ThrottleReader,
+    /// `THROTTLE_SLICE_SUMS`: threads' slices per period, summed in the kernel.
+    sums: Option<SliceSums>,
     files: Option<CpuFiles>,
     rules: FlagRules,
     /// The kernel's counters of each throttled cgroup at the end of the last window that read
@@ -69,6 +78,7 @@ impl Throttle {
     ) -> Self {
         let mut t = Self {
             reader,
+            sums: None,
             files,
             rules,
             kernel: StdHashMap::new(),
@@ -134,12 +144,95 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
             Version::V2 => None,
         },
     };
-    Ok(Box::new(Throttle::new(
+    let sums: HashMap<MapData, SliceKey, SliceSum> =
+        take_map(ctx.ebpf, "THROTTLE_SLICE_SUMS")?.try_into()?;
+    let mut t = Throttle::new(
         ThrottleReader::new(stats).with_episodes(episodes),
         Some(files),
         ctx.flag_rules,
         ctx.max_cgroups,
-    )))
+    );
+    t.sums = Some(SliceSums::new(sums));
+    Ok(Box::new(t))
+}
+
+/// The window's end for `THROTTLE_SLICE_SUMS`: the sums of ended periods that no thread sent
+/// (it has not run since) are handed to the records as the ring buffer's would have been, and
+/// sums whose period is complete, or that nobody updated for `FORGET_NS`, are deleted.
+pub struct SliceSums {
+    map: WholeHashMap<SliceKey, SliceSum>,
+    /// This window's reading.
+    seen: Vec<(SliceKey, SliceSum)>,
+}
+
+impl SliceSums {
+    pub fn new(map: HashMap<MapData, SliceKey, SliceSum>) -> Self {
+        Self {
+            map: WholeHashMap::new(map, SUMS_BATCH),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Before the records' window is taken: hands over the sums of ended periods not seen yet.
+    pub fn hand_over(&mut self, records: &mut Records, now_ns: u64) {
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
+        self.map.for_each(|k, v| seen.push((*k, *v)));
+        for (k, s) in &seen {
+            let burners = &records.throttle.burners;
+            if !burners.wants_sum(k.cgroup_id, k.tid, s.period, s.first_ns, s.runtime_ns) {
+                continue;
+            }
+            let ev = SliceEvent {
+                header: EventHeader {
+                    kind: KIND_THROTTLE_SLICE,
+                    cpu: s.last_cpu,
+                    ts_ns: now_ns,
+                },
+                cgroup_id: k.cgroup_id,
+                runtime_ns: s.runtime_ns,
+                pid: k.tid,
+                tgid: s.tgid,
+                comm: s.comm,
+                period: s.period,
+                slices: s.slices,
+                cpus: s.cpus,
+                flags: 0,
+                first_ns: s.first_ns,
+            };
+            // SAFETY: a #[repr(C)] record of integers and byte arrays, read as its bytes.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    (&raw const ev).cast::<u8>(),
+                    std::mem::size_of::<SliceEvent>(),
+                )
+            };
+            records.make(bytes);
+        }
+        self.seen = seen;
+    }
+
+    /// After the window was taken: deletes the sums it no longer needs, each only if it is
+    /// still the sum read (a thread that ran meanwhile keeps its new one). Returns how many.
+    pub fn delete_done(&mut self, records: &Records, now_ns: u64) -> usize {
+        let burners = &records.throttle.burners;
+        let mut n = 0;
+        for (k, s) in &self.seen {
+            let stale = now_ns.saturating_sub(s.last_ns) > super::burners::FORGET_NS;
+            if !stale && !burners.is_done(k.cgroup_id, s.period) {
+                continue;
+            }
+            if self
+                .map
+                .get(k)
+                .is_some_and(|cur| (cur.period, cur.first_ns) == (s.period, s.first_ns))
+            {
+                self.map.remove(k);
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 impl Collector for Throttle {
@@ -154,7 +247,14 @@ impl Collector for Throttle {
     ) -> anyhow::Result<()> {
         input.periods = self.reader.read_window();
         self.reader.drop_gone_episodes();
-        (input.episodes, input.burned) = records.throttle.take_window(monotonic_ns());
+        let now = monotonic_ns();
+        if let Some(sums) = self.sums.as_mut() {
+            sums.hand_over(records, now);
+        }
+        (input.episodes, input.burned) = records.throttle.take_window(now);
+        if let Some(sums) = self.sums.as_mut() {
+            sums.delete_done(records, now);
+        }
         Ok(())
     }
 

@@ -50,15 +50,21 @@ pub struct Records {
     /// Episodes since the last window, by cgroup.
     pub episodes: StdHashMap<u64, Episodes>,
     pub burners: burners::Burners,
+    /// Episodes whose period is not complete yet (its last sums come a window after its end),
+    /// with the period's number and the windows they waited.
+    waiting: Vec<(ThrottleEvent, Option<u32>, u8)>,
     lines: Vec<(ThrottleEvent, Option<ThrottledPeriod>)>,
 }
+
+/// Windows an episode line waits for its period at most.
+const LINE_WAIT: u8 = 2;
 
 impl Records {
     pub fn episode(&mut self, ev: &ThrottleEvent, room: &mut Room<'_>) {
         self.episodes.entry(ev.cgroup_id).or_default().add(ev);
         let period = self.burners.episode(ev);
-        if self.keep_lines && room.fits(&self.lines) {
-            self.lines.push((*ev, period));
+        if self.keep_lines && room.fits(&self.waiting) {
+            self.waiting.push((*ev, period, 0));
         }
     }
 
@@ -67,6 +73,24 @@ impl Records {
             let (path, name) = describe(ev.cgroup_id);
             out.push(EventLine::Throttle(line(&ev, period, path, name)));
         }
+    }
+
+    /// Episode lines whose period completed (or that waited long enough, or with `all`) become
+    /// lines, in the order they came.
+    fn release(&mut self, all: bool) {
+        let burners = &self.burners;
+        let mut waiting = std::mem::take(&mut self.waiting);
+        waiting.retain_mut(|(ev, n, waited)| {
+            let period = n.and_then(|n| burners.completed(ev.cgroup_id, n));
+            let open = n.is_some_and(|n| burners.is_open(ev.cgroup_id, n));
+            if period.is_none() && open && *waited < LINE_WAIT && !all {
+                *waited += 1;
+                return true;
+            }
+            self.lines.push((*ev, period.cloned()));
+            false
+        });
+        self.waiting = waiting;
     }
 
     /// What a window ending at `mono_ns` takes: the episodes since the last one and the throttled
@@ -78,10 +102,15 @@ impl Records {
         StdHashMap<u64, Episodes>,
         std::collections::HashMap<u64, Vec<ThrottledPeriod>>,
     ) {
-        (
-            std::mem::take(&mut self.episodes),
-            self.burners.take(mono_ns),
-        )
+        let burned = self.burners.take(mono_ns);
+        self.release(false);
+        (std::mem::take(&mut self.episodes), burned)
+    }
+
+    /// The end of a run: periods whose end was seen complete, and every episode line goes out.
+    pub fn finish(&mut self) {
+        self.burners.finish();
+        self.release(true);
     }
 }
 
