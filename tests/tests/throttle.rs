@@ -8,7 +8,7 @@ use std::{process::Command, thread::sleep, time::Duration};
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
-    stream::{Stream, merge},
+    stream::{Stream, merge, sum_counter},
     workload::{self, Task, cpus},
 };
 
@@ -255,4 +255,100 @@ fn cpuacct_twin(cg: &TestCgroup) -> anyhow::Result<Option<TestCgroup>> {
         return Ok(None);
     }
     Ok(Some(TestCgroup::at(acct, &cg.rel)?))
+}
+
+/// Who burned the quota, on a group that switches all the time: a pipe ping-pong (`perf bench
+/// sched pipe`, tens of thousands of switches a second) and a spinner under a 20 ms / 100 ms
+/// quota. The kernel sums each thread's slices per period: the records sent are a few per thread
+/// and period, not one per switch (before sums, every switch-out of a watched thread was a
+/// record: `throttle_slice_records` equalled `throttle_slices`). What the throttled periods add
+/// up to is still the quota the kernel let the group use in each (its own `cpu.stat` counts the
+/// periods), so no sum is lost or counted twice between the ring buffer and the map.
+#[test]
+fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let Ok(perf) = which("perf") else {
+        panic!("perf is part of the suite: apt-get install linux-perf");
+    };
+    let cg = TestCgroup::new("thr-sums")?;
+    cg.set_quota(20_000, 100_000)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    s.windows(1)?;
+    let (t0, _) = cg.kernel_throttling()?;
+    let mut cmd = Command::new(perf);
+    cmd.args(["bench", "sched", "pipe", "-l", "100000000"]);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let pipe = Task::spawn(cmd, Some(&cg.procs_file()), None, false)?;
+    let spin = workload::spin(1, &cg.procs_file(), None)?;
+    sleep(Duration::from_secs(6));
+    drop(pipe);
+    drop(spin);
+    sleep(Duration::from_millis(1500));
+    let (t1, _) = cg.kernel_throttling()?;
+    // Two more windows: a period completes one window after its end.
+    s.windows(2)?;
+    let (code, lines) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    let windows: Vec<serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "window")
+        .cloned()
+        .collect();
+    let slices = sum_counter(&windows, "throttle_slices");
+    let records = sum_counter(&windows, "throttle_slice_records");
+    let full = sum_counter(&windows, "throttle_slice_sums_full");
+    let periods: Vec<&serde_json::Value> = windows
+        .iter()
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+        .filter(|c| c["path"] == cg.rel.as_str())
+        .flat_map(|c| c["throttle"]["periods"].as_array().into_iter().flatten())
+        .collect();
+    let cpu_ms: Vec<f64> = periods
+        .iter()
+        .map(|p| p["cpu_ms"].as_f64().unwrap_or(0.0))
+        .collect();
+    let mean = cpu_ms.iter().sum::<f64>() / cpu_ms.len().max(1) as f64;
+    eprintln!(
+        "{slices} slices, {records} records, {full} not summed; kernel throttled {} periods, \
+         {} throttled periods reported, mean CPU in one {mean:.2} ms (quota 20 ms)",
+        t1 - t0,
+        periods.len()
+    );
+    assert!(
+        t1 - t0 >= 20,
+        "the group was throttled: {} periods",
+        t1 - t0
+    );
+    assert!(slices > 5_000, "the ping-pong switched: {slices} slices");
+    assert_eq!(full, 0, "every slice summed");
+    assert!(
+        records * 20 <= slices,
+        "{records} records for {slices} slices: not summed per thread and period"
+    );
+    // Every throttled period (the kernel counts the same ones) is reported with its threads,
+    // except those within a window of the start and the end.
+    assert!(
+        periods.len() as u64 + 12 >= t1 - t0,
+        "{} throttled periods reported, kernel {}",
+        periods.len(),
+        t1 - t0
+    );
+    // A throttled period used its quota: 20 ms, give or take a slice crossing its ends.
+    assert!(
+        (15.0..=26.0).contains(&mean),
+        "mean CPU of a throttled period {mean:.2} ms, quota 20 ms: {cpu_ms:?}"
+    );
+    let comms: std::collections::BTreeSet<&str> = periods
+        .iter()
+        .flat_map(|p| p["top"].as_array().into_iter().flatten())
+        .filter_map(|t| t["comm"].as_str())
+        .collect();
+    assert!(
+        comms.contains("perf") || comms.contains("sched-pipe"),
+        "the ping-pong among the burners: {comms:?}"
+    );
+    Ok(())
 }

@@ -209,7 +209,11 @@ fn period_of(cfs_b: *const u8) -> u32 {
 /// was throttled within `WATCH_NS`, add the slice it just ran to its sum for the group's current
 /// period (who burned the quota). The sum goes to the daemon once, when the thread comes off the
 /// CPU in a later period: one record per thread and period, not one per switch.
-#[inline(always)]
+///
+/// Not inlined: a BPF-to-BPF call, so the verifier walks its branches once per call instead of
+/// once per path through the rest of `sched_switch` (inlined, the program passed the
+/// verifier's million-instruction budget).
+#[inline(never)]
 pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32) {
     let enabled_off = layout!(cfs_rq_runtime_enabled);
     if enabled_off == ABSENT {
@@ -360,7 +364,10 @@ fn send_sum(c: *mut Counters, key: &SliceKey, s: &SliceSum, now: u64, flags: u32
 }
 
 /// Closes this CPU's episodes whose `cfs_rq` is no longer throttled.
-#[inline(always)]
+///
+/// Not inlined (a BPF-to-BPF call): its loop over the slots is verified apart from the paths of
+/// the rest of `sched_switch`, which kept it within the verifier's budget.
+#[inline(never)]
 fn close_unthrottled(c: *mut Counters, closed_by: u32) {
     let Some(open) = THROTTLE_OPEN.get_ptr_mut(0) else {
         return;
@@ -429,6 +436,14 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
 /// From `sched_switch`: episodes whose unthrottle no hook saw (a quota write) end here.
 #[inline(always)]
 pub fn close_late<const DIRECT: bool>(c: *mut Counters) {
+    // The common case, no episode open on this CPU, without the call.
+    // SAFETY: per-CPU map value, read only.
+    if THROTTLE_OPEN
+        .get_ptr(0)
+        .is_none_or(|open| unsafe { (*open).n_open } == 0)
+    {
+        return;
+    }
     close_unthrottled(c, CLOSE_LATE);
 }
 
