@@ -35,6 +35,9 @@ use crate::{
 pub const TASK_RUNNING: u64 = 0;
 /// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
 const TASK_DEAD: u64 = 0x80;
+/// A state that could not be read: neither running nor dead. A plain value, not an `Option`:
+/// LLVM compares a `None`'s undefined payload, which the 5.10 verifier refuses (`!read_ok`).
+pub const STATE_UNKNOWN: u64 = 1 << 62;
 
 /// A wait of `pid` (`task`) starts now.
 #[inline(always)]
@@ -134,7 +137,7 @@ pub fn switched_out<const DIRECT: bool>(
     task: *const u8,
     pid: u32,
     runnable: bool,
-    state: Option<u64>,
+    state: u64,
     now: u64,
     throttled_cfs_rq: Option<u64>,
 ) {
@@ -144,7 +147,7 @@ pub fn switched_out<const DIRECT: bool>(
             Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
             None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
         }
-    } else if state.is_some_and(|s| s & TASK_DEAD != 0) {
+    } else if state != STATE_UNKNOWN && state & TASK_DEAD != 0 {
         // A task woken while still running can exit with a wait recorded that never ends.
         let _ = RUNQ_START.remove(&pid);
     }

@@ -77,12 +77,12 @@ fn switch<const DIRECT: bool>(
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);
         let state = match prev_state {
-            Some(s) => Some(s),
-            None => task_state::<DIRECT>(prev),
+            Some(s) => s,
+            None => task_state::<DIRECT>(prev).unwrap_or(runq::STATE_UNKNOWN),
         };
         // Still runnable: switched out running, or preempted whatever its state (preempted on its
         // way to sleep, preempt=full kernels: it stays queued and runs again without a wakeup).
-        let runnable = preempt || state == Some(runq::TASK_RUNNING);
+        let runnable = preempt || state == runq::TASK_RUNNING;
         let throttled = if runnable {
             throttle::switched_out_runnable::<DIRECT>(c, prev, now)
         } else {

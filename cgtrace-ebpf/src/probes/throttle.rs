@@ -321,7 +321,15 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
 #[inline(always)]
 fn add_cpu(s: &mut SliceSum, cpu: u32) {
     if cpu < SLICE_CPU_BITS {
-        let word = &mut s.cpu_mask[((cpu >> 6) & 3) as usize];
+        // A match, not an index: older verifiers (5.10) lose the index's bound through LLVM's
+        // folding of the shift and mask.
+        let [w0, w1, w2, w3] = &mut s.cpu_mask;
+        let word = match cpu >> 6 {
+            0 => w0,
+            1 => w1,
+            2 => w2,
+            _ => w3,
+        };
         let bit = 1u64 << (cpu & 63);
         if *word & bit == 0 {
             *word |= bit;
