@@ -370,6 +370,90 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_episode_line_waits_for_its_period_then_carries_its_burners() {
+        use cgtrace_common::{
+            event::{EventHeader, KIND_THROTTLE_PERIOD, KIND_THROTTLE_SLICE},
+            throttle::{PeriodEvent, SliceEvent},
+        };
+        let h = |kind, ts_ns| EventHeader {
+            kind,
+            cpu: 0,
+            ts_ns,
+        };
+        let period = |ts_ns, n, throttled| PeriodEvent {
+            header: h(KIND_THROTTLE_PERIOD, ts_ns),
+            cgroup_id: 5,
+            throttled,
+            period: n,
+        };
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"spin");
+        let sum = |tid, n, ms: u64| SliceEvent {
+            header: h(KIND_THROTTLE_SLICE, 0),
+            cgroup_id: 5,
+            runtime_ns: ms * 1_000_000,
+            pid: tid,
+            tgid: tid,
+            comm,
+            period: n,
+            slices: 3,
+            cpus: 1,
+            flags: 0,
+            first_ns: 1,
+        };
+        let ep = ThrottleEvent {
+            header: h(KIND_THROTTLE, 100_000_000),
+            cgroup_id: 5,
+            start_ns: 30_000_000,
+            duration_ns: 70_000_000,
+            tasks: 1,
+            runnable: 1,
+            closed_by: 0,
+            _pad: 0,
+            kernel_ns: 0,
+        };
+        let lines_of = |r: &mut Records| {
+            let mut out = Vec::new();
+            r.lines(&mut |_| (None, None), &mut out);
+            out.into_iter()
+                .map(|l| match l {
+                    EventLine::Throttle(t) => t.period,
+                    _ => panic!("a throttle line"),
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut dropped = 0;
+        let mut r = Records {
+            keep_lines: true,
+            ..Records::default()
+        };
+        r.burners.period(&period(0, 1, 0));
+        r.burners.slice(&sum(9, 2, 12));
+        r.burners.period(&period(100_000_000, 2, 1));
+        r.episode(&ep, &mut Room(&mut dropped));
+        // Thread 8 slept through the period's end: its sum comes from the map a window later.
+        let _ = r.take_window(100_000_000);
+        assert!(
+            lines_of(&mut r).is_empty(),
+            "the period is not complete yet"
+        );
+        r.burners.slice(&sum(8, 2, 8));
+        let (_, burned) = r.take_window(1_100_000_000);
+        let lines = lines_of(&mut r);
+        let p = lines[0].as_ref().expect("the line carries its period");
+        assert_eq!((p.threads, p.cpu_ms, p.burned_in_ms), (2, 20.0, Some(30.0)));
+        assert_eq!(p.top[0].comm, "spin");
+        assert_eq!(burned[&5], vec![p.clone()]);
+        // An episode of a period that never completes goes out at the end of the run.
+        r.burners.period(&period(1_200_000_000, 3, 1));
+        r.episode(&ep, &mut Room(&mut dropped));
+        r.burners.slice(&sum(9, 4, 1));
+        r.finish();
+        assert_eq!(lines_of(&mut r).len(), 1);
+        assert_eq!(dropped, 0);
+    }
+
+    #[test]
     fn window_combines_ours_and_the_kernels() {
         let mut e = Episodes::default();
         for (cpu, ns) in [(0u32, 80_000_000u64), (1, 79_000_000)] {
