@@ -119,8 +119,10 @@ impl Playback {
     }
 
     /// A recorded window ended at `mono_ns`: as live, it took what the records had gathered.
-    pub fn window(&mut self, mono_ns: u64) {
+    /// Event lines that waited for it go to `lines` (live printed them before the window).
+    pub fn window(&mut self, mono_ns: u64, lines: &mut Vec<EventLine>) {
         self.records.window_ended(mono_ns);
+        self.take_lines(lines);
     }
 }
 
@@ -152,6 +154,7 @@ pub fn stream<W: Write>(
     let mut play = Playback::new(events);
     let mut lines = Vec::new();
     let mut open = true;
+    let mut finished = false;
     rec.for_each(|item| {
         if !open {
             return;
@@ -180,12 +183,27 @@ pub fn stream<W: Write>(
                 }
                 Item::Window { mono_ns, json, .. } => {
                     r.windows += 1;
-                    play.window(mono_ns);
+                    play.window(mono_ns, &mut lines);
+                    for line in lines.drain(..) {
+                        r.event_lines += 1;
+                        if !emit(out, &line)? {
+                            return Ok(false);
+                        }
+                    }
                     if !emit_line(out, &String::from_utf8_lossy(json))? {
                         return Ok(false);
                     }
                 }
                 Item::Summary(j) => {
+                    // The end of the run: lines that waited went out before the summary.
+                    finished = true;
+                    play.finish(&mut lines);
+                    for line in lines.drain(..) {
+                        r.event_lines += 1;
+                        if !emit(out, &line)? {
+                            return Ok(false);
+                        }
+                    }
                     if summary && !emit_line(out, &String::from_utf8_lossy(j))? {
                         return Ok(false);
                     }
@@ -203,7 +221,8 @@ pub fn stream<W: Write>(
             }
         }
     });
-    if open {
+    // A recording cut short (no summary): what waited goes out at its end.
+    if open && !finished {
         play.finish(&mut lines);
         for line in lines.drain(..) {
             r.event_lines += 1;

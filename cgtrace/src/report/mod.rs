@@ -453,7 +453,8 @@ pub fn build(rec: &Recording) -> Report {
             end_unix_ms,
             json,
         } => {
-            play.window(mono_ns);
+            play.window(mono_ns, &mut lines);
+            place(&mut lines, clock, &mut waits, &mut episodes);
             let fix = clock.is_none();
             clock = Some((mono_ns, end_unix_ms));
             if fix {
