@@ -111,6 +111,19 @@ fn read<T: Plain>(kind: u32, bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// The bytes of a slice record as the kernel writes them: the sums the throttle collector reads
+/// from the kernel's map become records like the ring buffer's (live, and in a recording).
+pub fn slice_bytes(ev: &SliceEvent) -> &[u8] {
+    // SAFETY: a #[repr(C)] record of integers and byte arrays with explicit padding (`Plain`),
+    // read as its own bytes for its own lifetime.
+    unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(ev).cast::<u8>(),
+            std::mem::size_of::<SliceEvent>(),
+        )
+    }
+}
+
 /// The header of a record, without decoding the rest (a kind this build may not know).
 pub fn header(bytes: &[u8]) -> Result<EventHeader, DecodeError> {
     read::<EventHeader>(0, bytes).map_err(|_| DecodeError::NoHeader { len: bytes.len() })
@@ -168,6 +181,35 @@ pub fn comm_str(comm: &[u8; 16]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_made_slice_record_decodes_as_itself() {
+        use cgtrace_common::event::KIND_THROTTLE_SLICE;
+        let ev = SliceEvent {
+            header: EventHeader {
+                kind: KIND_THROTTLE_SLICE,
+                cpu: 3,
+                ts_ns: 42,
+            },
+            cgroup_id: 7,
+            runtime_ns: 1_000,
+            pid: 5,
+            tgid: 4,
+            comm: *b"GC Thread#0\0\0\0\0\0",
+            period: 9,
+            slices: 2,
+            cpus: 1,
+            flags: 0,
+            first_ns: 40,
+        };
+        let Ok(Record::ThrottleSlice(got)) = Record::from_bytes(slice_bytes(&ev)) else {
+            panic!("a slice record");
+        };
+        assert_eq!(
+            (got.cgroup_id, got.pid, got.period, got.first_ns, got.comm),
+            (7, 5, 9, 40, ev.comm)
+        );
+    }
+
     use cgtrace_common::runq::WaitKind;
 
     use super::*;

@@ -200,14 +200,7 @@ impl SliceSums {
                 flags: 0,
                 first_ns: s.first_ns,
             };
-            // SAFETY: a #[repr(C)] record of integers and byte arrays, read as its bytes.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(
-                    (&raw const ev).cast::<u8>(),
-                    std::mem::size_of::<SliceEvent>(),
-                )
-            };
-            records.make(bytes);
+            records.make(crate::decode::slice_bytes(&ev));
         }
         self.seen = seen;
     }
