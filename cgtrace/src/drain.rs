@@ -139,9 +139,7 @@ impl RawRecords {
             self.lost += 1;
             return;
         }
-        self.buf
-            .extend_from_slice(&(rec.len() as u32).to_ne_bytes());
-        self.buf.extend_from_slice(rec);
+        append(&mut self.buf, rec);
     }
 
     /// Calls `f` with each record kept, then forgets them.
@@ -151,7 +149,14 @@ impl RawRecords {
     }
 }
 
-/// Calls `f` with each record of a buffer filled by [`RawRecords::push`].
+/// Appends `rec` to `buf` in the queue's format (`len:u32` native endian, then its bytes), read
+/// back by [`for_each`].
+pub fn append(buf: &mut Vec<u8>, rec: &[u8]) {
+    buf.extend_from_slice(&(rec.len() as u32).to_ne_bytes());
+    buf.extend_from_slice(rec);
+}
+
+/// Calls `f` with each record of a buffer filled by [`RawRecords::push`] or [`append`].
 pub fn for_each(buf: &[u8], mut f: impl FnMut(&[u8])) {
     let mut p = 0;
     while p + 4 <= buf.len() {

@@ -293,9 +293,7 @@ impl Records {
 
     /// A record a collector made (see `made`): consumed like a ring-buffer one, and kept.
     pub fn make(&mut self, bytes: &[u8]) {
-        self.made
-            .extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
-        self.made.extend_from_slice(bytes);
+        crate::drain::append(&mut self.made, bytes);
         self.consume(bytes);
     }
 

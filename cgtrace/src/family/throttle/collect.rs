@@ -206,10 +206,9 @@ impl SliceSums {
     }
 
     /// After the window was taken: deletes the sums it no longer needs, each only if it is
-    /// still the sum read (a thread that ran meanwhile keeps its new one). Returns how many.
-    pub fn delete_done(&mut self, records: &Records, now_ns: u64) -> usize {
+    /// still the sum read (a thread that ran meanwhile keeps its new one).
+    pub fn delete_done(&mut self, records: &Records, now_ns: u64) {
         let burners = &records.throttle.burners;
-        let mut n = 0;
         for (k, s) in &self.seen {
             let stale = now_ns.saturating_sub(s.last_ns) > super::burners::FORGET_NS;
             if !stale && !burners.is_done(k.cgroup_id, s.period) {
@@ -221,10 +220,8 @@ impl SliceSums {
                 .is_some_and(|cur| (cur.period, cur.first_ns) == (s.period, s.first_ns))
             {
                 self.map.remove(k);
-                n += 1;
             }
         }
-        n
     }
 }
 
