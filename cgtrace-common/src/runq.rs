@@ -48,6 +48,45 @@ impl TryFrom<u32> for WaitKind {
     }
 }
 
+/// `sched_switch`'s `prev_state` of a task switched out still runnable.
+pub const TASK_RUNNING: u64 = 0;
+/// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
+pub const TASK_DEAD: u64 = 0x80;
+/// `TASK_INTERRUPTIBLE`: going to sleep (or preempted on its way there).
+pub const TASK_INTERRUPTIBLE: u64 = 0x1;
+/// A state that could not be read: neither running nor dead. A plain value, not an `Option`:
+/// LLVM compares a `None`'s undefined payload, which the 5.10 verifier refuses (`!read_ok`).
+pub const STATE_UNKNOWN: u64 = 1 << 62;
+
+/// What a switch-out (`sched_switch`'s `prev`) means for the task's run-queue wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchOut {
+    /// Still queued: switched out running (preempted, or yielded), or preempted whatever its
+    /// state — preempted on its way to sleep (preempt=full kernels) it stays queued and runs
+    /// again without a wakeup. A wait starts now, replacing any stamp a wakeup left while it
+    /// still ran.
+    Queued,
+    /// Its last switch-out: a stamp it may have left (woken while still running) goes.
+    Exited,
+    /// Going to sleep: its next wait starts at its wakeup.
+    Sleeps,
+}
+
+impl SwitchOut {
+    /// From the tracepoint's `preempt` flag and the task's state (`STATE_UNKNOWN` if unread).
+    /// Not the flag alone: it is 0 for most involuntary preemptions on preempt=none kernels.
+    #[inline(always)]
+    pub fn of(preempt: bool, state: u64) -> Self {
+        if preempt || state == TASK_RUNNING {
+            Self::Queued
+        } else if state != STATE_UNKNOWN && state & TASK_DEAD != 0 {
+            Self::Exited
+        } else {
+            Self::Sleeps
+        }
+    }
+}
+
 /// Value of `RUNQ_START`, keyed by tid: when the wait began and why.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -178,4 +217,66 @@ mod pod {
     unsafe impl aya::Pod for super::RunqHist {}
     // SAFETY: #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::RunqStart {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    /// The wait-start stamp of one task, driven as the programs drive `RUNQ_START`.
+    #[derive(Default)]
+    struct Task {
+        stamp: Option<(u64, WaitKind)>,
+    }
+
+    impl Task {
+        fn wakeup(&mut self, now: u64) {
+            self.stamp = Some((now, WaitKind::Wakeup));
+        }
+        fn switch_out(&mut self, preempt: bool, state: u64, now: u64) {
+            match SwitchOut::of(preempt, state) {
+                SwitchOut::Queued => self.stamp = Some((now, WaitKind::Preempt)),
+                SwitchOut::Exited => self.stamp = None,
+                SwitchOut::Sleeps => {}
+            }
+        }
+        /// Switched in: the wait that ends, as (length, kind).
+        fn switch_in(&mut self, now: u64) -> Option<(u64, WaitKind)> {
+            self.stamp.take().map(|(t, k)| (now - t, k))
+        }
+    }
+
+    /// The stale stamp of the scale issue: a wakeup arrives while the task still runs (it had
+    /// set its state to sleep and not yet called `schedule`), then the task is preempted with
+    /// that sleeping state (preempt=full) and runs again 2 µs later, without another wakeup. Its
+    /// wait is those 2 µs, not the 10 µs since the old wakeup.
+    #[test]
+    fn preempted_on_its_way_to_sleep_waits_from_the_preemption() {
+        let mut t = Task::default();
+        t.wakeup(1_000);
+        t.switch_out(true, TASK_INTERRUPTIBLE, 9_000);
+        assert_eq!(t.switch_in(11_000), Some((2_000, WaitKind::Preempt)));
+    }
+
+    #[test]
+    fn switch_outs() {
+        // preempt=none kernels: involuntary preemption without the flag, state running.
+        assert_eq!(SwitchOut::of(false, TASK_RUNNING), SwitchOut::Queued);
+        assert_eq!(SwitchOut::of(true, TASK_RUNNING), SwitchOut::Queued);
+        assert_eq!(SwitchOut::of(true, TASK_INTERRUPTIBLE), SwitchOut::Queued);
+        assert_eq!(SwitchOut::of(false, TASK_INTERRUPTIBLE), SwitchOut::Sleeps);
+        assert_eq!(SwitchOut::of(false, TASK_DEAD), SwitchOut::Exited);
+        // An unreadable state is never taken for an exit (its bits include none of TASK_DEAD's).
+        assert_eq!(SwitchOut::of(false, STATE_UNKNOWN), SwitchOut::Sleeps);
+        let mut t = Task::default();
+        // Woken while still running, then exits: the stamp goes with it.
+        t.wakeup(1_000);
+        t.switch_out(false, TASK_DEAD, 2_000);
+        assert_eq!(t.switch_in(3_000), None);
+        // An ordinary sleep: the wait is from the wakeup.
+        t.switch_out(false, TASK_INTERRUPTIBLE, 4_000);
+        t.wakeup(5_000);
+        assert_eq!(t.switch_in(5_500), Some((500, WaitKind::Wakeup)));
+    }
 }

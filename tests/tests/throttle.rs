@@ -352,3 +352,88 @@ fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// CLOCK_MONOTONIC now, in ns: the clock of the stream's `ts_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A group removed while throttled: its tasks are moved out mid-episode and the group removed at
+/// once, so the kernel frees its `cfs_rq`s still throttled (the period timer is cancelled with
+/// the group; nothing unthrottles them). The episode left open on that memory must never be
+/// reported as the old group's when a later group's `cfs_rq` reuses it (an episode as long as the
+/// time until the reuse: the hours-long bogus episode of the scale issue) — it is dropped and
+/// counted (`throttle_stale`). No episode of a removed group may end later than a period after
+/// its removal, and every episode is shorter than a second (a 5 ms / 100 ms quota).
+#[test]
+fn group_removed_while_throttled_leaves_no_stale_episode() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let park = TestCgroup::new("thr-park")?;
+    let mut s = Stream::start(&["--interval", "1000", "--events", "throttle"])?;
+    s.windows(1)?;
+    // (cgroup id, removed at) of the groups removed while throttled.
+    let mut removed: Vec<(u64, u64)> = Vec::new();
+    for i in 0..8 {
+        let mut cg = TestCgroup::new(&format!("thr-gone{i}"))?;
+        cg.set_quota(5_000, 100_000)?;
+        let spin = workload::spin(cpus(), &cg.procs_file(), None)?;
+        // Right after a throttle: ~95 ms before the period timer could unthrottle it.
+        let (t0, _) = cg.kernel_throttling()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while cg.kernel_throttling()?.0 < t0 + 2 && std::time::Instant::now() < deadline {
+            sleep(Duration::from_millis(1));
+        }
+        let id = cg.id();
+        std::fs::write(park.procs_file(), spin.pid().to_string())?;
+        cg.remove()?;
+        removed.push((id, monotonic_ns()));
+        drop(spin);
+    }
+    // The freed cfs_rqs go back to the allocator (after an RCU grace period); new groups, each
+    // throttled as usual, take memory from the same caches.
+    sleep(Duration::from_secs(2));
+    for i in 0..30 {
+        let mut cg = TestCgroup::new(&format!("thr-new{i}"))?;
+        cg.set_quota(5_000, 100_000)?;
+        let spin = workload::spin(1, &cg.procs_file(), None)?;
+        sleep(Duration::from_millis(150));
+        drop(spin);
+        cg.remove()?;
+    }
+    sleep(Duration::from_millis(1500));
+    s.windows(2)?;
+    let (code, lines) = s.stop(SIGINT)?;
+    assert_eq!(code, 0);
+    let stale = sum_counter(&lines, "throttle_stale");
+    let episodes: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["type"] == "throttle").collect();
+    eprintln!(
+        "{} episodes, throttle_stale {stale}, groups removed while throttled: {}",
+        episodes.len(),
+        removed.len()
+    );
+    assert!(!episodes.is_empty(), "the groups were throttled");
+    for e in &episodes {
+        let dur_us = e["duration_us"].as_f64().unwrap_or(0.0);
+        assert!(dur_us < 1e6, "an episode of {dur_us:.0} us: {e}");
+        let end_ns = e["start_ns"].as_u64().unwrap_or(0) + (dur_us * 1e3) as u64;
+        if let Some((_, at)) = removed.iter().find(|(id, _)| e["cgroup_id"] == *id) {
+            assert!(
+                end_ns <= at + 150_000_000,
+                "an episode of a removed group ends {} ms after its removal: {e}",
+                end_ns.saturating_sub(*at) / 1_000_000
+            );
+        }
+    }
+    // The case happened: some episode was left open on freed memory and dropped.
+    assert!(stale > 0, "no episode was left on a removed group's cfs_rq");
+    Ok(())
+}

@@ -12,17 +12,7 @@ QUIET=$CG/cgtrace-vm-quiet
 OUT=/tmp/stream.ndjson
 # Seconds to wait for cgtrace's first window (loading under TCG is slow).
 START_TIMEOUT=$((60 + $(nproc) * 2))
-# Waits (up to 30 s) until process $1 has stopped itself (state T).
-wait_stopped() {
-    n=0
-    while [ "$n" -lt 300 ]; do
-        read -r _ _ state _ <"/proc/$1/stat" && [ "$state" = T ] && return 0
-        sleep 0.1
-        n=$((n + 1))
-    done
-    echo "scenario: process $1 did not stop itself"
-    return 1
-}
+. /lib.sh
 
 mkdir "$BUSY" "$QUIET" || exit 90
 echo 1 >"$QUIET/cpu.weight" || exit 91

@@ -107,13 +107,17 @@ struct RunqArgs {
     /// The cgtrace binary [default: <workspace>/target/release/cgtrace].
     #[arg(long)]
     cgtrace: Option<PathBuf>,
+    /// Another cgtrace binary (e.g. the previous commit's build) for the `baseline`
+    /// configuration: a before/after in one interleaved run.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// `cgtrace stream --interval`, in ms.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-blame (--blame), runqlat,
+    /// cgtrace-blame (--blame), baseline (the --baseline binary as a user starts it), runqlat,
     /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
@@ -142,6 +146,8 @@ enum Config {
     CgtraceEvents,
     /// With `--blame`: what the blame ledger's per-switch slice ring costs.
     CgtraceBlame,
+    /// The `--baseline` binary as a user starts it.
+    Baseline,
     Runqlat,
     /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
     RunqlatStats,
@@ -156,6 +162,7 @@ impl Config {
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
             Config::CgtraceBlame => "cgtrace-blame",
+            Config::Baseline => "baseline",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
         }
@@ -164,7 +171,7 @@ impl Config {
     /// `cgtrace stream` arguments beyond `--interval`, for the cgtrace configurations.
     fn cgtrace_args(self) -> Option<&'static [&'static str]> {
         match self {
-            Config::Cgtrace => Some(&[]),
+            Config::Cgtrace | Config::Baseline => Some(&[]),
             Config::CgtraceStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
@@ -191,6 +198,7 @@ struct Plan {
     loops: u64,
     configs: Vec<Config>,
     cgtrace: PathBuf,
+    baseline: Option<PathBuf>,
     interval_ms: u64,
     pin: Option<usize>,
     #[serde(skip)]
@@ -215,6 +223,7 @@ impl Plan {
             cgtrace: args
                 .cgtrace
                 .unwrap_or_else(|| root.join("target/release/cgtrace")),
+            baseline: args.baseline,
             interval_ms: args.interval_ms,
             pin: args.pin,
             out: args
@@ -231,7 +240,7 @@ impl Plan {
     }
 
     fn check_tracers(&self) -> Result<()> {
-        if self.has(Config::Cgtrace) || self.has(Config::Runqlat) {
+        if self.has(Config::Cgtrace) || self.has(Config::Baseline) || self.has(Config::Runqlat) {
             // SAFETY: geteuid has no preconditions.
             let uid = unsafe { libc::geteuid() };
             ensure!(uid == 0, "bench runq needs root to attach BPF programs");
@@ -243,6 +252,14 @@ impl Plan {
                  (or --configs bare,runqlat)",
                 self.cgtrace.display()
             );
+        }
+        if self.has(Config::Baseline) {
+            match &self.baseline {
+                Some(b) => ensure!(b.is_file(), "--baseline {}: no such file", b.display()),
+                None => {
+                    bail!("the baseline configuration needs --baseline PATH (a cgtrace binary)")
+                }
+            }
         }
         if self.has(Config::Runqlat) {
             runqlat::find_runqlat()?;
@@ -343,7 +360,13 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
         | Config::CgtraceReads
         | Config::CgtraceEvents
         | Config::CgtraceBlame => {
-            let (perf, stats) = under_cgtrace(plan, config.cgtrace_args().unwrap_or(&[]))?;
+            let args = config.cgtrace_args().unwrap_or(&[]);
+            let (perf, stats) = under_cgtrace(plan, &plan.cgtrace, args)?;
+            (perf, Some(stats))
+        }
+        Config::Baseline => {
+            let bin = plan.baseline.as_ref().context("--baseline")?;
+            let (perf, stats) = under_cgtrace(plan, bin, &[])?;
             (perf, Some(stats))
         }
         Config::Runqlat => {
@@ -365,8 +388,8 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     })
 }
 
-fn under_cgtrace(plan: &Plan, extra: &[&str]) -> Result<(Perf, TracerStats)> {
-    let cgtrace = Cgtrace::start(&plan.cgtrace, plan.interval_ms, extra)?;
+fn under_cgtrace(plan: &Plan, bin: &Path, extra: &[&str]) -> Result<(Perf, TracerStats)> {
+    let cgtrace = Cgtrace::start(bin, plan.interval_ms, extra)?;
     let (perf, cpu_pct) = perf_beside(plan, cgtrace.pid())?;
     let windows = cgtrace.stop()?;
     let stats = window_stats(&windows);

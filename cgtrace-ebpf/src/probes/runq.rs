@@ -17,7 +17,7 @@ use cgtrace_common::{
     layout::{ABSENT, THR_CLOCK_NONE},
     runq::{
         BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, RunqEvent, RunqKey,
-        RunqStart, Slice, WaitKind,
+        RunqStart, Slice, SwitchOut, WaitKind,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -30,14 +30,6 @@ use crate::{
         emit,
     },
 };
-
-/// `prev_state` of a task switched out still runnable.
-pub const TASK_RUNNING: u64 = 0;
-/// `TASK_DEAD`: the task's last switch-out (0x80 since at least 4.14).
-const TASK_DEAD: u64 = 0x80;
-/// A state that could not be read: neither running nor dead. A plain value, not an `Option`:
-/// LLVM compares a `None`'s undefined payload, which the 5.10 verifier refuses (`!read_ok`).
-pub const STATE_UNKNOWN: u64 = 1 << 62;
 
 /// A wait of `pid` (`task`) starts now.
 #[inline(always)]
@@ -128,28 +120,29 @@ fn own_quota<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> bool {
     read::<i32, DIRECT>(cfs_rq, layout!(cfs_rq_runtime_enabled)).unwrap_or(1) != 0
 }
 
-/// A task switched out: still `runnable`, its wait starts (`throttled_cfs_rq`: the throttled
-/// `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left open
-/// (woken while still running) goes.
+/// A task switched out ([`SwitchOut`]): still queued, its wait starts (`throttled_cfs_rq`: the
+/// throttled `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left
+/// open (woken while still running) goes.
 #[inline(always)]
 pub fn switched_out<const DIRECT: bool>(
     c: *mut Counters,
     task: *const u8,
     pid: u32,
-    runnable: bool,
-    state: u64,
+    out: SwitchOut,
     now: u64,
     throttled_cfs_rq: Option<u64>,
 ) {
-    if runnable {
+    match out {
         // Replaces any older stamp (a wakeup that came while it still ran).
-        match throttled_cfs_rq {
+        SwitchOut::Queued => match throttled_cfs_rq {
             Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
             None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
-        }
-    } else if state != STATE_UNKNOWN && state & TASK_DEAD != 0 {
+        },
         // A task woken while still running can exit with a wait recorded that never ends.
-        let _ = RUNQ_START.remove(&pid);
+        SwitchOut::Exited => {
+            let _ = RUNQ_START.remove(&pid);
+        }
+        SwitchOut::Sleeps => {}
     }
 }
 

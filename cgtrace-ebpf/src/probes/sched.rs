@@ -7,7 +7,10 @@
 //! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback); and
 //! `sched_switch` once more for kernels before 5.18, whose tracepoint has no `prev_state`.
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfTracePointContext};
-use cgtrace_common::{counters, runq::WaitKind};
+use cgtrace_common::{
+    counters,
+    runq::{STATE_UNKNOWN, SwitchOut, WaitKind},
+};
 
 use crate::{
     kernel::{task_cgroup_id, task_pid, task_state},
@@ -75,20 +78,21 @@ fn switch<const DIRECT: bool>(
     throttle::close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
-        throttle::slice_out::<DIRECT>(c, prev, prev_pid);
+        // The call only while some group is watched (throttled within the last second).
+        if throttle::watching(now) {
+            throttle::slice_out::<DIRECT>(c, prev, prev_pid);
+        }
         let state = match prev_state {
             Some(s) => s,
-            None => task_state::<DIRECT>(prev).unwrap_or(runq::STATE_UNKNOWN),
+            None => task_state::<DIRECT>(prev).unwrap_or(STATE_UNKNOWN),
         };
-        // Still runnable: switched out running, or preempted whatever its state (preempted on its
-        // way to sleep, preempt=full kernels: it stays queued and runs again without a wakeup).
-        let runnable = preempt || state == runq::TASK_RUNNING;
-        let throttled = if runnable {
+        let out = SwitchOut::of(preempt, state);
+        let throttled = if out == SwitchOut::Queued {
             throttle::switched_out_runnable::<DIRECT>(c, prev, now)
         } else {
             None
         };
-        runq::switched_out::<DIRECT>(c, prev, prev_pid, runnable, state, now, throttled);
+        runq::switched_out::<DIRECT>(c, prev, prev_pid, out, now, throttled);
     }
     let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
     // The blame ledger: the slice that ends now goes into this CPU's ring before next's wait is

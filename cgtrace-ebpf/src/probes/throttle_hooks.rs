@@ -21,17 +21,15 @@ use cgtrace_common::{
     counters,
     event::{EventHeader, KIND_THROTTLE},
     layout::THR_CLOCK_SELF,
-    throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent, WATCH_NS},
+    throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent},
 };
 
 use crate::{
     kernel::{layout, read},
-    maps::{
-        THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, THROTTLE_WATCH, count, counters, emit,
-    },
+    maps::{THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, count, counters, emit},
     probes::{
         runq::thr_clock,
-        throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id},
+        throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id, watch},
     },
 };
 
@@ -100,7 +98,7 @@ fn open<const DIRECT: bool>(cfs_rq: *const u8) {
             Some(_) => {}
         }
     }
-    let _ = THROTTLE_WATCH.insert(&cgroup_id, &(now + WATCH_NS), 0);
+    watch(cgroup_id, now);
     seed_period_counts(tg, cgroup_id);
 }
 

@@ -57,6 +57,7 @@ pub(super) fn build_initramfs(out: &Path, bins: &[GuestBin], scenario: &[u8]) ->
         }
     }
     cpio.data("init", INIT_SCRIPT, 0o755);
+    cpio.data("lib.sh", SCENARIO_LIB, 0o644);
     cpio.data("scenario.sh", scenario, 0o755);
     let mut w = BufWriter::new(File::create(out)?);
     cpio.write_to(&mut w)?;

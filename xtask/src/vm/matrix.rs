@@ -373,7 +373,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             println!();
         }
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}{:>18}",
             "kernel",
             "result",
             "uname -r",
@@ -388,7 +388,8 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             "wait/kern",
             "own %",
             "anc %",
-            "run_delay thr/anc"
+            "run_delay thr/anc",
+            "max ep ms / stale"
         );
     }
     for row in throttle_rows {
@@ -415,7 +416,7 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
             ),
         };
         println!(
-            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}",
+            "{:<9}{:<8}{:<30}{:>12}  {:<25}{:>8}{:>18}{:>22}{:>8}  {:<22}{:>6}{:>10}{:>7}{:>7}{:>16}{:>18}",
             row.kernel,
             verdict(&row.failures),
             row.uname,
@@ -435,7 +436,8 @@ pub(super) fn print_table(rows: &[MatrixRow], throttle_rows: &[ThrottleRow]) {
                 "{}/{}",
                 kernel_ratio(r.wait_sum_us, r.run_delay_us),
                 kernel_ratio(r.anc_wait_us, r.anc_run_delay_us)
-            )
+            ),
+            format!("{:.0} / {}", r.longest_episode_us / 1e3, r.stale)
         );
     }
     for row in rows.iter().filter(|r| !r.failures.is_empty()) {

@@ -56,6 +56,8 @@ use throttle::*;
 const DEFAULT_CACHE: &str = "/var/cache/cgtrace-vm";
 const BUSYBOX: &str = "/bin/busybox";
 const INIT_SCRIPT: &str = include_str!("../../../tests/vm/init.sh");
+/// Shell functions the scenarios share (`. /lib.sh`).
+const SCENARIO_LIB: &str = include_str!("../../../tests/vm/lib.sh");
 const RUNQ_SCENARIO: &str = include_str!("../../../tests/vm/runq.sh");
 const THROTTLE_SCENARIO: &str = include_str!("../../../tests/vm/throttle.sh");
 const BOOTED_MARKER: &str = "CGTRACE-VM-BOOTED";
@@ -66,8 +68,17 @@ const KSTAT_BEFORE: &str = "CGTRACE-KSTAT-BEFORE";
 const KSTAT_AFTER: &str = "CGTRACE-KSTAT-AFTER";
 /// The cgroup (cgroup2 path) `tests/vm/throttle.sh` puts its quota and load in.
 const THROTTLE_CGROUP: &str = "/cgtrace-vm-thr";
+/// The groups `tests/vm/throttle.sh` throttles after others were removed while throttled.
+const AFTER_GONE_PREFIX: &str = "/cgtrace-vm-new";
+/// `tests/vm/throttle.sh` says it ran its churn phase (guests of at most 8 CPUs).
+const CHURN_LINE: &str = "throttle: churn:";
+/// No throttle episode of the churn phase may be longer (its quotas' periods are 100 ms): a longer
+/// one started at a stale entry's time.
+const MAX_EPISODE_US: f64 = 1e6;
 /// The child of the quota'd parent `tests/vm/throttle.sh` runs one loop in.
 const ANCESTOR_CHILD: &str = "/cgtrace-vm-anc/child";
+/// The quota'd parent of [`ANCESTOR_CHILD`].
+const ANCESTOR: &str = "/cgtrace-vm-anc";
 /// Largest relative difference allowed between our throttled time and the kernel's.
 const THROTTLED_TIME_TOLERANCE: f64 = 0.02;
 /// Least share of the throttled cgroup's run-queue wait that must be of kind `throttled`: its

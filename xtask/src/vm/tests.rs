@@ -55,6 +55,13 @@ fn check_rejects_missing_markers_and_bad_json() {
 const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
 
 /// A window whose /cgtrace-vm-thr element has `nr_throttled` and `throttled_us`.
+/// A throttle episode line of `path`.
+fn thr_episode(path: &str, duration_us: f64) -> String {
+    format!(
+        r#"{{"type":"throttle","ts_ns":1,"cpu":0,"cgroup_id":40,"path":"{path}","start_ns":1,"duration_us":{duration_us},"tasks":1,"runnable":1,"closed_by":"timer"}}"#
+    )
+}
+
 fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
     format!(
         r#"{{"type":"window","seq":{seq},"events":{{"seen":100,"dropped":0}},"cgroups":[{{"id":1,"hierarchy":"cgroup2","path":"/","runq":{{"count":5}}}},{{"id":23,"hierarchy":"cgroup2","path":"/cgtrace-vm-thr","runq":{{"count":40,"sum_us":{wait_us},"kinds":{{"preempt":{{"sum_us":{preempt_us}}},"throttled":{{"sum_us":{throttled_wait_us}}}}},"blame":{{"throttled_own_us":{throttled_wait_us},"throttled_ancestor_us":0.0,"siblings_us":{preempt_us},"neighbours":[],"neighbours_other_us":0.0,"unattributed_us":0.0}}}},"throttle":{{"quota_us":20000,"period_us":100000,"nr_periods":{nr_throttled},"nr_throttled":{nr_throttled},"throttled_us":{throttled_us},"episodes":{e},"kernel":null}}}},{{"id":24,"hierarchy":"cgroup2","path":"/cgtrace-vm-anc/child","runq":{{"count":10,"sum_us":{anc_us},"blame":{{"throttled_own_us":0.0,"throttled_ancestor_us":{anc_thr_us},"siblings_us":0.0,"neighbours":[{{"id":23,"path":"/cgtrace-vm-thr","name":null,"wait_us":{anc_nb_us}}}],"neighbours_other_us":0.0,"unattributed_us":0.0}}}}}}]}}"#,
@@ -71,7 +78,8 @@ fn thr_window(seq: u32, nr_throttled: u64, throttled_us: f64) -> String {
 }
 
 /// A throttle-scenario log: kernel delta 62 throttled periods, 10 674 582 µs; the loops'
-/// run_delay is their wait in `windows` (ns, rounded down).
+/// run_delay is their wait in `windows` (ns, rounded down); one 95 ms episode of a group made
+/// after the removed ones.
 fn thr_captured(hello: &str, windows: &[String]) -> Vec<String> {
     let wait_ns = |path: &str| -> u64 {
         let us: f64 = windows
@@ -86,14 +94,16 @@ fn thr_captured(hello: &str, windows: &[String]) -> Vec<String> {
     lines(&format!(
         "CGTRACE-VM-BOOTED 6.12.117+deb12-cloud-amd64\n\
          throttle: mode fentry, 6s of load in 6 loops, cpu.max 20000 100000, 2 CPUs\n\
+         throttle: churn: groups removed while throttled, then new ones\n\
          [    9.100000] random: crng init done\nthrottle: cgtrace exit 0\n\
          {KSTAT_BEFORE} nr_periods=2 nr_throttled=0 throttled_usec=0\n\
          {KSTAT_AFTER} nr_periods=66 nr_throttled=62 throttled_usec=10674582\n\
          {RUNDELAY} thr_ns={} anc_ns={}\n\
-         {STREAM_BEGIN}\n{hello}\n{}\n{STREAM_END}\nCGTRACE-VM-EXIT 0",
+         {STREAM_BEGIN}\n{hello}\n{}\n{}\n{STREAM_END}\nCGTRACE-VM-EXIT 0",
         wait_ns(THROTTLE_CGROUP),
         wait_ns(ANCESTOR_CHILD),
-        windows.join("\n")
+        windows.join("\n"),
+        thr_episode("/cgtrace-vm-new1", 95_000.0)
     ))
 }
 
@@ -150,6 +160,34 @@ fn throttle_check_rejects_wrong_mode_count_and_time() {
     assert!(all.contains("nr_throttled ours 61 != kernel 62"), "{all}");
     assert!(
         all.contains("throttled_us ours 10942000 vs kernel 10674582 (ratio 1.0251"),
+        "{all}"
+    );
+}
+
+/// A removed group's stale entry given to a new group shows as an episode longer than any
+/// 100 ms period allows; and the groups made after the removed ones must have been throttled.
+#[test]
+fn throttle_check_rejects_stale_episodes_and_an_unthrottled_churn_phase() {
+    let log = thr_captured(THR_HELLO, &good_thr_windows());
+    let stale: Vec<String> = log
+        .iter()
+        .map(|l| l.replace(r#""duration_us":95000"#, r#""duration_us":3200000"#))
+        .collect();
+    let r = check_throttle("6.12", ThrottleMode::Fentry, &stale);
+    let all = r.failures.join("\n");
+    assert_eq!(r.failures.len(), 1, "{all}");
+    assert!(all.contains("a throttle episode of 3200 ms"), "{all}");
+    assert_eq!(r.longest_episode_us, 3_200_000.0);
+    let none: Vec<String> = log
+        .iter()
+        .filter(|l| !l.contains(r#""type":"throttle""#))
+        .cloned()
+        .collect();
+    let all = check_throttle("6.12", ThrottleMode::Fentry, &none)
+        .failures
+        .join("\n");
+    assert!(
+        all.contains("no throttle episode of /cgtrace-vm-new*"),
         "{all}"
     );
 }

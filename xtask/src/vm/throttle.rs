@@ -58,6 +58,12 @@ pub(super) struct ThrottleReport {
     pub(super) anc_run_delay_us: Option<f64>,
     /// Cgroup windows whose `runq.blame` parts do not add up to their wait.
     pub(super) blame_mismatches: Vec<String>,
+    /// The longest episode line (µs), and the episodes of the groups made after others were
+    /// removed while throttled.
+    pub(super) longest_episode_us: f64,
+    pub(super) after_gone_episodes: u64,
+    /// The windows' `throttle_stale` counter, summed.
+    pub(super) stale: u64,
     pub(super) failures: Vec<String>,
 }
 
@@ -136,8 +142,40 @@ pub(super) fn check_throttle(
         }
         None => report.failures.push("no hello line".into()),
     }
+    // The churn phase's groups (the removed ones have no path by then): the scenario's own
+    // groups can have long episodes of an idle cfs_rq on wide guests, which the kernel counts
+    // the same.
+    let churn = |e: &Value| match e["path"].as_str() {
+        None => true,
+        Some(p) => p != THROTTLE_CGROUP && !p.starts_with(ANCESTOR),
+    };
+    for e in objects
+        .iter()
+        .filter(|o| o["type"] == "throttle")
+        .filter(|e| churn(e))
+    {
+        let us = e["duration_us"].as_f64().unwrap_or(0.0);
+        report.longest_episode_us = report.longest_episode_us.max(us);
+        if e["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(AFTER_GONE_PREFIX))
+        {
+            report.after_gone_episodes += 1;
+        }
+        if us > MAX_EPISODE_US {
+            report.failures.push(format!(
+                "a throttle episode of {:.0} ms (at most {:.0} ms under 100 ms periods): a stale \
+                 start, e.g. a removed group's entry given to a group reusing its cfs_rq: {e}",
+                us / 1e3,
+                MAX_EPISODE_US / 1e3
+            ));
+        }
+    }
     for window in objects.iter().filter(|o| o["type"] == "window") {
         report.windows += 1;
+        report.stale += window["events"]["counters"]["throttle_stale"]
+            .as_u64()
+            .unwrap_or(0);
         let Some(cgroups) = window["cgroups"].as_array() else {
             continue;
         };
@@ -188,6 +226,13 @@ pub(super) fn check_throttle(
     check_quota_blame(&mut report, lines);
     let (wait_throttled_us, wait_total_us) = (report.wait_throttled_us, report.wait_total_us);
     let f = &mut report.failures;
+    let churned = lines.iter().any(|l| l.starts_with(CHURN_LINE));
+    if churned && report.after_gone_episodes == 0 {
+        f.push(format!(
+            "no throttle episode of {AFTER_GONE_PREFIX}*: the groups made after the removed ones \
+             were not throttled"
+        ));
+    }
     if report.windows == 0 {
         f.push("no window lines".into());
     } else if report.throttle_windows == 0 {
