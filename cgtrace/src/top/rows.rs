@@ -31,6 +31,9 @@ pub struct Tracked {
     pub last_seq: u64,
     /// Lower-cased name and path, for the filter.
     pub haystack: String,
+    /// A hash of its name and path ([`ident_of`]): whether they changed is told without reading
+    /// the strings it holds (cold in memory at 10 000 cgroups).
+    ident: u64,
     /// Depth of its path (0 for the root or an unknown path).
     pub depth: u16,
     /// The families' diagnoses in its last window (only current while it is active).
@@ -51,7 +54,7 @@ impl Tracked {
 /// All known cgroups by id.
 #[derive(Default)]
 pub struct Store {
-    pub map: HashMap<u64, Tracked>,
+    pub map: HashMap<u64, Tracked, foldhash::fast::RandomState>,
     pub ctx: Option<Ctx>,
     /// Data replaced or forgotten by the last update. Freeing 10 000 cgroups' histograms costs
     /// more than building the view, so the UI loop hands this to a thread of its own
@@ -93,6 +96,12 @@ pub fn escape_for_view(cg: &mut CgroupWindow) {
     }
 }
 
+/// A hash of a cgroup's name and path, to tell whether they changed.
+fn ident_of(name: Option<&str>, path: Option<&str>) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::default().hash_one((name, path))
+}
+
 /// Idle cgroups are looked for (a pass over the whole table) once every this many windows.
 const SWEEP_EVERY_WINDOWS: u64 = 32;
 
@@ -101,9 +110,6 @@ impl Store {
     /// reported in the previous window, or idle for too long, are forgotten.
     pub fn update(&mut self, mut window: Window, families: &[&'static dyn Family]) {
         let seq = window.seq;
-        for cg in &mut window.cgroups {
-            escape_for_view(cg);
-        }
         let ctx = Ctx {
             duration_ms: window.duration_ms,
         };
@@ -132,20 +138,21 @@ impl Store {
             }
             flags
         };
-        // New cgroups are moved out of the window; known ones swap their data with it in place,
-        // so the window's vector ends up holding the data it replaced (no copy, no allocation).
+        // One pass, one lookup per cgroup, each cgroup's strings read once while they are in
+        // the cache (escaped, hashed). Known cgroups swap their data with the window in place, so
+        // the window's vector ends up holding the data it replaced (no copy, no allocation); new
+        // ones are taken out of it afterwards.
         let map = &mut self.map;
-        let new: Vec<CgroupWindow> = window
-            .cgroups
-            .extract_if(.., |cg| !map.contains_key(&cg.id))
-            .collect();
-        let added = new.len();
-        for cg in &mut window.cgroups {
-            let flags = flags_of(cg);
+        let mut new_at: Vec<usize> = Vec::new();
+        for (i, cg) in window.cgroups.iter_mut().enumerate() {
+            escape_for_view(cg);
             let Some(t) = map.get_mut(&cg.id) else {
+                new_at.push(i);
                 continue;
             };
-            if t.cg.path != cg.path || t.cg.name != cg.name {
+            let ident = ident_of(cg.name.as_deref(), cg.path.as_deref());
+            if t.ident != ident {
+                t.ident = ident;
                 t.haystack = haystack(cg.name.as_deref(), cg.path.as_deref());
                 t.depth = cg.path.as_deref().map_or(0, depth_of);
                 self.shape_gen += 1;
@@ -155,10 +162,13 @@ impl Store {
             if t.cg.removed {
                 self.removed.push(t.cg.id);
             }
+            let flags = flags_of(&t.cg);
             self.any_flags |= !flags.is_empty();
             t.flags = flags;
         }
-        for cg in new {
+        let added = new_at.len();
+        for i in new_at {
+            let cg = std::mem::take(&mut window.cgroups[i]);
             let flags = flags_of(&cg);
             self.any_flags |= !flags.is_empty();
             if cg.removed {
@@ -168,6 +178,7 @@ impl Store {
                 cg.id,
                 Tracked {
                     haystack: haystack(cg.name.as_deref(), cg.path.as_deref()),
+                    ident: ident_of(cg.name.as_deref(), cg.path.as_deref()),
                     depth: cg.path.as_deref().map_or(0, depth_of),
                     cg,
                     last_seq: seq,
