@@ -56,11 +56,6 @@ pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entr
 #[map]
 pub static THROTTLE_WATCH: LruHashMap<u64, u64> = LruHashMap::with_max_entries(8192, 0);
 
-/// The latest of `THROTTLE_WATCH`'s deadlines (ns): past it no group is watched, and
-/// `sched_switch` skips the slice accounting (and its call) for every task.
-#[map]
-pub static THROTTLE_WATCHING: Array<u64> = Array::with_max_entries(1, 0);
-
 /// (watched group, thread) -> its slices in the group's current period, summed (see
 /// `cgtrace_common::throttle::SliceSum`). Sized by the loader from `--max-cgroups` and the CPUs;
 /// the daemon deletes sums whose period it has taken.

@@ -78,10 +78,7 @@ fn switch<const DIRECT: bool>(
     throttle::close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
-        // The call only while some group is watched (throttled within the last second).
-        if throttle::watching(now) {
-            throttle::slice_out::<DIRECT>(c, prev, prev_pid);
-        }
+        throttle::slice_out::<DIRECT>(c, prev, prev_pid);
         let state = match prev_state {
             Some(s) => s,
             None => task_state::<DIRECT>(prev).unwrap_or(STATE_UNKNOWN),

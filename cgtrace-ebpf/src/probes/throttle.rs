@@ -24,8 +24,7 @@ use crate::{
     kernel::{layout, read, task_comm, task_tgid},
     maps::{
         EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_MODE, THROTTLE_OPEN, THROTTLE_PERIOD_AT,
-        THROTTLE_SLICE_SUMS, THROTTLE_STATS, THROTTLE_WATCH, THROTTLE_WATCHING, count, counters,
-        emit,
+        THROTTLE_SLICE_SUMS, THROTTLE_STATS, THROTTLE_WATCH, count, counters, emit,
     },
 };
 
@@ -203,22 +202,7 @@ pub fn seed_period_counts(tg: *const u8, cgroup_id: u64) {
 /// A group's episode opened at `now`: its threads' slices are summed for `WATCH_NS` from now.
 #[inline(always)]
 pub fn watch(cgroup_id: u64, now: u64) {
-    let until = now + WATCH_NS;
-    let _ = THROTTLE_WATCH.insert(&cgroup_id, &until, 0);
-    if let Some(any) = THROTTLE_WATCHING.get_ptr_mut(0) {
-        // SAFETY: live array value; CPUs race only to raise it to about the same time.
-        unsafe {
-            if *any < until {
-                *any = until;
-            }
-        }
-    }
-}
-
-/// Whether any group is watched at `now` (else [`slice_out`] would find none: not called).
-#[inline(always)]
-pub fn watching(now: u64) -> bool {
-    THROTTLE_WATCHING.get(0).is_some_and(|&until| now <= until)
+    let _ = THROTTLE_WATCH.insert(&cgroup_id, &(now + WATCH_NS), 0);
 }
 
 /// The period of the group whose bandwidth is `cfs_b` (see `SliceSum::period`).
@@ -227,8 +211,8 @@ fn period_of(cfs_b: *const u8) -> u32 {
     (read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32).wrapping_add(1)
 }
 
-/// From `sched_switch`, for every task switched out while some group is watched ([`watching`]):
-/// if it belongs to a group with a quota that was throttled within `WATCH_NS`, add the slice it just ran to its sum for the group's current
+/// From `sched_switch`, for every task switched out: if it belongs to a group with a quota that
+/// was throttled within `WATCH_NS`, add the slice it just ran to its sum for the group's current
 /// period (who burned the quota). The sum goes to the daemon once, when the thread comes off the
 /// CPU in a later period: one record per thread and period, not one per switch.
 ///
