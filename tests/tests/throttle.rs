@@ -353,17 +353,6 @@ fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of the stream's `ts_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A group removed while throttled: its tasks are moved out mid-episode and the group removed at
 /// once, so the kernel frees its `cfs_rq`s still throttled (the period timer is cancelled with
 /// the group; nothing unthrottles them). The episode left open on that memory must never be
@@ -394,7 +383,7 @@ fn group_removed_while_throttled_leaves_no_stale_episode() -> anyhow::Result<()>
         let id = cg.id();
         std::fs::write(park.procs_file(), spin.pid().to_string())?;
         cg.remove()?;
-        removed.push((id, monotonic_ns()));
+        removed.push((id, cgtrace_common::clock::monotonic_ns()));
         drop(spin);
     }
     // The freed cfs_rqs go back to the allocator (after an RCU grace period); new groups, each
