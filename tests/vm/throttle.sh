@@ -24,18 +24,32 @@
 #   cgtrace.throttle_threads=N                            busy loops (default 2; the wide guest
 #                                                         runs one per CPU)
 #   cgtrace.throttle_quota=US                             cpu.max quota per 100 ms (default 20000)
+#   cgtrace.throttle_anc_quota=US                         the ancestor's quota per 100 ms (default
+#                                                         2000)
+#   cgtrace.throttle_pin=1                                every loop pinned to a CPU of its own (the
+#                                                         wide guest): the ancestor's to the last,
+#                                                         which it has to itself (cpuset), loop i to
+#                                                         CPU i-1 of the others. Unpinned on a TCG
+#                                                         guest of 64 vCPUs, a loop that shared a
+#                                                         vCPU waited behind a neighbour's slices
+#                                                         (stretched by the host) and two loops on
+#                                                         one CPU broke the loops/CPUs estimate
 CG=/sys/fs/cgroup/cgtrace-vm-thr
 ANC=/sys/fs/cgroup/cgtrace-vm-anc
 MODE=
 RUN_SECS=6
 THREADS=2
 QUOTA=20000
+ANC_QUOTA=2000
+PIN=
 for word in $(cat /proc/cmdline); do
     case "$word" in
         cgtrace.throttle_mode=*) MODE=${word#*=} ;;
         cgtrace.throttle_secs=*) RUN_SECS=${word#*=} ;;
         cgtrace.throttle_threads=*) THREADS=${word#*=} ;;
         cgtrace.throttle_quota=*) QUOTA=${word#*=} ;;
+        cgtrace.throttle_anc_quota=*) ANC_QUOTA=${word#*=} ;;
+        cgtrace.throttle_pin=1) PIN=1 ;;
     esac
 done
 [ "$MODE" = none ] && MODE=
@@ -108,11 +122,21 @@ run_delay() {
 
 mkdir "$CG" "$ANC" || exit 90
 echo "$QUOTA 100000" >"$CG/cpu.max" || exit 91
-echo "2000 100000" >"$ANC/cpu.max" || exit 91
+echo "$ANC_QUOTA 100000" >"$ANC/cpu.max" || exit 91
+# The CPUs the scenario cgroup's loops can run on (the host's wait/kernel check divides by them).
+CG_CPUS=$(nproc)
+if [ -n "$PIN" ]; then
+    last=$(($(nproc) - 1))
+    CG_CPUS=$last
+    echo +cpuset >/sys/fs/cgroup/cgroup.subtree_control || exit 91
+    echo "0-$((last - 1))" >"$CG/cpuset.cpus" || exit 91
+    echo "$last" >"$ANC/cpuset.cpus" || exit 91
+fi
 # The child is a CPU group of its own under the parent's quota.
 echo +cpu >"$ANC/cgroup.subtree_control" || exit 91
 mkdir "$ANC/child" || exit 90
-echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load in $THREADS loops, cpu.max $(cat "$CG/cpu.max"), $(nproc) CPUs"
+echo "throttle: mode ${MODE:-(flag omitted)}, ${RUN_SECS}s of load in $THREADS loops, cpu.max $(cat "$CG/cpu.max"), $CG_CPUS CPUs"
+echo "throttle: ancestor cpu.max $(cat "$ANC/cpu.max")${PIN:+, its loop alone on CPU $(cat "$ANC/cpuset.cpus.effective")}"
 
 before=
 after=
@@ -156,6 +180,8 @@ while [ "$i" -lt "$THREADS" ]; do
     i=$((i + 1))
     sh -c 'kill -STOP $$; while :; do :; done' &
     wait_stopped $! && echo $! >"$CG/cgroup.procs"
+    # After the move: joining a cpuset resets a task's affinity to the set.
+    [ -n "$PIN" ] && taskset -p -c $(((i - 1) % CG_CPUS)) $! >/dev/null
     pids="$pids $!"
 done
 sh -c 'kill -STOP $$; while :; do :; done' &

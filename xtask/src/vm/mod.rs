@@ -179,8 +179,9 @@ struct MatrixArgs {
     #[arg(long, default_value_t = 6)]
     throttle_threads: u32,
     /// With the throttle scenario on 6.12: one more guest with this many vCPUs, a quota of a
-    /// quarter of them and one busy loop per CPU (mode auto), checked like the others and for
-    /// episodes on at least half of its CPUs, each CPU number below this. 0 skips it.
+    /// quarter of them and one busy loop per CPU but the last, which the ancestor-quota loop has
+    /// to itself (mode auto), checked like the others and for episodes on at least half of its
+    /// CPUs, each CPU number below this. 0 skips it.
     #[arg(long, default_value_t = 64)]
     wide_smp: u32,
     #[command(flatten)]
