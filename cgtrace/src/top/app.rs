@@ -272,7 +272,7 @@ impl App {
     }
 
     /// Cgroup data replaced by the last snapshot: the caller frees it off the UI thread.
-    pub fn take_garbage(&mut self) -> Vec<Vec<crate::model::CgroupWindow>> {
+    pub fn take_garbage(&mut self) -> super::rows::Garbage {
         self.store.take_garbage()
     }
 

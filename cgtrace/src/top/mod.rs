@@ -139,7 +139,7 @@ where
     let size = terminal.size().map_err(|e| TopError::Draw(e.into()))?;
     app.apply(Action::Resize(size.width, size.height));
     // Frees the cgroup data each snapshot replaces, so the UI thread never waits on free().
-    let (garbage, bin) = mpsc::channel::<Vec<Vec<crate::model::CgroupWindow>>>();
+    let (garbage, bin) = mpsc::channel::<rows::Garbage>();
     std::thread::Builder::new()
         .name("cgtrace-free".into())
         .spawn(move || bin.into_iter().for_each(drop))

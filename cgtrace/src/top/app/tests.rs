@@ -445,6 +445,48 @@ fn removed_cgroups_leave_after_their_last_window_and_idle_ones_are_forgotten() {
 }
 
 #[test]
+fn forgetting_a_cgroup_keeps_every_other_one_findable_by_id() {
+    // The store keeps cgroups in a vector: the last one moves into a forgotten one's place.
+    let mut first = cg(30, "/first", None, 3, 10);
+    first.removed = true;
+    let mut app = app_with(vec![
+        first,
+        cg(31, "/second", None, 3, 20),
+        cg(32, "/third", None, 3, 30),
+    ]);
+    app.apply(window(
+        2,
+        vec![
+            cg(31, "/second", None, 3, 21),
+            cg(32, "/third", None, 3, 31),
+        ],
+    ));
+    assert!(app.store.get(30).is_none(), "removed, forgotten");
+    for (id, path, wait_us) in [(31, "/second", 21.0), (32, "/third", 31.0)] {
+        let t = app.store.get(id).expect("still known");
+        assert_eq!((t.id, t.cg.path.as_deref()), (id, Some(path)));
+        assert!(
+            (t.cg.runq.all.max_us - wait_us).abs() < wait_us * 0.3,
+            "its new data"
+        );
+    }
+    assert_eq!(app.store.len(), 2);
+    // A window listing a new id twice keeps the later entry, once.
+    app.apply(window(
+        3,
+        vec![
+            cg(33, "/twice", None, 1, 5),
+            cg(33, "/twice-later", None, 1, 5),
+        ],
+    ));
+    assert_eq!(app.store.len(), 3);
+    assert_eq!(
+        app.store.get(33).and_then(|t| t.cg.path.as_deref()),
+        Some("/twice-later")
+    );
+}
+
+#[test]
 fn long_waits_raise_a_flag_with_advice() {
     let slow = cg(30, "/slow", None, 50, 20_000);
     let few = cg(31, "/few", None, 5, 50_000);
