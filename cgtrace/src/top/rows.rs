@@ -81,7 +81,7 @@ pub struct Store {
 /// What an update replaced or forgot: the window's emptied vector and the cgroups' old data.
 #[derive(Default)]
 pub struct Garbage {
-    pub windows: Vec<Vec<CgroupWindow>>,
+    pub window: Vec<CgroupWindow>,
     pub cgroups: Vec<Box<CgroupWindow>>,
 }
 
@@ -133,6 +133,14 @@ fn ident_of(name: Option<&str>, path: Option<&str>) -> u64 {
     foldhash::fast::FixedState::default().hash_one((name, path))
 }
 
+/// What a cgroup's name and path give its row: the filter's haystack and the tree depth.
+fn filter_and_depth(cg: &CgroupWindow) -> (String, u16) {
+    (
+        haystack(cg.name.as_deref(), cg.path.as_deref()),
+        cg.path.as_deref().map_or(0, depth_of),
+    )
+}
+
 /// Idle cgroups are looked for (a pass over the whole table) once every this many windows.
 const SWEEP_EVERY_WINDOWS: u64 = 32;
 
@@ -145,7 +153,6 @@ impl Store {
             duration_ms: window.duration_ms,
         };
         self.ctx = Some(ctx);
-        self.garbage = Garbage::default();
         self.any_flags = false;
         self.seq = seq;
         // Cgroups reported removed last time go now; idle ones are swept now and then (a pass
@@ -197,8 +204,7 @@ impl Store {
             let ident = ident_of(cg.name.as_deref(), cg.path.as_deref());
             if t.ident != ident {
                 t.ident = ident;
-                t.haystack = haystack(cg.name.as_deref(), cg.path.as_deref());
-                t.depth = cg.path.as_deref().map_or(0, depth_of);
+                (t.haystack, t.depth) = filter_and_depth(cg);
                 self.shape_gen += 1;
             }
             let old = std::mem::replace(&mut t.cg, Box::new(std::mem::take(cg)));
@@ -219,11 +225,12 @@ impl Store {
             if cg.removed {
                 self.removed.push(cg.id);
             }
+            let (haystack, depth) = filter_and_depth(&cg);
             let t = Tracked {
                 id: cg.id,
-                haystack: haystack(cg.name.as_deref(), cg.path.as_deref()),
+                haystack,
                 ident: ident_of(cg.name.as_deref(), cg.path.as_deref()),
-                depth: cg.path.as_deref().map_or(0, depth_of),
+                depth,
                 cg,
                 last_seq: seq,
                 flags,
@@ -240,10 +247,10 @@ impl Store {
         if forgotten > 0 || added > 0 {
             self.shape_gen += 1;
         }
-        self.garbage.cgroups = gone;
-        self.garbage
-            .windows
-            .push(std::mem::take(&mut window.cgroups));
+        self.garbage = Garbage {
+            window: std::mem::take(&mut window.cgroups),
+            cgroups: gone,
+        };
         if self.tracked.len() > MAX_KNOWN {
             self.shape_gen += 1;
             let mut by_age: Vec<(u64, u64)> =
