@@ -154,8 +154,11 @@ fn memory_stat_reads_slow_down_with_dying_memcgs_and_match_strace() -> anyhow::R
             "{ev}"
         );
         let ratio = ours / st_us;
+        // strace's -T can only overstate (its ptrace stops wait for a CPU on this 2-CPU host:
+        // 252 µs against the kernel's 78 µs once in CI), so one read may fall far below it but
+        // never far above; the 5-in-6 and median checks below hold the rest to 20 %.
         assert!(
-            (0.5..=2.0).contains(&ratio),
+            (0.25..=2.0).contains(&ratio),
             "pid {pid}: cgtrace {ours:.0} µs vs strace {st_us:.0} µs: not the same order"
         );
         ratios.push(ratio);
