@@ -19,6 +19,7 @@ fn main() {
         "cgtrace-ebpf/src",
         "cgtrace-ebpf/Cargo.toml",
         "cgtrace-ebpf/rust-toolchain.toml",
+        "cgtrace-ebpf/.cargo/config.toml",
         "cgtrace-common/src",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());

@@ -266,7 +266,9 @@ pub struct Config {
     /// cgtrace's own process: its reads of cgroup and proc files (and the rstat flushes they
     /// cause) are not traced.
     pub self_tgid: u32,
-    pub _pad: u32,
+    /// Where run-queue wait starts are kept: 1 in task-local storage (`RUNQ_START_TASK`), 0 in
+    /// the `RUNQ_START` hash (kernels before 6.1, or `CGTRACE_RUNQ_START=hash`).
+    pub runq_start_task: u32,
     /// Waits at least this long (ns) are charged to whoever held the CPU meanwhile (`BLAME`);
     /// `u64::MAX` turns the blame ledger off (no slice ring either).
     pub blame_min_ns: u64,
@@ -280,7 +282,7 @@ impl Config {
         read_event_min_ns: 5_000_000,
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
         self_tgid: 0,
-        _pad: 0,
+        runq_start_task: 0,
         blame_min_ns: u64::MAX,
     };
 }

@@ -1,7 +1,11 @@
 //! Maps shared by all probes. Sizes are defaults; the loader resizes them from the command line.
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    macros::map,
+    bindings::{
+        BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP,
+        BPF_RB_NO_WAKEUP, bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, task_struct,
+    },
+    helpers::generated::bpf_task_storage_get,
+    macros::{btf_map, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use cgtrace_common::{
@@ -19,11 +23,73 @@ pub static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0)
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// tid -> start of its current run-queue wait: entries live from wakeup (or preemption) to the
-/// next switch-in, or to the task's exit. A plain preallocated hash (an LRU one costs more per
-/// update); when full, new waits are counted as lost (`runq_start_full`).
+/// tid -> start of its current run-queue wait where task storage is not used (kernels before
+/// 6.1): entries live from wakeup (or preemption) to the next switch-in, or to the task's exit. A
+/// plain preallocated hash (an LRU one costs more per update); when full, new waits are counted
+/// as lost (`runq_start_full`). One entry otherwise.
 #[map]
 pub static RUNQ_START: HashMap<u32, RunqStart> = HashMap::with_max_entries(65536, 0);
+
+/// tid -> the start of its current run-queue wait, in the task's own storage (6.1+, see
+/// `Config::runq_start_task`): no table to fill however many tasks a host runs, no lock or delete
+/// per wait, and the entry goes with the task. `ts_ns == 0`: no wait open.
+#[btf_map]
+pub static RUNQ_START_TASK: TaskStorage<RunqStart> = TaskStorage::new();
+
+/// The element type of `TaskStorage`'s map-type array, named so the loader can find that array
+/// in the object's BTF and, on kernels that cannot use task storage from tracing programs, turn
+/// the map into a one-entry hash that the programs never touch (`cgtrace::btfpatch`).
+#[repr(C)]
+pub struct CgtraceTaskStorageType(u8);
+
+/// A `BPF_MAP_TYPE_TASK_STORAGE` map definition (aya-ebpf has none): the BTF map layout of its
+/// `btf_map_def!` (the kernel reads type, key, value, max_entries and flags from the
+/// pointed-to types).
+#[repr(C)]
+pub struct TaskStorage<T> {
+    r#type: *const [CgtraceTaskStorageType; BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: placeholder pointers the loader patches; never dereferenced from Rust.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    pub const fn new() -> Self {
+        Self {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// `task`'s value (`create`: made zeroed if it has none); null if it has none, or when the
+    /// kernel could not allocate it or refused a nested call.
+    #[inline(always)]
+    pub fn get(&self, task: *const u8, create: bool) -> *mut T {
+        let flags = if create {
+            u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE)
+        } else {
+            0
+        };
+        // SAFETY: `task` is a BTF-typed task pointer from the tracepoint's arguments, which the
+        // verifier checks; the map pointer is relocated to the map by the loader.
+        unsafe {
+            bpf_task_storage_get(
+                (self as *const Self).cast_mut().cast(),
+                task.cast_mut().cast::<task_struct>(),
+                core::ptr::null_mut(),
+                flags,
+            )
+        }
+        .cast()
+    }
+}
 
 /// (cgroup, wait kind) -> cumulative latency histogram.
 #[map]

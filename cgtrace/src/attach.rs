@@ -27,6 +27,8 @@ pub enum LoadError {
     Layout(#[from] MissingField),
     #[error("loading the eBPF object failed: {0}")]
     Object(#[source] Box<aya::EbpfError>),
+    #[error("{0}: rebuild cgtrace with scripts/setup.sh")]
+    Retype(#[source] crate::btfpatch::PatchError),
     #[error("program {program} could not be loaded or attached: {source}")]
     Program {
         program: &'static str,

@@ -11,6 +11,7 @@
 pub mod aggregate;
 pub mod attach;
 pub mod btf;
+pub mod btfpatch;
 pub mod cgroup;
 pub mod clock;
 pub mod counters;

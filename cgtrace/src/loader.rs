@@ -22,6 +22,29 @@ use crate::{
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cgtrace.bpf.o"));
 
+/// The object this binary carries (empty in a stub build).
+pub fn object() -> &'static [u8] {
+    OBJECT
+}
+
+/// Whether `release` (`/proc/sys/kernel/osrelease`) is at least `want` (major, minor).
+pub fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
+}
+
+/// Whether the run-queue wait starts go in task-local storage: from 6.1 on, the oldest kernel the
+/// matrix proves it on (5.10 has none for tracing programs; 5.11–5.19 have it, unproven here, so
+/// they keep the hash), unless `CGTRACE_RUNQ_START=hash` (tests, and a way out).
+fn runq_start_in_task_storage() -> bool {
+    if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
+        return false;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    kernel_at_least(release.trim(), (6, 1))
+}
+
 /// `each` entries per possible CPU, and never fewer than `floor`.
 fn per_cpu(each: u32, floor: u32) -> u32 {
     // SAFETY: sysconf has no preconditions.
@@ -165,8 +188,33 @@ impl Tracer {
                 source: std::io::Error::other(e.to_string()),
             })
         })?;
+        let task_storage = runq_start_in_task_storage();
+        config.runq_start_task = u32::from(task_storage);
+        // Without task storage its map definition becomes a one-entry hash (unused).
+        let retyped;
+        let object = if task_storage {
+            OBJECT
+        } else {
+            retyped = crate::btfpatch::retype_map(
+                OBJECT,
+                crate::btfpatch::TASK_STORAGE_TAG,
+                aya::maps::MapType::Hash as u32,
+            )
+            .map_err(LoadError::Retype)?;
+            retyped.bytes()
+        };
         let kinds = cgtrace_common::runq::NR_WAIT_KINDS as u32;
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        // aya has no user-space type for task storage; only the programs use it.
+        loader.allow_unsupported_maps();
+        if task_storage {
+            loader.map_max_entries("RUNQ_START", 1);
+        } else {
+            loader
+                .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
+                .map_max_entries("RUNQ_START_TASK", 1);
+        }
+        let mut ebpf = loader
             .btf(&aya_btf)
             .override_global("LAYOUT", &layout, true)
             .override_global("CONFIG", &config, true)
@@ -190,7 +238,6 @@ impl Tracer {
             // Per (throttled cgroup, CPU) and per thread: grow with the CPUs.
             .map_max_entries("THROTTLE_EPISODES", per_cpu(512, 16_384))
             .map_max_entries("THROTTLE_LAST_CLOSE", per_cpu(512, 16_384))
-            .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
             .map_max_entries(
                 "READ_INFLIGHT",
                 opts.max_read_threads
@@ -198,13 +245,13 @@ impl Tracer {
             )
             .map_max_entries("READ_STATS", opts.max_read_keys)
             .map_max_entries("READ_FILES", opts.max_read_keys.saturating_mul(2))
-            .load(OBJECT)
+            .load(object)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);
         let mut families = BTreeMap::new();
         families.insert(
             crate::family::runq::INFO.name.to_string(),
-            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout)?,
+            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, task_storage)?,
         );
         let throttle = match throttle_ok {
             Ok(()) => crate::family::throttle::attach::attach(
@@ -296,4 +343,20 @@ fn probe_kprobe(ebpf: &mut Ebpf) -> Result<(), String> {
     let link = prog.attach("do_nanosleep", 0).map_err(|e| chain(&e))?;
     prog.detach(link).map_err(|e| e.to_string())?;
     prog.unload().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v595", (6, 1)));
+        assert!(kernel_at_least("6.1.0-28-amd64", (6, 1)));
+        assert!(!kernel_at_least("5.15.0-1052-aws", (6, 1)));
+        assert!(!kernel_at_least("5.10.226", (6, 1)));
+        assert!(kernel_at_least("10.0", (6, 1)));
+        assert!(!kernel_at_least("6", (6, 1)));
+        assert!(!kernel_at_least("", (6, 1)));
+    }
 }

@@ -26,8 +26,8 @@ use crate::{
     CONFIG,
     kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
     maps::{
-        BLAME, CPU_SLICES, EPOCH, RUNQ_HIST, RUNQ_START, THROTTLE_LAST_CLOSE, ZERO_HIST, count,
-        emit,
+        BLAME, CPU_SLICES, EPOCH, RUNQ_HIST, RUNQ_START, RUNQ_START_TASK, THROTTLE_LAST_CLOSE,
+        ZERO_HIST, count, emit,
     },
 };
 
@@ -50,8 +50,63 @@ pub fn start_wait<const DIRECT: bool>(
         leaf_cfs_rq,
         thr_clock,
     };
-    if RUNQ_START.insert(&pid, &start, 0).is_err() {
+    if task_storage() {
+        let p = RUNQ_START_TASK.get(task, true);
+        if p.is_null() {
+            count(c, counters::RUNQ_START_FULL);
+            return;
+        }
+        // SAFETY: the task's own storage value, written under the rq lock that serializes this
+        // task's wakeup, switch-out and switch-in. Field by field: a whole-struct store became a
+        // byte-wise memmove call the verifier refuses (a partial fill of a spilled register).
+        unsafe {
+            (*p).ts_ns = start.ts_ns;
+            (*p).kind = start.kind;
+            (*p).throttle_cfs_rq = start.throttle_cfs_rq;
+            (*p).leaf_cfs_rq = start.leaf_cfs_rq;
+            (*p).thr_clock = start.thr_clock;
+        }
+    } else if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
+    }
+}
+
+/// Whether wait starts are kept in task-local storage (else in the `RUNQ_START` hash).
+#[inline(always)]
+fn task_storage() -> bool {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_start_task) != 0 }
+}
+
+/// Takes the open wait start of `task` (`pid`), if any.
+#[inline(always)]
+fn take_start(task: *const u8, pid: u32) -> Option<RunqStart> {
+    if task_storage() {
+        let p = RUNQ_START_TASK.get(task, false);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: as in `start_wait`; copied out, then marked closed.
+        unsafe {
+            let ts_ns = (*p).ts_ns;
+            if ts_ns == 0 {
+                return None;
+            }
+            (*p).ts_ns = 0;
+            Some(RunqStart {
+                ts_ns,
+                kind: (*p).kind,
+                _pad: 0,
+                throttle_cfs_rq: (*p).throttle_cfs_rq,
+                leaf_cfs_rq: (*p).leaf_cfs_rq,
+                thr_clock: (*p).thr_clock,
+            })
+        }
+    } else {
+        // SAFETY: the value is copied out before the entry is removed.
+        let start = (unsafe { RUNQ_START.get(&pid) }).copied()?;
+        let _ = RUNQ_START.remove(&pid);
+        Some(start)
     }
 }
 
@@ -138,9 +193,12 @@ pub fn switched_out<const DIRECT: bool>(
             Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
             None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
         },
-        // A task woken while still running can exit with a wait recorded that never ends.
+        // A task woken while still running can exit with a wait recorded that never ends (task
+        // storage goes with the task).
         SwitchOut::Exited => {
-            let _ = RUNQ_START.remove(&pid);
+            if !task_storage() {
+                let _ = RUNQ_START.remove(&pid);
+            }
         }
         SwitchOut::Sleeps => {}
     }
@@ -299,11 +357,9 @@ pub fn end_wait<const DIRECT: bool>(
     now: u64,
     known_cgroup: Option<u64>,
 ) {
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { RUNQ_START.get(&pid) }).copied() else {
+    let Some(start) = take_start(next, pid) else {
         return;
     };
-    let _ = RUNQ_START.remove(&pid);
     if now < start.ts_ns {
         return;
     }

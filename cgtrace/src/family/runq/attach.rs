@@ -17,6 +17,7 @@ pub(crate) fn attach(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     layout: &Layout,
+    task_storage: bool,
 ) -> Result<FamilyMode, LoadError> {
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
@@ -69,11 +70,18 @@ pub(crate) fn attach(
     Ok(FamilyMode {
         mode: AttachMode::TpBtf,
         detail: format!(
-            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}",
+            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}; wait starts in {}",
             if layout.switch_has_prev_state == 1 {
                 "prev_state argument"
             } else {
                 "prev state read from the task"
+            },
+            if task_storage {
+                "task-local storage"
+            } else if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
+                "a hash table (forced by CGTRACE_RUNQ_START=hash)"
+            } else {
+                "a hash table (kernel before 6.1)"
             }
         ),
     })
