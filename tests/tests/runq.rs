@@ -356,6 +356,58 @@ fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The wait-start hash of kernels before 6.1 (forced here with `CGTRACE_RUNQ_START=hash`; the
+/// matrix runs it on 5.10 unforced): the crowded sleeper's wait summed over the windows is the
+/// kernel's `run_delay` of its thread within 3 %, as with task-local storage (checked by
+/// `blame_names_the_neighbour_that_held_the_cpu`), and no wait start is lost.
+#[test]
+fn hash_wait_starts_match_run_delay() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if cpus() < 2 {
+        cgtrace_tests::skip("needs 2 CPUs");
+        return Ok(());
+    }
+    let scene = workload::crowded_scene("hash-")?;
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var("CGTRACE_RUNQ_START", "hash") };
+    let started = Stream::start(&["--interval", "1000"]);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("CGTRACE_RUNQ_START") };
+    let mut s = started?;
+    let detail = s.hello()["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(detail.contains("wait starts in a hash table"), "{detail}");
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
+    s.windows(4)?;
+    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    let wait: f64 = windows
+        .iter()
+        .filter_map(|w| w["cgroups"].as_array())
+        .flatten()
+        .filter(|c| c["path"] == scene.crowded.rel.as_str())
+        .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
+        .sum();
+    let kernel = delay_to - delay_from;
+    eprintln!("crowded (hash): wait {wait:.0} µs, run_delay {kernel:.0} µs");
+    assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
+    assert!(
+        (wait / kernel - 1.0).abs() <= 0.03,
+        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs"
+    );
+    assert_eq!(sum_counter(&windows, "runq_start_full"), 0);
+    Ok(())
+}
+
 /// Each window's `self` is what the kernel counted for cgtrace's programs: the `sched_switch`
 /// program's runs equal the switches the program itself counted, run times are there while
 /// cgtrace holds `BPF_ENABLE_STATS` (`--bpf-stats`), and once it exits the kernel stops counting
