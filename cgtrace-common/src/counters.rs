@@ -8,7 +8,8 @@ pub const SCHED_SWITCH: u32 = 0;
 pub const SCHED_WAKEUP: u32 = 1;
 /// Run-queue waits measured and added to a histogram.
 pub const RUNQ_WAITS: u32 = 2;
-/// A wait could not be started because the `RUNQ_START` map was full (the wait is lost).
+/// A wait could not be started (the wait is lost): the `RUNQ_START` hash was full, or (task
+/// storage, 6.1+) the kernel gave the task no storage.
 pub const RUNQ_START_FULL: u32 = 3;
 /// A wait could not be added because the `RUNQ_HIST` map was full (the wait is lost).
 pub const RUNQ_HIST_FULL: u32 = 4;

@@ -34,6 +34,8 @@ pub struct Aggregator {
     evicted: u64,
     seq: u64,
     sweep_cursor: usize,
+    /// Blame charges that came ahead of their waits (`--blame`).
+    blame_carry: crate::family::runq::blame::Carry,
 }
 
 /// A window and the cgroups that left the table while building it: removed, or evicted beyond
@@ -54,6 +56,7 @@ impl Aggregator {
             evicted: 0,
             seq: 0,
             sweep_cursor: 0,
+            blame_carry: Default::default(),
         }
     }
 
@@ -109,6 +112,7 @@ impl Aggregator {
             }
         }
         if let Some(blame) = input.blame.take() {
+            let blame = self.blame_carry.settle(&cgroups, blame);
             crate::family::runq::blame::attach(&mut cgroups, &blame, |id| {
                 let (path, name) = self.describe(id);
                 (path, name.map(|n| n.display))
@@ -123,6 +127,7 @@ impl Aggregator {
         for id in &removed {
             self.table.remove(id);
             self.resolver.forget(*id);
+            self.blame_carry.forget(*id);
         }
         removed.extend(self.enforce_bound());
         WindowOutput {

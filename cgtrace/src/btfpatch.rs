@@ -9,6 +9,7 @@
 //! ([`TASK_STORAGE_TAG`]), so no other type of the object can share it.
 
 use object::{Object as _, ObjectSection as _};
+use zerocopy::IntoBytes as _;
 
 /// The element type of `RUNQ_START_TASK`'s map-type array in the object's BTF.
 pub const TASK_STORAGE_TAG: &str = "CgtraceTaskStorageType";
@@ -44,13 +45,11 @@ impl AlignedObject {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `words` holds at least `len` initialized bytes.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+        &self.words.as_bytes()[..self.len]
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and `self` is borrowed mutably.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
+        &mut self.words.as_mut_bytes()[..self.len]
     }
 }
 
