@@ -25,5 +25,7 @@ rc=$?
 # On a line of its own: the kernel's console messages can land before the newline.
 echo
 echo "CGTRACE-VM-EXIT $rc"
+# Let the console drain first: the power-off message once cut the line after the marker.
+sleep 1
 echo o >/proc/sysrq-trigger
 sleep 60

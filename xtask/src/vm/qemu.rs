@@ -193,6 +193,15 @@ pub(super) fn record_line(
     }
     if let Some(code) = marker_value(&line, EXIT_MARKER) {
         outcome.exit_code = exit_code(code);
+    } else if outcome.exit_code.is_none()
+        && outcome
+            .lines
+            .last()
+            .is_some_and(|l| l.contains(EXIT_MARKER))
+    {
+        // A console message cut the line right after the marker (`CGTRACE-VM-EXIT [ 38.10]
+        // sysrq: Power Off`, then `0`: failed a CI run on 6.12): the code starts this line.
+        outcome.exit_code = exit_code(line.trim_start());
     }
     outcome.lines.push(line);
     Ok(())

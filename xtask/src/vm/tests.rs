@@ -330,6 +330,30 @@ fn exit_code_ignores_kernel_messages_on_the_same_line() {
 }
 
 #[test]
+fn exit_code_after_a_kernel_message_that_cut_the_line() {
+    let mut outcome = Outcome {
+        lines: Vec::new(),
+        exit_code: None,
+        uname: None,
+        booted_after: None,
+        elapsed: Duration::ZERO,
+        timed_out: false,
+    };
+    let start = Instant::now();
+    let mut log = Vec::new();
+    for line in [
+        "CGTRACE-STREAM-END",
+        "CGTRACE-VM-EXIT [   38.106253] sysrq: Power Off",
+        "0",
+        "[   38.129677] reboot: Power down",
+    ] {
+        qemu::record_line(&mut outcome, &mut log, line.into(), start).unwrap();
+    }
+    assert_eq!(outcome.exit_code, Some(0));
+    assert!(outcome.passed());
+}
+
+#[test]
 fn throttle_check_rejects_queued_waits_counted_as_contention() {
     // The split before it was fixed on kernels before 6.18: a third of the wait throttled.
     let windows: Vec<String> = good_thr_windows()
