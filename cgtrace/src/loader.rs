@@ -34,15 +34,37 @@ pub fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
     matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
 }
 
-/// Whether the run-queue wait starts go in task-local storage: from 6.1 on, the oldest kernel the
+/// Where the run-queue wait starts go: task-local storage from 6.1 on, the oldest kernel the
 /// matrix proves it on (5.10 has none for tracing programs; 5.11–5.19 have it, unproven here, so
 /// they keep the hash), unless `CGTRACE_RUNQ_START=hash` (tests, and a way out).
-fn runq_start_in_task_storage() -> bool {
-    if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
-        return false;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunqStart {
+    TaskStorage,
+    HashOldKernel,
+    HashForced,
+}
+
+impl RunqStart {
+    fn choose() -> Self {
+        if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
+            return Self::HashForced;
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if kernel_at_least(release.trim(), (6, 1)) {
+            Self::TaskStorage
+        } else {
+            Self::HashOldKernel
+        }
     }
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    kernel_at_least(release.trim(), (6, 1))
+
+    /// How `hello.families.runq.detail` says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::TaskStorage => "task-local storage",
+            Self::HashOldKernel => "a hash table (kernel before 6.1)",
+            Self::HashForced => "a hash table (forced by CGTRACE_RUNQ_START=hash)",
+        }
+    }
 }
 
 /// `each` entries per possible CPU, and never fewer than `floor`.
@@ -188,7 +210,8 @@ impl Tracer {
                 source: std::io::Error::other(e.to_string()),
             })
         })?;
-        let task_storage = runq_start_in_task_storage();
+        let runq_start = RunqStart::choose();
+        let task_storage = runq_start == RunqStart::TaskStorage;
         config.runq_start_task = u32::from(task_storage);
         // Without task storage its map definition becomes a one-entry hash (unused).
         let retyped;
@@ -251,7 +274,7 @@ impl Tracer {
         let mut families = BTreeMap::new();
         families.insert(
             crate::family::runq::INFO.name.to_string(),
-            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, task_storage)?,
+            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, runq_start)?,
         );
         let throttle = match throttle_ok {
             Ok(()) => crate::family::throttle::attach::attach(

@@ -327,6 +327,16 @@ fn program_ids() -> Vec<u32> {
     ids
 }
 
+/// A stream started with `var=value` in its environment (the fallbacks' switches).
+fn start_with_env(var: &str, value: &str, args: &[&str]) -> anyhow::Result<Stream> {
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var(var, value) };
+    let started = Stream::start(args);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var(var) };
+    started
+}
+
 /// The `bpf_probe_read_kernel` fallback (used where a verifier refuses direct field access)
 /// reports the same cgroups.
 #[test]
@@ -336,12 +346,7 @@ fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
     }
     let cg = TestCgroup::new("probe")?;
     let _sl = workload::sleeper(1000, Some(&cg.procs_file()), None, false)?;
-    // SAFETY: set before any thread of this test reads the environment.
-    unsafe { std::env::set_var("CGTRACE_FIELD_ACCESS", "probe") };
-    let started = Stream::start(&["--interval", "500"]);
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("CGTRACE_FIELD_ACCESS") };
-    let mut s = started?;
+    let mut s = start_with_env("CGTRACE_FIELD_ACCESS", "probe", &["--interval", "500"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
         .unwrap_or_default()
@@ -370,12 +375,7 @@ fn hash_wait_starts_match_run_delay() -> anyhow::Result<()> {
         return Ok(());
     }
     let scene = workload::crowded_scene("hash-")?;
-    // SAFETY: set before any thread of this test reads the environment.
-    unsafe { std::env::set_var("CGTRACE_RUNQ_START", "hash") };
-    let started = Stream::start(&["--interval", "1000"]);
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("CGTRACE_RUNQ_START") };
-    let mut s = started?;
+    let mut s = start_with_env("CGTRACE_RUNQ_START", "hash", &["--interval", "1000"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
         .unwrap_or_default()

@@ -3,6 +3,7 @@
 use super::*;
 
 /// What one boot produced.
+#[derive(Default)]
 pub(super) struct Outcome {
     pub(super) lines: Vec<String>,
     /// Exit code of the guest script, from the `CGTRACE-VM-EXIT` line.
@@ -134,14 +135,7 @@ pub(super) fn watch(mut child: Child, log: &Path, timeout: Duration) -> Result<O
     let start = Instant::now();
     let mut log = BufWriter::new(File::create(log)?);
     let lines_rx = spawn_line_reader(child.stdout.take().context("qemu stdout")?);
-    let mut outcome = Outcome {
-        lines: Vec::new(),
-        exit_code: None,
-        uname: None,
-        booted_after: None,
-        elapsed: Duration::ZERO,
-        timed_out: false,
-    };
+    let mut outcome = Outcome::default();
     loop {
         match lines_rx.recv_timeout(Duration::from_millis(100)) {
             Ok(line) => record_line(&mut outcome, &mut log, line, start)?,

@@ -331,14 +331,7 @@ fn exit_code_ignores_kernel_messages_on_the_same_line() {
 
 #[test]
 fn exit_code_after_a_kernel_message_that_cut_the_line() {
-    let mut outcome = Outcome {
-        lines: Vec::new(),
-        exit_code: None,
-        uname: None,
-        booted_after: None,
-        elapsed: Duration::ZERO,
-        timed_out: false,
-    };
+    let mut outcome = Outcome::default();
     let start = Instant::now();
     let mut log = Vec::new();
     for line in [

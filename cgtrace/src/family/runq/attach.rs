@@ -17,7 +17,7 @@ pub(crate) fn attach(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     layout: &Layout,
-    task_storage: bool,
+    runq_start: crate::loader::RunqStart,
 ) -> Result<FamilyMode, LoadError> {
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
@@ -76,13 +76,7 @@ pub(crate) fn attach(
             } else {
                 "prev state read from the task"
             },
-            if task_storage {
-                "task-local storage"
-            } else if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
-                "a hash table (forced by CGTRACE_RUNQ_START=hash)"
-            } else {
-                "a hash table (kernel before 6.1)"
-            }
+            runq_start.describe()
         ),
     })
 }
