@@ -10,6 +10,46 @@ use crate::{
     model::{AttachMode, FamilyMode},
 };
 
+/// Whether `release` (`/proc/sys/kernel/osrelease`) is at least `want` (major, minor).
+pub(crate) fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
+}
+
+/// Where the run-queue wait starts go: task-local storage from 6.1 on, the oldest kernel the
+/// matrix proves it on (5.10 has none for tracing programs; 5.11–5.19 have it, unproven here, so
+/// they keep the hash), unless `CGTRACE_RUNQ_START=hash` (tests, and a way out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunqStart {
+    TaskStorage,
+    HashOldKernel,
+    HashForced,
+}
+
+impl RunqStart {
+    pub(crate) fn choose() -> Self {
+        if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
+            return Self::HashForced;
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if kernel_at_least(release.trim(), (6, 1)) {
+            Self::TaskStorage
+        } else {
+            Self::HashOldKernel
+        }
+    }
+
+    /// How `hello.families.runq.detail` says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::TaskStorage => "task-local storage",
+            Self::HashOldKernel => "a hash table (kernel before 6.1)",
+            Self::HashForced => "a hash table (forced by CGTRACE_RUNQ_START=hash)",
+        }
+    }
+}
+
 /// Attaches the run-queue programs: tp_btf on sched_wakeup, sched_wakeup_new, sched_switch.
 /// The variants that read kernel fields directly are tried first; if this kernel's verifier
 /// refuses them, the `bpf_probe_read_kernel` variants.
@@ -17,7 +57,7 @@ pub(crate) fn attach(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     layout: &Layout,
-    runq_start: crate::loader::RunqStart,
+    runq_start: RunqStart,
 ) -> Result<FamilyMode, LoadError> {
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
@@ -79,4 +119,20 @@ pub(crate) fn attach(
             runq_start.describe()
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v595", (6, 1)));
+        assert!(kernel_at_least("6.1.0-28-amd64", (6, 1)));
+        assert!(!kernel_at_least("5.15.0-1052-aws", (6, 1)));
+        assert!(!kernel_at_least("5.10.226", (6, 1)));
+        assert!(kernel_at_least("10.0", (6, 1)));
+        assert!(!kernel_at_least("6", (6, 1)));
+        assert!(!kernel_at_least("", (6, 1)));
+    }
 }
