@@ -15,7 +15,7 @@ pub use cgtrace_common::modes::{ReadsMode, ThrottleMode};
 use crate::{
     attach::chain,
     btf::{Btf, BtfError},
-    family::runq::attach::RunqStart,
+    family::runq::attach::WaitStarts,
     layout::{self, MissingField},
     model::{AttachMode, Capabilities, FamilyMode},
 };
@@ -171,8 +171,8 @@ impl Tracer {
                 source: std::io::Error::other(e.to_string()),
             })
         })?;
-        let runq_start = RunqStart::choose();
-        let task_storage = runq_start == RunqStart::TaskStorage;
+        let wait_starts = WaitStarts::choose();
+        let task_storage = wait_starts == WaitStarts::TaskStorage;
         config.runq_start_task = u32::from(task_storage);
         // Without task storage its map definition becomes a one-entry hash (unused).
         let retyped;
@@ -235,7 +235,7 @@ impl Tracer {
         let mut families = BTreeMap::new();
         families.insert(
             crate::family::runq::INFO.name.to_string(),
-            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, runq_start)?,
+            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, wait_starts)?,
         );
         let throttle = match throttle_ok {
             Ok(()) => crate::family::throttle::attach::attach(

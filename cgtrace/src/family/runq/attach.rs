@@ -17,17 +17,18 @@ pub(crate) fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
     matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
 }
 
-/// Where the run-queue wait starts go: task-local storage from 6.1 on, the oldest kernel the
-/// matrix proves it on (5.10 has none for tracing programs; 5.11–5.19 have it, unproven here, so
-/// they keep the hash), unless `CGTRACE_RUNQ_START=hash` (tests, and a way out).
+/// Where the run-queue wait starts (`cgtrace_common::runq::RunqStart`) go: task-local storage
+/// from 6.1 on, the oldest kernel the matrix proves it on (5.10 has none for tracing programs;
+/// 5.11–5.19 have it, unproven here, so they keep the hash), unless `CGTRACE_RUNQ_START=hash`
+/// (tests, and a way out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunqStart {
+pub enum WaitStarts {
     TaskStorage,
     HashOldKernel,
     HashForced,
 }
 
-impl RunqStart {
+impl WaitStarts {
     pub(crate) fn choose() -> Self {
         if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
             return Self::HashForced;
@@ -57,7 +58,7 @@ pub(crate) fn attach(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     layout: &Layout,
-    runq_start: RunqStart,
+    wait_starts: WaitStarts,
 ) -> Result<FamilyMode, LoadError> {
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
@@ -116,7 +117,7 @@ pub(crate) fn attach(
             } else {
                 "prev state read from the task"
             },
-            runq_start.describe()
+            wait_starts.describe()
         ),
     })
 }
