@@ -19,18 +19,26 @@ echo 1 >"$QUIET/cpu.weight" || exit 91
 mkfifo /tmp/tick || exit 91
 
 pids=
+# Pinned after the move: the guest's root enables cpuset, and joining a cgroup resets a task's
+# affinity to its cpuset (all CPUs). Pinned before it, as this scenario did until 2026-11-27, the
+# sleeper always ended up free to run on either CPU and a loop only when the move lost the race
+# with `taskset`: when all three stayed on vCPU 1, the sleeper ran on an idle vCPU 0 and barely
+# waited (5.10 runs failing the blame check with 34-47 ms over ~370 runs, cgtrace equal to
+# run_delay).
 for _ in 1 2 3; do
-    taskset -c 1 sh -c 'while :; do :; done' &
+    sh -c 'while :; do :; done' &
     echo $! >"$BUSY/cgroup.procs"
+    taskset -p -c 1 $! >/dev/null || exit 91
     pids="$pids $!"
 done
 # The sleeper stops itself first thing and is moved to its cgroup once stopped; its run_delay is
 # read before it is let go (SIGCONT: the waits it had starting up, in the root cgroup, are not
 # the scenario's) and after it is stopped again. `read -t` on a FIFO nobody writes sleeps 10 ms
 # in the same process (a `sleep` child per tick would take its run_delay with it).
-taskset -c 1 sh -c 'kill -STOP $$; exec 3<>/tmp/tick; while :; do read -t 0.01 x <&3; done' &
+sh -c 'kill -STOP $$; exec 3<>/tmp/tick; while :; do read -t 0.01 x <&3; done' &
 quiet=$!
 wait_stopped "$quiet" && echo "$quiet" >"$QUIET/cgroup.procs"
+taskset -p -c 1 "$quiet" >/dev/null || exit 91
 read -r _ delay_before runs_before <"/proc/$quiet/schedstat"
 
 # stdout goes to a file and is printed afterwards with only emergency kernel messages on the
@@ -50,6 +58,10 @@ done
 kill -CONT "$quiet"
 sleep 4
 kill -STOP "$quiet"
+# Where the sleeper and the loops may run (CPU mask) and last ran: all on vCPU 1.
+for p in $quiet $pids; do
+    echo "runq: pid $p mask $(taskset -p "$p" 2>&1 | sed 's/.*: //') last cpu $(cut -d' ' -f39 "/proc/$p/stat")"
+done
 sleep 0.5
 read -r _ delay runs <"/proc/$quiet/schedstat"
 rundelay="CGTRACE-RUNDELAY quiet_ns=$((delay - delay_before)) quiet_runs=$((runs - runs_before)) clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
