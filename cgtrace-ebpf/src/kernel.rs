@@ -94,61 +94,17 @@ pub fn task_cgroup_id<const DIRECT: bool>(task: *const u8) -> Option<u64> {
     read::<u64, DIRECT>(kn, layout!(kn_id))
 }
 
-/// A run queue's clock (`rq.clock`; 0: not read) and CPU. Two full words, no `Option` or
-/// padding: 5.10's verifier refuses a later 8-byte read of a stack slot the compiler filled with
-/// 4 (a spilled `Option<(u64, u32)>`).
-#[derive(Clone, Copy)]
-pub struct RqClock {
-    pub clock: u64,
-    pub cpu: u64,
-}
-
-/// Reads a `u64` (`WIDE`) or `u32` at `base + off` without a branch: a null or bad `base` reads
-/// as 0 (direct loads from BTF-typed pointers fault to 0; `bpf_probe_read_kernel` zeroes its
-/// destination on error). For reads on every scheduler event: an early return per null check
-/// would give the verifier one more constant-0 path through the rest of `sched_switch` each,
-/// which multiplied its verification time on 5.10 and 6.1 (43 s instead of 12 s under TCG).
+/// The run queue `task` is on: its clock (`rq.clock`, which the scheduler has just updated
+/// wherever the scheduler tracepoints fire, and stamps run-queue waits with) and its CPU. `None`
+/// where the layout has no such fields (waits are then timed with `bpf_ktime_get_ns`).
 #[inline(always)]
-fn read_unchecked<const DIRECT: bool, const WIDE: bool>(base: *const u8, off: u32) -> u64 {
-    let p = base.wrapping_add(off as usize);
-    if DIRECT {
-        // SAFETY: as in `read`: a BTF-typed pointer and an offset from the kernel's own BTF; the
-        // verifier turns a faulting load into 0.
-        unsafe {
-            if WIDE {
-                core::ptr::read_volatile(p.cast::<u64>())
-            } else {
-                u64::from(core::ptr::read_volatile(p.cast::<u32>()))
-            }
-        }
-    } else {
-        let mut v = 0u64;
-        let size = if WIDE { 8 } else { 4 };
-        // SAFETY: the helper checks the address and zeroes `v` on error; little-endian, so a
-        // 4-byte read fills the low half.
-        unsafe {
-            aya_ebpf::helpers::generated::bpf_probe_read_kernel(
-                (&raw mut v).cast(),
-                size,
-                p.cast(),
-            );
-        }
-        v
-    }
-}
-
-/// The run queue `task` is on: its clock (which the scheduler has just updated wherever the
-/// scheduler tracepoints fire, and stamps run-queue waits with) and its CPU; a clock of 0 where
-/// it cannot be read (waits are then timed with `bpf_ktime_get_ns`).
-#[inline(always)]
-pub fn task_rq_clock<const DIRECT: bool>(task: *const u8) -> RqClock {
+pub fn task_rq_clock<const DIRECT: bool>(task: *const u8) -> Option<(u64, u32)> {
     if layout!(rq_clock) == ABSENT {
-        return RqClock { clock: 0, cpu: 0 };
+        return None;
     }
-    let cfs_rq = read_unchecked::<DIRECT, true>(task, layout!(task_se_cfs_rq)) as *const u8;
-    let rq = read_unchecked::<DIRECT, true>(cfs_rq, layout!(cfs_rq_rq)) as *const u8;
-    RqClock {
-        clock: read_unchecked::<DIRECT, true>(rq, layout!(rq_clock)),
-        cpu: read_unchecked::<DIRECT, false>(rq, layout!(rq_cpu)),
-    }
+    let cfs_rq: *const u8 = read::<_, DIRECT>(task, layout!(task_se_cfs_rq))?;
+    let rq: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_rq))?;
+    let clock = read::<u64, DIRECT>(rq, layout!(rq_clock))?;
+    let cpu = read::<u32, DIRECT>(rq, layout!(rq_cpu))?;
+    Some((clock, cpu))
 }

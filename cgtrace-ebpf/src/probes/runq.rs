@@ -24,7 +24,7 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
-    kernel::{RqClock, layout, read, task_cgroup_id, task_comm, task_tgid},
+    kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
     maps::{
         BLAME, CPU_SLICES, EPOCH, RUNQ_HIST, RUNQ_START, RUNQ_START_TASK, THROTTLE_LAST_CLOSE,
         ZERO_HIST, count, emit,
@@ -39,18 +39,19 @@ pub fn start_wait<const DIRECT: bool>(
     pid: u32,
     kind: WaitKind,
     now: u64,
-    rq: RqClock,
+    rq: Option<(u64, u32)>,
     throttle_cfs_rq: u64,
 ) {
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
+    let (rq_clock_ns, cpu) = rq.unwrap_or((0, 0));
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
-        cpu: rq.cpu as u32,
+        cpu,
         throttle_cfs_rq,
         leaf_cfs_rq,
         thr_clock,
-        rq_clock_ns: rq.clock,
+        rq_clock_ns,
     };
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, true);
@@ -190,7 +191,7 @@ pub fn switched_out<const DIRECT: bool>(
     pid: u32,
     out: SwitchOut,
     now: u64,
-    rq: RqClock,
+    rq: Option<(u64, u32)>,
     throttled_cfs_rq: Option<u64>,
 ) {
     match out {
@@ -365,7 +366,7 @@ pub fn end_wait<const DIRECT: bool>(
     next: *const u8,
     pid: u32,
     now: u64,
-    rq: RqClock,
+    rq: Option<(u64, u32)>,
     known_cgroup: Option<u64>,
 ) {
     let Some(start) = take_start(next, pid) else {
@@ -377,13 +378,13 @@ pub fn end_wait<const DIRECT: bool>(
     // In the run queue's clock when the wait began on this CPU's run queue: the kernel's own
     // stamps (`sched_info`), taken before the scheduler's work that precedes the tracepoint (a
     // throttle, a contended lock). A wait that moved CPUs, or without the clock: `ktime`.
-    let wait_ns = if start.rq_clock_ns != 0
-        && rq.cpu == u64::from(start.cpu)
-        && rq.clock >= start.rq_clock_ns
-    {
-        rq.clock - start.rq_clock_ns
-    } else {
-        now - start.ts_ns
+    let wait_ns = match rq {
+        Some((clock, cpu))
+            if start.rq_clock_ns != 0 && cpu == start.cpu && clock >= start.rq_clock_ns =>
+        {
+            clock - start.rq_clock_ns
+        }
+        _ => now - start.ts_ns,
     };
     let cgroup_id = match known_cgroup.or_else(|| task_cgroup_id::<DIRECT>(next)) {
         Some(id) => id,

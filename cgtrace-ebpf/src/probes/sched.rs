@@ -81,9 +81,12 @@ fn switch<const DIRECT: bool>(
     let prev_pid = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0);
     let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
     // This CPU's run-queue clock, as the scheduler stamped the switch with: prev and next are
-    // both on this run queue, and prev leads to it even when it is the idle task (its
-    // `se.cfs_rq` is its CPU's root `cfs_rq`).
-    let rq = task_rq_clock::<DIRECT>(prev);
+    // both on this run queue, either one leads to it.
+    let rq = match (prev_pid, next_pid) {
+        (Some(_), _) => task_rq_clock::<DIRECT>(prev),
+        (None, Some(_)) => task_rq_clock::<DIRECT>(next),
+        (None, None) => None,
+    };
     if let Some(prev_pid) = prev_pid {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);
         let state = match prev_state {

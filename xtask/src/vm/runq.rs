@@ -195,13 +195,6 @@ pub(super) fn check_hello(expected_kernel: &str, hello: &Value, f: &mut Vec<Stri
             text("/kernel")
         ));
     }
-    // Every matrix kernel has fair group scheduling: waits are timed in the run queue's clock.
-    if !text("/families/runq/detail").contains("waits timed in the run queue's clock") {
-        f.push(format!(
-            "hello families.runq.detail does not time waits in the run queue's clock: {}",
-            text("/families/runq/detail")
-        ));
-    }
 }
 
 pub(super) fn hello_text(hello: &Value, pointer: &str) -> Option<String> {

@@ -3,7 +3,7 @@
 //! `bpf_probe_read_kernel`.
 
 use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
-use cgtrace_common::layout::{ABSENT, Layout};
+use cgtrace_common::layout::Layout;
 
 use crate::{
     attach::{LoadError, attach_tp_btf, load_tp_btf},
@@ -48,16 +48,6 @@ impl WaitStarts {
             Self::HashOldKernel => "a hash table (kernel before 6.1)",
             Self::HashForced => "a hash table (forced by CGTRACE_RUNQ_START=hash)",
         }
-    }
-}
-
-/// The clock waits are timed in, as `hello.families.runq.detail` says it.
-pub fn wait_clock(layout: &Layout) -> &'static str {
-    if layout.rq_clock == ABSENT {
-        "bpf_ktime_get_ns (no rq.clock reachable through task_struct.se.cfs_rq in this kernel's BTF)"
-    } else {
-        "the run queue's clock (rq.clock, the clock of the kernel's run_delay; ktime for a wait \
-         that moved CPUs)"
     }
 }
 
@@ -121,15 +111,13 @@ pub(crate) fn attach(
     Ok(FamilyMode {
         mode: AttachMode::TpBtf,
         detail: format!(
-            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}; wait starts in {}; \
-             waits timed in {}",
+            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}; wait starts in {}",
             if layout.switch_has_prev_state == 1 {
                 "prev_state argument"
             } else {
                 "prev state read from the task"
             },
-            wait_starts.describe(),
-            wait_clock(layout)
+            wait_starts.describe()
         ),
     })
 }
