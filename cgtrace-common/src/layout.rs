@@ -124,10 +124,7 @@ pub struct Layout {
     /// `rq.lost_idle_time`, subtracted from `rq.clock_pelt` (PELT clock only; else ABSENT).
     pub rq_thr_clock_sub: u32,
     pub thr_clock_kind: u32,
-    /// `rq.clock`: the clock the scheduler stamps a task's run-queue wait with
-    /// (`sched_info.last_queued`, `run_delay`), read through `task_struct.se.cfs_rq` and
-    /// `cfs_rq.rq` (runq family; ABSENT without them: waits are timed with `bpf_ktime_get_ns`).
-    pub rq_clock: u32,
+    pub _pad: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -221,7 +218,7 @@ impl Layout {
         rq_thr_clock: ABSENT,
         rq_thr_clock_sub: ABSENT,
         thr_clock_kind: THR_CLOCK_NONE,
-        rq_clock: ABSENT,
+        _pad: 0,
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,

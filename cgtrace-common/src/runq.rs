@@ -93,8 +93,7 @@ impl SwitchOut {
 pub struct RunqStart {
     pub ts_ns: u64,
     pub kind: u32,
-    /// The CPU whose run queue the wait began on (with `rq_clock_ns`).
-    pub cpu: u32,
+    pub _pad: u32,
     /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
     /// throttled part and the queueing after it.
     pub throttle_cfs_rq: u64,
@@ -103,9 +102,6 @@ pub struct RunqStart {
     /// the end, the clock's advance is the part of the wait spent throttled (0: not kept).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
-    /// That run queue's clock (`rq.clock`) when the wait began (0: not read): a wait that ends
-    /// on the same CPU is timed in it, the kernel's own clock of run-queue waits (`run_delay`).
-    pub rq_clock_ns: u64,
 }
 
 /// Key of `RUNQ_HIST`.

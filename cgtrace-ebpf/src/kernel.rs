@@ -93,18 +93,3 @@ pub fn task_cgroup_id<const DIRECT: bool>(task: *const u8) -> Option<u64> {
     let kn: *const u8 = read::<_, DIRECT>(cgrp, layout!(cgroup_kn))?;
     read::<u64, DIRECT>(kn, layout!(kn_id))
 }
-
-/// The run queue `task` is on: its clock (`rq.clock`, which the scheduler has just updated
-/// wherever the scheduler tracepoints fire, and stamps run-queue waits with) and its CPU. `None`
-/// where the layout has no such fields (waits are then timed with `bpf_ktime_get_ns`).
-#[inline(always)]
-pub fn task_rq_clock<const DIRECT: bool>(task: *const u8) -> Option<(u64, u32)> {
-    if layout!(rq_clock) == ABSENT {
-        return None;
-    }
-    let cfs_rq: *const u8 = read::<_, DIRECT>(task, layout!(task_se_cfs_rq))?;
-    let rq: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_rq))?;
-    let clock = read::<u64, DIRECT>(rq, layout!(rq_clock))?;
-    let cpu = read::<u32, DIRECT>(rq, layout!(rq_cpu))?;
-    Some((clock, cpu))
-}

@@ -49,7 +49,7 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             what: "tracepoint sched_switch".into(),
             family: "runq",
         })?;
-    let mut layout = Layout {
+    let layout = Layout {
         task_pid: off(btf, "task_struct", "pid")?,
         task_tgid: off(btf, "task_struct", "tgid")?,
         task_comm: off(btf, "task_struct", "comm")?,
@@ -76,30 +76,7 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             family: "runq",
         });
     }
-    resolve_rq_clock(btf, &mut layout);
     Ok(layout)
-}
-
-/// The run queue's clock that the scheduler stamps waits with (`rq.clock`, reached through
-/// `task_struct.se.cfs_rq` and `cfs_rq.rq`, with `rq.cpu` to tell whether a wait ended on the run
-/// queue it began on). Waits are timed in it where these fields exist (kernels with
-/// `CONFIG_FAIR_GROUP_SCHED`), else with `bpf_ktime_get_ns`. The kernel's `run_delay` is the same
-/// clock read at the same instants; `bpf_ktime_get_ns` is read a little later, after the work the
-/// scheduler did since it updated the clock (a throttle, a lock), which a preempted vCPU can
-/// stretch to milliseconds.
-fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
-    let (Some(se_cfs_rq), Some(cfs_rq_rq), Some(rq_cpu), Some(clock)) = (
-        btf.field_path("task_struct", "se.cfs_rq"),
-        btf.field("cfs_rq", "rq"),
-        btf.field("rq", "cpu"),
-        btf.field("rq", "clock"),
-    ) else {
-        return;
-    };
-    layout.task_se_cfs_rq = se_cfs_rq.offset;
-    layout.cfs_rq_rq = cfs_rq_rq.offset;
-    layout.rq_cpu = rq_cpu.offset;
-    layout.rq_clock = clock.offset;
 }
 
 /// Kernel functions the tracepoint-only throttle mode recognises by address.

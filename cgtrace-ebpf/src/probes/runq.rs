@@ -31,7 +31,7 @@ use crate::{
     },
 };
 
-/// A wait of `pid` (`task`) starts now (`rq`: the clock and CPU of the run queue it waits on).
+/// A wait of `pid` (`task`) starts now.
 #[inline(always)]
 pub fn start_wait<const DIRECT: bool>(
     c: *mut Counters,
@@ -39,19 +39,16 @@ pub fn start_wait<const DIRECT: bool>(
     pid: u32,
     kind: WaitKind,
     now: u64,
-    rq: Option<(u64, u32)>,
     throttle_cfs_rq: u64,
 ) {
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
-    let (rq_clock_ns, cpu) = rq.unwrap_or((0, 0));
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
-        cpu,
+        _pad: 0,
         throttle_cfs_rq,
         leaf_cfs_rq,
         thr_clock,
-        rq_clock_ns,
     };
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, true);
@@ -68,8 +65,6 @@ pub fn start_wait<const DIRECT: bool>(
             (*p).throttle_cfs_rq = start.throttle_cfs_rq;
             (*p).leaf_cfs_rq = start.leaf_cfs_rq;
             (*p).thr_clock = start.thr_clock;
-            (*p).rq_clock_ns = start.rq_clock_ns;
-            (*p).cpu = start.cpu;
         }
     } else if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
@@ -101,11 +96,10 @@ fn take_start(task: *const u8, pid: u32) -> Option<RunqStart> {
             Some(RunqStart {
                 ts_ns,
                 kind: (*p).kind,
-                cpu: (*p).cpu,
+                _pad: 0,
                 throttle_cfs_rq: (*p).throttle_cfs_rq,
                 leaf_cfs_rq: (*p).leaf_cfs_rq,
                 thr_clock: (*p).thr_clock,
-                rq_clock_ns: (*p).rq_clock_ns,
             })
         }
     } else {
@@ -191,16 +185,13 @@ pub fn switched_out<const DIRECT: bool>(
     pid: u32,
     out: SwitchOut,
     now: u64,
-    rq: Option<(u64, u32)>,
     throttled_cfs_rq: Option<u64>,
 ) {
     match out {
         // Replaces any older stamp (a wakeup that came while it still ran).
         SwitchOut::Queued => match throttled_cfs_rq {
-            Some(cfs_rq) => {
-                start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, rq, cfs_rq)
-            }
-            None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, rq, 0),
+            Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
+            None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
         },
         // A task woken while still running can exit with a wait recorded that never ends (task
         // storage goes with the task).
@@ -288,20 +279,18 @@ fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
     unsafe { atomic_add(p, ns) };
 }
 
-/// Charges a wait of `victim` of `wait_ns` that ended now (`to`) on this CPU: its `throttled`
-/// part to its own quota or an ancestor's; the rest to the cgroups whose slices on this CPU
-/// overlapped `[rest_from, to]` (the victim itself: its siblings). `rest_from` is where the
-/// throttled part ended when that is known (6.18+: the unthrottle); before 6.18 it is the wait's
-/// start, and the slices, which then also cover the throttled stretch, are scaled down to the
-/// rest (`wait_ns` is in the run queue's clock, the slices in `ktime`). What no slice covers
+/// Charges a wait of `victim` over `[from, to]` that ended now on this CPU: its throttled part to
+/// its own quota or an ancestor's; the rest to the cgroups whose slices on this CPU overlapped
+/// `[rest_from, to]` (the victim itself: its siblings). `rest_from` is where the throttled part
+/// ended when that is known (6.18+: the unthrottle); before 6.18 it is `from`, and the slices,
+/// which then also cover the throttled stretch, are scaled down to the rest. What no slice covers
 /// (older than the ring, idle, or spent queued on another CPU before a migration) stays
 /// unattributed: the daemon reports wait − charged.
 #[inline(always)]
 fn blame(
     c: *mut Counters,
     victim: u64,
-    (rest_from, to): (u64, u64),
-    wait_ns: u64,
+    (from, rest_from, to): (u64, u64, u64),
     throttled: u64,
     own: bool,
 ) {
@@ -311,7 +300,7 @@ fn blame(
         CULPRIT_THROTTLED_ANCESTOR
     };
     add_blame(c, victim, culprit, throttled);
-    let rest = wait_ns.saturating_sub(throttled);
+    let rest = (to - from).saturating_sub(throttled);
     if rest == 0 {
         return;
     }
@@ -366,7 +355,6 @@ pub fn end_wait<const DIRECT: bool>(
     next: *const u8,
     pid: u32,
     now: u64,
-    rq: Option<(u64, u32)>,
     known_cgroup: Option<u64>,
 ) {
     let Some(start) = take_start(next, pid) else {
@@ -375,17 +363,7 @@ pub fn end_wait<const DIRECT: bool>(
     if now < start.ts_ns {
         return;
     }
-    // In the run queue's clock when the wait began on this CPU's run queue: the kernel's own
-    // stamps (`sched_info`), taken before the scheduler's work that precedes the tracepoint (a
-    // throttle, a contended lock). A wait that moved CPUs, or without the clock: `ktime`.
-    let wait_ns = match rq {
-        Some((clock, cpu))
-            if start.rq_clock_ns != 0 && cpu == start.cpu && clock >= start.rq_clock_ns =>
-        {
-            clock - start.rq_clock_ns
-        }
-        _ => now - start.ts_ns,
-    };
+    let wait_ns = now - start.ts_ns;
     let cgroup_id = match known_cgroup.or_else(|| task_cgroup_id::<DIRECT>(next)) {
         Some(id) => id,
         None => {
@@ -425,17 +403,10 @@ pub fn end_wait<const DIRECT: bool>(
         let closed = unsafe { THROTTLE_LAST_CLOSE.get(&start.throttle_cfs_rq) }.copied();
         match closed {
             Some(at) if at > start.ts_ns && at < now => {
-                throttled_ns = (at - start.ts_ns).min(wait_ns);
+                throttled_ns = at - start.ts_ns;
                 rest_from = at;
                 add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, throttled_ns);
-                if wait_ns > throttled_ns {
-                    add_to_hist(
-                        c,
-                        cgroup_id,
-                        WaitKind::Preempt as u32,
-                        wait_ns - throttled_ns,
-                    );
-                }
+                add_to_hist(c, cgroup_id, WaitKind::Preempt as u32, now - at);
             }
             _ => {
                 throttled_ns = wait_ns;
@@ -447,7 +418,13 @@ pub fn end_wait<const DIRECT: bool>(
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, &start);
-        blame(c, cgroup_id, (rest_from, now), wait_ns, throttled_ns, own);
+        blame(
+            c,
+            cgroup_id,
+            (start.ts_ns, rest_from, now),
+            throttled_ns,
+            own,
+        );
     }
     // SAFETY: CONFIG is a plain static in .rodata.
     let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };

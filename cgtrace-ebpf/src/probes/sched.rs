@@ -13,7 +13,7 @@ use cgtrace_common::{
 };
 
 use crate::{
-    kernel::{task_cgroup_id, task_pid, task_rq_clock, task_state},
+    kernel::{task_cgroup_id, task_pid, task_state},
     maps::{count, counters},
     probes::{runq, throttle},
 };
@@ -57,7 +57,6 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
             pid,
             WaitKind::Wakeup,
             unsafe { bpf_ktime_get_ns() },
-            task_rq_clock::<DIRECT>(p),
             0,
         );
     }
@@ -78,16 +77,7 @@ fn switch<const DIRECT: bool>(
     let now = unsafe { bpf_ktime_get_ns() };
     throttle::close_late::<DIRECT>(c);
     // The idle task (pid 0) always switches out as runnable: never a wait.
-    let prev_pid = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0);
-    let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
-    // This CPU's run-queue clock, as the scheduler stamped the switch with: prev and next are
-    // both on this run queue, either one leads to it.
-    let rq = match (prev_pid, next_pid) {
-        (Some(_), _) => task_rq_clock::<DIRECT>(prev),
-        (None, Some(_)) => task_rq_clock::<DIRECT>(next),
-        (None, None) => None,
-    };
-    if let Some(prev_pid) = prev_pid {
+    if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);
         let state = match prev_state {
             Some(s) => s,
@@ -99,8 +89,9 @@ fn switch<const DIRECT: bool>(
         } else {
             None
         };
-        runq::switched_out::<DIRECT>(c, prev, prev_pid, out, now, rq, throttled);
+        runq::switched_out::<DIRECT>(c, prev, prev_pid, out, now, throttled);
     }
+    let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
     // The blame ledger: the slice that ends now goes into this CPU's ring before next's wait is
     // charged, so the wait sees who ran last. next's cgroup is read once for both.
     let mut next_cgroup = None;
@@ -112,6 +103,6 @@ fn switch<const DIRECT: bool>(
         runq::slice_switch(now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
-        runq::end_wait::<DIRECT>(c, next, next_pid, now, rq, next_cgroup);
+        runq::end_wait::<DIRECT>(c, next, next_pid, now, next_cgroup);
     }
 }
