@@ -11,7 +11,8 @@ pub const RUNQ_WAITS: u32 = 2;
 /// A wait could not be started (the wait is lost): the `RUNQ_START` hash was full, or (task
 /// storage, 6.1+) the kernel gave the task no storage.
 pub const RUNQ_START_FULL: u32 = 3;
-/// A wait could not be added because the `RUNQ_HIST` map was full (the wait is lost).
+/// A wait could not be added because its cgroup got no histograms: `RUNQ_HIST` full, or (kernels
+/// with task-local storage) no free slot in `RUNQ_SLOTS` (the wait is lost).
 pub const RUNQ_HIST_FULL: u32 = 4;
 /// An event could not be reserved in the ring buffer (the event is lost; histograms still count it).
 pub const RINGBUF_FULL: u32 = 5;

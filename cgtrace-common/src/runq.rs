@@ -87,13 +87,16 @@ impl SwitchOut {
     }
 }
 
-/// Value of `RUNQ_START`, keyed by tid: when the wait began and why.
+/// Value of `RUNQ_START` (keyed by tid) and of the task-local `RUNQ_START_TASK`: when the wait
+/// began and why.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqStart {
     pub ts_ns: u64,
     pub kind: u32,
-    pub _pad: u32,
+    /// Task-local storage only: the `RUNQ_SLOTS` slot of `slot_cgroup`, the task's cgroup at its
+    /// last wait (a cache: checked against the slot's owner before use).
+    pub slot: u32,
     /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
     /// throttled part and the queueing after it.
     pub throttle_cfs_rq: u64,
@@ -102,6 +105,8 @@ pub struct RunqStart {
     /// the end, the clock's advance is the part of the wait spent throttled (0: not kept).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
+    /// See `slot` (0: none cached).
+    pub slot_cgroup: u64,
 }
 
 /// Key of `RUNQ_HIST`.
@@ -149,6 +154,20 @@ impl RunqHist {
         let slot = (epoch & 1) as usize;
         (self.max_epoch[slot] == epoch).then_some(self.max_ns[slot])
     }
+}
+
+/// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per cgroup,
+/// all its wait kinds. A wait finds its slot through the cache in its task's storage (an array
+/// index, no hash lookup); the first wait of a cgroup takes a slot from `RUNQ_FREE_SLOTS` and
+/// maps it in `RUNQ_SLOT_OF`. The daemon reads the array through a memory mapping and, when the
+/// cgroup is removed, unmaps the slot, zeroes it and returns it to the free queue.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunqSlot {
+    /// The cgroup the slot belongs to (0: free). Set before the slot is mapped.
+    pub cgroup_id: u64,
+    /// Indexed by [`WaitKind`].
+    pub hists: [RunqHist; NR_WAIT_KINDS],
 }
 
 /// A wait at or above `CONFIG.runq_event_min_ns`, sent through the `EVENTS` ring buffer.
@@ -217,6 +236,8 @@ mod pod {
     unsafe impl aya::Pod for super::RunqHist {}
     // SAFETY: #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::RunqStart {}
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::RunqSlot {}
 }
 
 #[cfg(test)]

@@ -1,17 +1,18 @@
 //! Maps shared by all probes. Sizes are defaults; the loader resizes them from the command line.
 use aya_ebpf::{
     bindings::{
-        BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP,
-        BPF_RB_NO_WAKEUP, bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, task_struct,
+        BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_RB_AVAIL_DATA,
+        BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE,
+        task_struct,
     },
     helpers::generated::bpf_task_storage_get,
     macros::{btf_map, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, Queue, RingBuf},
 };
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{BlameKey, RunqHist, RunqKey, RunqStart, SliceRing},
+    runq::{BlameKey, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
@@ -91,9 +92,25 @@ impl<T> TaskStorage<T> {
     }
 }
 
-/// (cgroup, wait kind) -> cumulative latency histogram.
+/// (cgroup, wait kind) -> cumulative latency histogram, where task storage is not used (kernels
+/// before 6.1; one entry otherwise).
 #[map]
 pub static RUNQ_HIST: HashMap<RunqKey, RunqHist> = HashMap::with_max_entries(3 * 8192, 0);
+
+/// With task storage: the histograms, one slot per cgroup (see `RunqSlot`), read by the daemon
+/// through a memory mapping. Sized by the loader from `--max-cgroups` (one slot otherwise).
+#[map]
+pub static RUNQ_SLOTS: Array<RunqSlot> = Array::with_max_entries(8192, BPF_F_MMAPABLE);
+
+/// With task storage: cgroup id -> its slot in `RUNQ_SLOTS`, for a task whose cache does not
+/// have it (its first wait, or a new cgroup); deleted by the daemon when the cgroup goes.
+#[map]
+pub static RUNQ_SLOT_OF: HashMap<u64, u32> = HashMap::with_max_entries(8192, 0);
+
+/// With task storage: the free slots of `RUNQ_SLOTS`, filled by the loader, refilled by the
+/// daemon as cgroups go.
+#[map]
+pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(8192, 0);
 
 /// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
 #[map]

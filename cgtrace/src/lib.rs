@@ -28,6 +28,7 @@ pub mod layout;
 pub mod loader;
 pub mod mapbatch;
 pub mod metrics;
+pub mod mmaparray;
 pub mod model;
 pub mod privilege;
 pub mod progstats;

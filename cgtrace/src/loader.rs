@@ -83,6 +83,9 @@ pub struct Tracer {
     pub layout: Layout,
     /// Cgroup creations and removals are traced (`cgroup_mkdir`/`cgroup_rmdir` attached).
     pub churn_traced: bool,
+    /// Where run-queue wait starts go, and so where its histograms are (task storage: the
+    /// `RUNQ_SLOTS` array; else the `RUNQ_HIST` hash).
+    pub runq_start: RunqStart,
     /// Keeps the kernel's BPF run-time statistics (run counts and times of every program) on
     /// while it is open: taken before the programs attach, so their counts start with them;
     /// closed with the tracer, so the kernel stops timing programs when cgtrace goes.
@@ -191,21 +194,29 @@ impl Tracer {
         let mut loader = EbpfLoader::new();
         // aya has no user-space type for task storage; only the programs use it.
         loader.allow_unsupported_maps();
+        // With task storage the histograms are slots of an array (one per cgroup), without it
+        // a hash keyed by (cgroup, wait kind); the other tables get one entry.
+        let cgroups = opts.max_cgroups.max(1);
         if task_storage {
-            loader.map_max_entries("RUNQ_START", 1);
+            loader
+                .map_max_entries("RUNQ_START", 1)
+                .map_max_entries("RUNQ_HIST", 1)
+                .map_max_entries("RUNQ_SLOTS", cgroups)
+                .map_max_entries("RUNQ_SLOT_OF", cgroups)
+                .map_max_entries("RUNQ_FREE_SLOTS", cgroups);
         } else {
             loader
                 .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
-                .map_max_entries("RUNQ_START_TASK", 1);
+                .map_max_entries("RUNQ_START_TASK", 1)
+                .map_max_entries("RUNQ_HIST", cgroups.saturating_mul(kinds))
+                .map_max_entries("RUNQ_SLOTS", 1)
+                .map_max_entries("RUNQ_SLOT_OF", 1)
+                .map_max_entries("RUNQ_FREE_SLOTS", 1);
         }
         let mut ebpf = loader
             .btf(&aya_btf)
             .override_global("LAYOUT", &layout, true)
             .override_global("CONFIG", &config, true)
-            .map_max_entries(
-                "RUNQ_HIST",
-                opts.max_cgroups.saturating_mul(kinds).max(kinds),
-            )
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             // (waiting cgroup, culprit) pairs: a cgroup rarely waits behind more than a few
             // neighbours in a window, and idle pairs are deleted by the daemon.
@@ -280,6 +291,7 @@ impl Tracer {
             capabilities,
             layout,
             churn_traced,
+            runq_start,
             bpf_stats,
         })
     }

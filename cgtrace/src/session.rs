@@ -146,6 +146,7 @@ impl Session {
                 flag_rules: opts.flag_rules,
                 churn_traced: tracer.churn_traced,
                 blame: opts.blame_min.is_some(),
+                runq_start: tracer.runq_start,
             };
             collectors.push((f.start)(&mut ctx)?);
         }

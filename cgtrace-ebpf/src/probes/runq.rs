@@ -16,8 +16,8 @@ use cgtrace_common::{
     hist::{NR_BUCKETS, bucket_of},
     layout::{ABSENT, THR_CLOCK_NONE},
     runq::{
-        BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, RunqEvent, RunqKey,
-        RunqStart, Slice, SwitchOut, WaitKind,
+        BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, NR_WAIT_KINDS,
+        RunqEvent, RunqHist, RunqKey, RunqSlot, RunqStart, Slice, SwitchOut, WaitKind,
     },
 };
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
@@ -26,8 +26,8 @@ use crate::{
     CONFIG,
     kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
     maps::{
-        BLAME, CPU_SLICES, EPOCH, RUNQ_HIST, RUNQ_START, RUNQ_START_TASK, THROTTLE_LAST_CLOSE,
-        ZERO_HIST, count, emit,
+        BLAME, CPU_SLICES, EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, RUNQ_START,
+        RUNQ_START_TASK, THROTTLE_LAST_CLOSE, ZERO_HIST, count, emit,
     },
 };
 
@@ -45,10 +45,11 @@ pub fn start_wait<const DIRECT: bool>(
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
-        _pad: 0,
+        slot: 0,
         throttle_cfs_rq,
         leaf_cfs_rq,
         thr_clock,
+        slot_cgroup: 0,
     };
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, true);
@@ -59,6 +60,7 @@ pub fn start_wait<const DIRECT: bool>(
         // SAFETY: the task's own storage value, written under the rq lock that serializes this
         // task's wakeup, switch-out and switch-in. Field by field: a whole-struct store became a
         // byte-wise memmove call the verifier refuses (a partial fill of a spilled register).
+        // The slot cache stays.
         unsafe {
             (*p).ts_ns = start.ts_ns;
             (*p).kind = start.kind;
@@ -78,9 +80,10 @@ fn task_storage() -> bool {
     unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_start_task) != 0 }
 }
 
-/// Takes the open wait start of `task` (`pid`), if any.
+/// Takes the open wait start of `task` (`pid`), if any, with the task's storage (null: the
+/// hash is used).
 #[inline(always)]
-fn take_start(task: *const u8, pid: u32) -> Option<RunqStart> {
+fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> {
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, false);
         if p.is_null() {
@@ -93,20 +96,22 @@ fn take_start(task: *const u8, pid: u32) -> Option<RunqStart> {
                 return None;
             }
             (*p).ts_ns = 0;
-            Some(RunqStart {
+            let start = RunqStart {
                 ts_ns,
                 kind: (*p).kind,
-                _pad: 0,
+                slot: 0,
                 throttle_cfs_rq: (*p).throttle_cfs_rq,
                 leaf_cfs_rq: (*p).leaf_cfs_rq,
                 thr_clock: (*p).thr_clock,
-            })
+                slot_cgroup: 0,
+            };
+            Some((start, p))
         }
     } else {
         // SAFETY: the value is copied out before the entry is removed.
         let start = (unsafe { RUNQ_START.get(&pid) }).copied()?;
         let _ = RUNQ_START.remove(&pid);
-        Some(start)
+        Some((start, core::ptr::null_mut()))
     }
 }
 
@@ -357,7 +362,7 @@ pub fn end_wait<const DIRECT: bool>(
     now: u64,
     known_cgroup: Option<u64>,
 ) {
-    let Some(start) = take_start(next, pid) else {
+    let Some((start, storage)) = take_start(next, pid) else {
         return;
     };
     if now < start.ts_ns {
@@ -371,6 +376,7 @@ pub fn end_wait<const DIRECT: bool>(
             0
         }
     };
+    let hists = hists_of(c, storage, cgroup_id);
     let mut kind = start.kind;
     // The wait's throttled part, and whether it was the group's own quota.
     let mut throttled_ns = 0u64;
@@ -387,10 +393,10 @@ pub fn end_wait<const DIRECT: bool>(
             start.kind
         };
         if throttled > 0 {
-            add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, throttled);
+            add_to_hist(c, hists, WaitKind::Throttled as u32, throttled);
         }
         if throttled == 0 || wait_ns > throttled {
-            add_to_hist(c, cgroup_id, rest_kind, wait_ns - throttled);
+            add_to_hist(c, hists, rest_kind, wait_ns - throttled);
         }
         kind = if throttled * 2 > wait_ns {
             WaitKind::Throttled as u32
@@ -405,16 +411,16 @@ pub fn end_wait<const DIRECT: bool>(
             Some(at) if at > start.ts_ns && at < now => {
                 throttled_ns = at - start.ts_ns;
                 rest_from = at;
-                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, throttled_ns);
-                add_to_hist(c, cgroup_id, WaitKind::Preempt as u32, now - at);
+                add_to_hist(c, hists, WaitKind::Throttled as u32, throttled_ns);
+                add_to_hist(c, hists, WaitKind::Preempt as u32, now - at);
             }
             _ => {
                 throttled_ns = wait_ns;
-                add_to_hist(c, cgroup_id, WaitKind::Throttled as u32, wait_ns);
+                add_to_hist(c, hists, WaitKind::Throttled as u32, wait_ns);
             }
         }
     } else {
-        add_to_hist(c, cgroup_id, start.kind, wait_ns);
+        add_to_hist(c, hists, start.kind, wait_ns);
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, &start);
@@ -433,29 +439,122 @@ pub fn end_wait<const DIRECT: bool>(
     }
 }
 
+/// Where a wait's histograms are.
+#[derive(Clone, Copy)]
+enum Hists {
+    /// Task storage: this cgroup's slot in `RUNQ_SLOTS`.
+    Slot(*mut RunqSlot),
+    /// No task storage: `RUNQ_HIST`, keyed by this cgroup id.
+    Hash(u64),
+    /// Task storage, and no slot was free (counted once: `runq_hist_full`).
+    Lost,
+}
+
+/// The histograms of `cgroup_id` for a wait of the task whose storage is `storage` (null: the
+/// hash is used). The slot cached in the storage is an array index, checked against the slot's
+/// owner; only a task's first wait, or its first in a new cgroup, looks the slot up by cgroup.
 #[inline(always)]
-fn add_to_hist(c: *mut Counters, cgroup_id: u64, kind: u32, wait_ns: u64) {
+fn hists_of(c: *mut Counters, storage: *mut RunqStart, cgroup_id: u64) -> Hists {
+    if storage.is_null() {
+        return Hists::Hash(cgroup_id);
+    }
+    // SAFETY: the task's own storage value (see `start_wait`); the slot is a live map value.
+    unsafe {
+        if (*storage).slot_cgroup == cgroup_id
+            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut((*storage).slot)
+            && (*slot).cgroup_id == cgroup_id
+        {
+            return Hists::Slot(slot);
+        }
+    }
+    match slot_of(cgroup_id) {
+        Some((index, slot)) => {
+            // SAFETY: as above.
+            unsafe {
+                (*storage).slot = index;
+                (*storage).slot_cgroup = cgroup_id;
+            }
+            Hists::Slot(slot)
+        }
+        None => {
+            count(c, counters::RUNQ_HIST_FULL);
+            Hists::Lost
+        }
+    }
+}
+
+/// The slot of `cgroup_id`: the one mapped to it, or a free one taken and mapped now.
+#[inline(always)]
+fn slot_of(cgroup_id: u64) -> Option<(u32, *mut RunqSlot)> {
+    // SAFETY: the value is copied out.
+    let index = match unsafe { RUNQ_SLOT_OF.get(&cgroup_id) }.copied() {
+        Some(index) => index,
+        None => {
+            let Ok(Some(index)) = RUNQ_FREE_SLOTS.pop() else {
+                return None;
+            };
+            // Always there: the loader queues the array's own indices.
+            let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
+            // Owned before it is mapped, so a mapped slot never shows another cgroup's owner.
+            // SAFETY: a live map value; a free slot is written by no one else.
+            unsafe { (*slot).cgroup_id = cgroup_id };
+            if RUNQ_SLOT_OF
+                .insert(&cgroup_id, &index, u64::from(BPF_NOEXIST))
+                .is_ok()
+            {
+                return Some((index, slot));
+            }
+            // Another CPU mapped one for it meanwhile: this one goes back.
+            // SAFETY: as above.
+            unsafe { (*slot).cgroup_id = 0 };
+            let _ = RUNQ_FREE_SLOTS.push(&index, 0);
+            // SAFETY: the value is copied out.
+            unsafe { RUNQ_SLOT_OF.get(&cgroup_id) }.copied()?
+        }
+    };
+    let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
+    // A mapping the daemon is taking back (its cgroup was removed) has lost its owner.
+    // SAFETY: a live map value.
+    (unsafe { (*slot).cgroup_id } == cgroup_id).then_some((index, slot))
+}
+
+/// The `RUNQ_HIST` entry of (`cgroup_id`, `kind`), inserted if new (`None`: the map is full,
+/// counted).
+#[inline(always)]
+fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHist> {
     let key = RunqKey {
         cgroup_id,
         kind,
         _pad: 0,
     };
-    let hist = match RUNQ_HIST.get_ptr_mut(&key) {
-        Some(h) => h,
-        None => {
-            let Some(zero) = ZERO_HIST.get_ptr(0) else {
+    if let Some(h) = RUNQ_HIST.get_ptr_mut(&key) {
+        return Some(h);
+    }
+    let zero = ZERO_HIST.get_ptr(0)?;
+    // SAFETY: `zero` points at a map value of the right type.
+    let _ = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+    let h = RUNQ_HIST.get_ptr_mut(&key);
+    if h.is_none() {
+        count(c, counters::RUNQ_HIST_FULL);
+    }
+    h
+}
+
+#[inline(always)]
+fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
+    let hist: *mut RunqHist = match hists {
+        Hists::Slot(slot) => {
+            if kind as usize >= NR_WAIT_KINDS {
                 return;
-            };
-            // SAFETY: `zero` points at a map value of the right type.
-            let _ = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
-            match RUNQ_HIST.get_ptr_mut(&key) {
-                Some(h) => h,
-                None => {
-                    count(c, counters::RUNQ_HIST_FULL);
-                    return;
-                }
             }
+            // SAFETY: a live map value, index checked.
+            unsafe { &raw mut (*slot).hists[kind as usize] }
         }
+        Hists::Hash(cgroup_id) => match hash_hist(c, cgroup_id, kind) {
+            Some(h) => h,
+            None => return,
+        },
+        Hists::Lost => return,
     };
     // Through black_box (a stack spill and fill), so the bounds check below is `reg >= imm` on the
     // loaded value. Without it LLVM fused bucket_of's clamp into a `const > reg` compare that

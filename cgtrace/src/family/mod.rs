@@ -56,6 +56,8 @@ pub struct Start<'a> {
     pub churn_traced: bool,
     /// The blame ledger is on (`--blame`).
     pub blame: bool,
+    /// Where run-queue wait starts went (and so `runq`'s histograms: slots or a hash).
+    pub runq_start: runq::attach::RunqStart,
 }
 
 /// Takes a map out of the loaded object.

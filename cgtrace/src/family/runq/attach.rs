@@ -2,7 +2,7 @@
 //! sched_switch, reading kernel fields directly or, where the verifier refuses, through
 //! `bpf_probe_read_kernel`.
 
-use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
+use aya::{Btf as AyaBtf, Ebpf, maps::Queue, programs::ProgramError};
 use cgtrace_common::layout::Layout;
 
 use crate::{
@@ -41,14 +41,31 @@ impl WaitStarts {
         }
     }
 
-    /// How `hello.families.runq.detail` says it.
+    /// How `hello.families.runq.detail` says it (after "wait starts in").
     pub fn describe(self) -> &'static str {
         match self {
-            Self::TaskStorage => "task-local storage",
-            Self::HashOldKernel => "a hash table (kernel before 6.1)",
-            Self::HashForced => "a hash table (forced by CGTRACE_RUNQ_START=hash)",
+            Self::TaskStorage => {
+                "task-local storage, histograms in per-cgroup array slots (the slot cached with the start)"
+            }
+            Self::HashOldKernel => "a hash table, histograms in a hash (kernel before 6.1)",
+            Self::HashForced => {
+                "a hash table, histograms in a hash (forced by CGTRACE_RUNQ_START=hash)"
+            }
         }
     }
+}
+
+/// Puts every `RUNQ_SLOTS` slot in the free queue, before the programs that take them attach.
+fn fill_free_slots(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    const MAP: &str = "RUNQ_FREE_SLOTS";
+    let map = ebpf.map_mut(MAP).ok_or(LoadError::MissingMap(MAP))?;
+    let mut free: Queue<_, u32> =
+        Queue::try_from(map).map_err(|source| LoadError::Map { map: MAP, source })?;
+    for slot in 0..free.capacity() {
+        free.push(&slot, 0)
+            .map_err(|source| LoadError::Map { map: MAP, source })?;
+    }
+    Ok(())
 }
 
 /// Attaches the run-queue programs: tp_btf on sched_wakeup, sched_wakeup_new, sched_switch.
@@ -60,6 +77,9 @@ pub(crate) fn attach(
     layout: &Layout,
     wait_starts: WaitStarts,
 ) -> Result<FamilyMode, LoadError> {
+    if runq_start == RunqStart::TaskStorage {
+        fill_free_slots(ebpf)?;
+    }
     let switch = if layout.switch_has_prev_state == 1 {
         "sched_switch"
     } else {

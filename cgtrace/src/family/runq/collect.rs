@@ -1,21 +1,25 @@
-//! The live side of `runq`: reads `RUNQ_HIST` (cumulative per-(cgroup, wait kind) histograms)
-//! once per window, turns them into window deltas, and drives `EPOCH` (the per-window max).
+//! The live side of `runq`: reads the cumulative per-(cgroup, wait kind) histograms once per
+//! window — the `RUNQ_SLOTS` array through a memory mapping where wait starts are in task storage,
+//! the `RUNQ_HIST` hash before — turns them into window deltas, and drives `EPOCH` (the
+//! per-window max).
 
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, MapData};
+use aya::maps::{Array, HashMap, Map, MapData, Queue};
 use cgtrace_common::{
     hist::NR_BUCKETS,
-    runq::{RunqHist, RunqKey, WaitKind},
+    runq::{NR_WAIT_KINDS, RunqHist, RunqKey, RunqSlot, WaitKind},
 };
+use std::mem::{offset_of, size_of};
 
-use super::{INFO, KindHists, blame::BlameReader};
+use super::{INFO, KindHists, attach::RunqStart, blame::BlameReader};
 use crate::{
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     hist::Hist,
     mapbatch::WholeHashMap,
+    mmaparray::MappedArray,
 };
 
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
@@ -28,9 +32,107 @@ struct Prev {
     buckets: Box<[u64; NR_BUCKETS]>,
 }
 
-/// Reads `RUNQ_HIST` and drives `EPOCH`.
+/// Where the kernel keeps the histograms.
+enum Source {
+    /// `RUNQ_HIST` (no task storage).
+    Hash(WholeHashMap<RunqKey, RunqHist>),
+    /// `RUNQ_SLOTS` and its tables (task storage).
+    Slots(Box<Slots>),
+}
+
+impl Source {
+    /// Calls `f` with every (cgroup, kind) histogram the kernel has.
+    fn for_each(&mut self, mut f: impl FnMut(&RunqKey, &RunqHist)) {
+        match self {
+            Self::Hash(h) => h.for_each(f),
+            Self::Slots(s) => {
+                let slots = &s.slots;
+                s.slot_of.for_each(|&cgroup_id, &index| {
+                    // A slot being taken back or given to another cgroup meanwhile is skipped.
+                    if slots.load(index, OWNER) != cgroup_id {
+                        return;
+                    }
+                    for kind in WaitKind::ALL {
+                        let key = RunqKey {
+                            cgroup_id,
+                            kind: kind as u32,
+                            _pad: 0,
+                        };
+                        f(&key, &read_hist(slots, index, kind));
+                    }
+                });
+            }
+        }
+    }
+
+    /// Deletes a removed cgroup's histograms; its slot goes back to the free queue.
+    fn forget(&mut self, cgroup_id: u64) {
+        match self {
+            Self::Hash(h) => {
+                for kind in WaitKind::ALL {
+                    h.remove(&RunqKey {
+                        cgroup_id,
+                        kind: kind as u32,
+                        _pad: 0,
+                    });
+                }
+            }
+            Self::Slots(s) => s.free(cgroup_id),
+        }
+    }
+}
+
+/// Byte offset of a slot's owner.
+const OWNER: usize = offset_of!(RunqSlot, cgroup_id);
+
+/// The histogram of `kind` in slot `index`, loaded field by field.
+fn read_hist(slots: &MappedArray, index: u32, kind: WaitKind) -> RunqHist {
+    let at = offset_of!(RunqSlot, hists) + kind as usize * size_of::<RunqHist>();
+    let word = |field: usize, i: usize| slots.load(index, at + field + 8 * i);
+    let mut h = RunqHist::ZERO;
+    h.sum_ns = word(offset_of!(RunqHist, sum_ns), 0);
+    for i in 0..2 {
+        h.max_ns[i] = word(offset_of!(RunqHist, max_ns), i);
+        h.max_epoch[i] = word(offset_of!(RunqHist, max_epoch), i);
+    }
+    for (i, b) in h.buckets.iter_mut().enumerate() {
+        *b = word(offset_of!(RunqHist, buckets), i);
+    }
+    h
+}
+
+/// The slot tables: the histograms (mapped), cgroup -> slot, and the free slots.
+struct Slots {
+    slots: MappedArray,
+    slot_of: WholeHashMap<u64, u32>,
+    free: Queue<MapData, u32>,
+}
+
+impl Slots {
+    /// Takes a removed cgroup's slot back: unmapped, zeroed (its owner first, so no wait is added
+    /// to it meanwhile), then free again.
+    fn free(&mut self, cgroup_id: u64) {
+        let Some(index) = self.slot_of.get(&cgroup_id) else {
+            return;
+        };
+        self.slot_of.remove(&cgroup_id);
+        if self.slots.load(index, OWNER) != cgroup_id {
+            return;
+        }
+        for offset in (0..size_of::<RunqSlot>()).step_by(8) {
+            self.slots.store(index, offset, 0);
+        }
+        // Cannot be full: it holds every slot at most once.
+        let _ = self.free.push(&index, 0);
+    }
+}
+
+const _: () =
+    assert!(size_of::<RunqSlot>().is_multiple_of(8) && NR_WAIT_KINDS == WaitKind::ALL.len());
+
+/// Reads the histograms and drives `EPOCH`.
 pub struct RunqReader {
-    hist: WholeHashMap<RunqKey, RunqHist>,
+    source: Source,
     epoch_map: Array<MapData, u64>,
     epoch: u64,
     prev: StdHashMap<RunqKey, Prev>,
@@ -39,14 +141,11 @@ pub struct RunqReader {
 }
 
 impl RunqReader {
-    pub fn new(
-        hist: HashMap<MapData, RunqKey, RunqHist>,
-        mut epoch_map: Array<MapData, u64>,
-    ) -> anyhow::Result<Self> {
+    fn new(source: Source, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
         let epoch = 1;
         epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
         Ok(Self {
-            hist: WholeHashMap::new(hist, BATCH),
+            source,
             epoch_map,
             epoch,
             prev: StdHashMap::new(),
@@ -64,13 +163,13 @@ impl RunqReader {
             .context("bumping EPOCH")?;
         let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
         let prev = &mut self.prev;
-        self.hist.for_each(|key, cur| {
+        self.source.for_each(|key, cur| {
             let Ok(kind) = WaitKind::try_from(key.kind) else {
                 return;
             };
             let count = cur.count();
             let last = prev.get(key).map(|p| (p.count, p.sum_ns, &*p.buckets));
-            if last.is_some_and(|(c, _, _)| c == count) {
+            if last.map_or(count == 0, |(c, _, _)| c == count) {
                 return;
             }
             let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, last);
@@ -92,14 +191,13 @@ impl RunqReader {
 
     /// Drops a removed cgroup's kernel entries and remembered readings.
     pub fn forget(&mut self, cgroup_id: u64) {
+        self.source.forget(cgroup_id);
         for kind in WaitKind::ALL {
-            let key = RunqKey {
+            self.prev.remove(&RunqKey {
                 cgroup_id,
                 kind: kind as u32,
                 _pad: 0,
-            };
-            self.hist.remove(&key);
-            self.prev.remove(&key);
+            });
         }
         if let Some(b) = &mut self.blame {
             b.forget(cgroup_id);
@@ -107,11 +205,24 @@ impl RunqReader {
     }
 }
 
-/// Takes `RUNQ_HIST` and `EPOCH`.
+/// Takes the histogram tables and `EPOCH`.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
-    let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
+    let source = if ctx.runq_start == RunqStart::TaskStorage {
+        let Map::Array(slots) = take_map(ctx.ebpf, "RUNQ_SLOTS")? else {
+            anyhow::bail!("RUNQ_SLOTS is not an array");
+        };
+        let slot_of: HashMap<MapData, u64, u32> = take_map(ctx.ebpf, "RUNQ_SLOT_OF")?.try_into()?;
+        Source::Slots(Box::new(Slots {
+            slots: MappedArray::new(slots, size_of::<RunqSlot>()).context("mapping RUNQ_SLOTS")?,
+            slot_of: WholeHashMap::new(slot_of, BATCH),
+            free: take_map(ctx.ebpf, "RUNQ_FREE_SLOTS")?.try_into()?,
+        }))
+    } else {
+        let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
+        Source::Hash(WholeHashMap::new(hist, BATCH))
+    };
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
-    let mut reader = RunqReader::new(hist, epoch)?;
+    let mut reader = RunqReader::new(source, epoch)?;
     if ctx.blame {
         let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
         reader.blame = Some(BlameReader::new(blame));
