@@ -94,9 +94,7 @@ impl SwitchOut {
 pub struct RunqStart {
     pub ts_ns: u64,
     pub kind: u32,
-    /// Task-local storage only: the `RUNQ_SLOTS` slot of `slot_cgroup`, the task's cgroup at its
-    /// last wait (a cache: checked against the slot's owner before use).
-    pub slot: u32,
+    pub _pad: u32,
     /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
     /// throttled part and the queueing after it.
     pub throttle_cfs_rq: u64,
@@ -105,8 +103,12 @@ pub struct RunqStart {
     /// the end, the clock's advance is the part of the wait spent throttled (0: not kept).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
-    /// See `slot` (0: none cached).
+    /// Task-local storage only: the task's cgroup at its last wait (0: none) and, per wait kind,
+    /// the `RUNQ_SLOTS` slot of that cgroup's histogram — a cache, checked against the slot's
+    /// owner before use.
     pub slot_cgroup: u64,
+    pub slots: [u32; NR_WAIT_KINDS],
+    pub _pad2: u32,
 }
 
 /// Key of `RUNQ_HIST`.
@@ -156,18 +158,18 @@ impl RunqHist {
     }
 }
 
-/// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per cgroup,
-/// all its wait kinds. A wait finds its slot through the cache in its task's storage (an array
-/// index, no hash lookup); the first wait of a cgroup takes a slot from `RUNQ_FREE_SLOTS` and
-/// maps it in `RUNQ_SLOT_OF`. The daemon reads the array through a memory mapping and, when the
-/// cgroup is removed, unmaps the slot, zeroes it and returns it to the free queue.
+/// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per
+/// (cgroup, wait kind), as many as `RUNQ_HIST` would hold. A wait finds its slot through the cache
+/// in its task's storage (an array index, no hash lookup); the first wait of a (cgroup, kind)
+/// takes a slot from `RUNQ_FREE_SLOTS` and maps it in `RUNQ_SLOT_OF`. The daemon reads the array
+/// through a memory mapping and, when the cgroup is removed, unmaps its slots, zeroes them and
+/// returns them to the free queue.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqSlot {
-    /// The cgroup the slot belongs to (0: free). Set before the slot is mapped.
-    pub cgroup_id: u64,
-    /// Indexed by [`WaitKind`].
-    pub hists: [RunqHist; NR_WAIT_KINDS],
+    /// Whose histogram it is (cgroup id 0: free). Set before the slot is mapped.
+    pub owner: RunqKey,
+    pub hist: RunqHist,
 }
 
 /// A wait at or above `CONFIG.runq_event_min_ns`, sent through the `EVENTS` ring buffer.

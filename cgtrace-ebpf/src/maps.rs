@@ -97,20 +97,22 @@ impl<T> TaskStorage<T> {
 #[map]
 pub static RUNQ_HIST: HashMap<RunqKey, RunqHist> = HashMap::with_max_entries(3 * 8192, 0);
 
-/// With task storage: the histograms, one slot per cgroup (see `RunqSlot`), read by the daemon
-/// through a memory mapping. Sized by the loader from `--max-cgroups` (one slot otherwise).
+/// With task storage: the histograms, one slot per (cgroup, wait kind) (see `RunqSlot`), read by
+/// the daemon through a memory mapping. Sized by the loader like `RUNQ_HIST` (one slot
+/// otherwise).
 #[map]
-pub static RUNQ_SLOTS: Array<RunqSlot> = Array::with_max_entries(8192, BPF_F_MMAPABLE);
+pub static RUNQ_SLOTS: Array<RunqSlot> = Array::with_max_entries(3 * 8192, BPF_F_MMAPABLE);
 
-/// With task storage: cgroup id -> its slot in `RUNQ_SLOTS`, for a task whose cache does not
-/// have it (its first wait, or a new cgroup); deleted by the daemon when the cgroup goes.
+/// With task storage: (cgroup, wait kind) -> its slot in `RUNQ_SLOTS`, for a task whose cache
+/// does not have it (its first wait of that kind there); deleted by the daemon when the cgroup
+/// goes.
 #[map]
-pub static RUNQ_SLOT_OF: HashMap<u64, u32> = HashMap::with_max_entries(8192, 0);
+pub static RUNQ_SLOT_OF: HashMap<RunqKey, u32> = HashMap::with_max_entries(3 * 8192, 0);
 
 /// With task storage: the free slots of `RUNQ_SLOTS`, filled by the loader, refilled by the
 /// daemon as cgroups go.
 #[map]
-pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(8192, 0);
+pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(3 * 8192, 0);
 
 /// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
 #[map]

@@ -194,21 +194,21 @@ impl Tracer {
         let mut loader = EbpfLoader::new();
         // aya has no user-space type for task storage; only the programs use it.
         loader.allow_unsupported_maps();
-        // With task storage the histograms are slots of an array (one per cgroup), without it
-        // a hash keyed by (cgroup, wait kind); the other tables get one entry.
-        let cgroups = opts.max_cgroups.max(1);
+        // Histograms per (cgroup, wait kind): with task storage slots of an array, without it a
+        // hash; the same number either way, and the other tables get one entry.
+        let hists = opts.max_cgroups.max(1).saturating_mul(kinds);
         if task_storage {
             loader
                 .map_max_entries("RUNQ_START", 1)
                 .map_max_entries("RUNQ_HIST", 1)
-                .map_max_entries("RUNQ_SLOTS", cgroups)
-                .map_max_entries("RUNQ_SLOT_OF", cgroups)
-                .map_max_entries("RUNQ_FREE_SLOTS", cgroups);
+                .map_max_entries("RUNQ_SLOTS", hists)
+                .map_max_entries("RUNQ_SLOT_OF", hists)
+                .map_max_entries("RUNQ_FREE_SLOTS", hists);
         } else {
             loader
                 .map_max_entries("RUNQ_START", per_cpu(1024, 65_536))
                 .map_max_entries("RUNQ_START_TASK", 1)
-                .map_max_entries("RUNQ_HIST", cgroups.saturating_mul(kinds))
+                .map_max_entries("RUNQ_HIST", hists)
                 .map_max_entries("RUNQ_SLOTS", 1)
                 .map_max_entries("RUNQ_SLOT_OF", 1)
                 .map_max_entries("RUNQ_FREE_SLOTS", 1);

@@ -45,11 +45,13 @@ pub fn start_wait<const DIRECT: bool>(
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
-        slot: 0,
+        _pad: 0,
         throttle_cfs_rq,
         leaf_cfs_rq,
         thr_clock,
         slot_cgroup: 0,
+        slots: [0; NR_WAIT_KINDS],
+        _pad2: 0,
     };
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, true);
@@ -99,11 +101,13 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
             let start = RunqStart {
                 ts_ns,
                 kind: (*p).kind,
-                slot: 0,
+                _pad: 0,
                 throttle_cfs_rq: (*p).throttle_cfs_rq,
                 leaf_cfs_rq: (*p).leaf_cfs_rq,
                 thr_clock: (*p).thr_clock,
                 slot_cgroup: 0,
+                slots: [0; NR_WAIT_KINDS],
+                _pad2: 0,
             };
             Some((start, p))
         }
@@ -376,7 +380,7 @@ pub fn end_wait<const DIRECT: bool>(
             0
         }
     };
-    let hists = hists_of(c, storage, cgroup_id);
+    let hists = hists_of(storage, cgroup_id);
     let mut kind = start.kind;
     // The wait's throttled part, and whether it was the group's own quota.
     let mut throttled_ns = 0u64;
@@ -442,52 +446,70 @@ pub fn end_wait<const DIRECT: bool>(
 /// Where a wait's histograms are.
 #[derive(Clone, Copy)]
 enum Hists {
-    /// Task storage: this cgroup's slot in `RUNQ_SLOTS`.
-    Slot(*mut RunqSlot),
+    /// Task storage: `RUNQ_SLOTS`, through the slots cached in this storage.
+    Slots(*mut RunqStart, u64),
     /// No task storage: `RUNQ_HIST`, keyed by this cgroup id.
     Hash(u64),
-    /// Task storage, and no slot was free (counted once: `runq_hist_full`).
-    Lost,
 }
 
 /// The histograms of `cgroup_id` for a wait of the task whose storage is `storage` (null: the
-/// hash is used). The slot cached in the storage is an array index, checked against the slot's
-/// owner; only a task's first wait, or its first in a new cgroup, looks the slot up by cgroup.
+/// hash is used).
 #[inline(always)]
-fn hists_of(c: *mut Counters, storage: *mut RunqStart, cgroup_id: u64) -> Hists {
+fn hists_of(storage: *mut RunqStart, cgroup_id: u64) -> Hists {
     if storage.is_null() {
-        return Hists::Hash(cgroup_id);
-    }
-    // SAFETY: the task's own storage value (see `start_wait`); the slot is a live map value.
-    unsafe {
-        if (*storage).slot_cgroup == cgroup_id
-            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut((*storage).slot)
-            && (*slot).cgroup_id == cgroup_id
-        {
-            return Hists::Slot(slot);
-        }
-    }
-    match slot_of(cgroup_id) {
-        Some((index, slot)) => {
-            // SAFETY: as above.
-            unsafe {
-                (*storage).slot = index;
-                (*storage).slot_cgroup = cgroup_id;
-            }
-            Hists::Slot(slot)
-        }
-        None => {
-            count(c, counters::RUNQ_HIST_FULL);
-            Hists::Lost
-        }
+        Hists::Hash(cgroup_id)
+    } else {
+        Hists::Slots(storage, cgroup_id)
     }
 }
 
-/// The slot of `cgroup_id`: the one mapped to it, or a free one taken and mapped now.
+/// The histogram of `kind` in `hists` (`None`: no room, counted as `runq_hist_full`).
 #[inline(always)]
-fn slot_of(cgroup_id: u64) -> Option<(u32, *mut RunqSlot)> {
+fn hist_of(c: *mut Counters, hists: Hists, kind: u32) -> Option<*mut RunqHist> {
+    let (storage, cgroup_id) = match hists {
+        Hists::Hash(cgroup_id) => return hash_hist(c, cgroup_id, kind),
+        Hists::Slots(storage, cgroup_id) => (storage, cgroup_id),
+    };
+    if kind as usize >= NR_WAIT_KINDS {
+        return None;
+    }
+    let key = RunqKey {
+        cgroup_id,
+        kind,
+        _pad: 0,
+    };
+    // The slot cached in the task's storage: an array index, checked against the slot's owner.
+    // SAFETY: the task's own storage value (see `start_wait`); the slot is a live map value.
+    unsafe {
+        if (*storage).slot_cgroup == cgroup_id
+            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut((*storage).slots[kind as usize])
+            && (*slot).owner.cgroup_id == cgroup_id
+            && (*slot).owner.kind == kind
+        {
+            return Some(&raw mut (*slot).hist);
+        }
+    }
+    // The task's first wait of this kind in this cgroup.
+    let Some((index, slot)) = slot_of(&key) else {
+        count(c, counters::RUNQ_HIST_FULL);
+        return None;
+    };
+    // SAFETY: as above.
+    unsafe {
+        if (*storage).slot_cgroup != cgroup_id {
+            (*storage).slot_cgroup = cgroup_id;
+            (*storage).slots = [0; NR_WAIT_KINDS];
+        }
+        (*storage).slots[kind as usize] = index;
+        Some(&raw mut (*slot).hist)
+    }
+}
+
+/// The slot of `key`: the one mapped to it, or a free one taken and mapped now.
+#[inline(always)]
+fn slot_of(key: &RunqKey) -> Option<(u32, *mut RunqSlot)> {
     // SAFETY: the value is copied out.
-    let index = match unsafe { RUNQ_SLOT_OF.get(&cgroup_id) }.copied() {
+    let index = match unsafe { RUNQ_SLOT_OF.get(key) }.copied() {
         Some(index) => index,
         None => {
             let Ok(Some(index)) = RUNQ_FREE_SLOTS.pop() else {
@@ -495,27 +517,32 @@ fn slot_of(cgroup_id: u64) -> Option<(u32, *mut RunqSlot)> {
             };
             // Always there: the loader queues the array's own indices.
             let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
-            // Owned before it is mapped, so a mapped slot never shows another cgroup's owner.
+            // Owned before it is mapped, so a mapped slot never shows another owner.
             // SAFETY: a live map value; a free slot is written by no one else.
-            unsafe { (*slot).cgroup_id = cgroup_id };
+            unsafe {
+                (*slot).owner.kind = key.kind;
+                (*slot).owner.cgroup_id = key.cgroup_id;
+            }
             if RUNQ_SLOT_OF
-                .insert(&cgroup_id, &index, u64::from(BPF_NOEXIST))
+                .insert(key, &index, u64::from(BPF_NOEXIST))
                 .is_ok()
             {
                 return Some((index, slot));
             }
             // Another CPU mapped one for it meanwhile: this one goes back.
             // SAFETY: as above.
-            unsafe { (*slot).cgroup_id = 0 };
+            unsafe { (*slot).owner.cgroup_id = 0 };
             let _ = RUNQ_FREE_SLOTS.push(&index, 0);
             // SAFETY: the value is copied out.
-            unsafe { RUNQ_SLOT_OF.get(&cgroup_id) }.copied()?
+            unsafe { RUNQ_SLOT_OF.get(key) }.copied()?
         }
     };
     let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
     // A mapping the daemon is taking back (its cgroup was removed) has lost its owner.
     // SAFETY: a live map value.
-    (unsafe { (*slot).cgroup_id } == cgroup_id).then_some((index, slot))
+    let owned =
+        unsafe { (*slot).owner.cgroup_id == key.cgroup_id && (*slot).owner.kind == key.kind };
+    owned.then_some((index, slot))
 }
 
 /// The `RUNQ_HIST` entry of (`cgroup_id`, `kind`), inserted if new (`None`: the map is full,
@@ -542,19 +569,8 @@ fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHis
 
 #[inline(always)]
 fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
-    let hist: *mut RunqHist = match hists {
-        Hists::Slot(slot) => {
-            if kind as usize >= NR_WAIT_KINDS {
-                return;
-            }
-            // SAFETY: a live map value, index checked.
-            unsafe { &raw mut (*slot).hists[kind as usize] }
-        }
-        Hists::Hash(cgroup_id) => match hash_hist(c, cgroup_id, kind) {
-            Some(h) => h,
-            None => return,
-        },
-        Hists::Lost => return,
+    let Some(hist) = hist_of(c, hists, kind) else {
+        return;
     };
     // Through black_box (a stack spill and fill), so the bounds check below is `reg >= imm` on the
     // loaded value. Without it LLVM fused bucket_of's clamp into a `const > reg` compare that

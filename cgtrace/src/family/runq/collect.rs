@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
 use cgtrace_common::{
     hist::NR_BUCKETS,
-    runq::{NR_WAIT_KINDS, RunqHist, RunqKey, RunqSlot, WaitKind},
+    runq::{RunqHist, RunqKey, RunqSlot, WaitKind},
 };
 use std::mem::{offset_of, size_of};
 
@@ -47,47 +47,46 @@ impl Source {
             Self::Hash(h) => h.for_each(f),
             Self::Slots(s) => {
                 let slots = &s.slots;
-                s.slot_of.for_each(|&cgroup_id, &index| {
-                    // A slot being taken back or given to another cgroup meanwhile is skipped.
-                    if slots.load(index, OWNER) != cgroup_id {
-                        return;
-                    }
-                    for kind in WaitKind::ALL {
-                        let key = RunqKey {
-                            cgroup_id,
-                            kind: kind as u32,
-                            _pad: 0,
-                        };
-                        f(&key, &read_hist(slots, index, kind));
+                s.slot_of.for_each(|key, &index| {
+                    // A slot being taken back or given to another owner meanwhile is skipped.
+                    if owner(slots, index) == *key {
+                        f(key, &read_hist(slots, index));
                     }
                 });
             }
         }
     }
 
-    /// Deletes a removed cgroup's histograms; its slot goes back to the free queue.
+    /// Deletes a removed cgroup's histograms (its slots go back to the free queue).
     fn forget(&mut self, cgroup_id: u64) {
-        match self {
-            Self::Hash(h) => {
-                for kind in WaitKind::ALL {
-                    h.remove(&RunqKey {
-                        cgroup_id,
-                        kind: kind as u32,
-                        _pad: 0,
-                    });
-                }
+        for kind in WaitKind::ALL {
+            let key = RunqKey {
+                cgroup_id,
+                kind: kind as u32,
+                _pad: 0,
+            };
+            match self {
+                Self::Hash(h) => h.remove(&key),
+                Self::Slots(s) => s.free(&key),
             }
-            Self::Slots(s) => s.free(cgroup_id),
         }
     }
 }
 
-/// Byte offset of a slot's owner.
-const OWNER: usize = offset_of!(RunqSlot, cgroup_id);
+/// The owner of slot `index`.
+fn owner(slots: &MappedArray, index: u32) -> RunqKey {
+    let at = offset_of!(RunqSlot, owner);
+    RunqKey {
+        cgroup_id: slots.load(index, at + offset_of!(RunqKey, cgroup_id)),
+        // `kind` and the padding after it share a word; the padding is 0.
+        kind: slots.load(index, at + offset_of!(RunqKey, kind)) as u32,
+        _pad: 0,
+    }
+}
 
-/// The histogram of `kind` in slot `index`, loaded field by field.
-fn read_hist(slots: &MappedArray, index: u32, kind: WaitKind) -> RunqHist {
-    let at = offset_of!(RunqSlot, hists) + kind as usize * size_of::<RunqHist>();
+/// The histogram in slot `index`, loaded field by field.
+fn read_hist(slots: &MappedArray, index: u32) -> RunqHist {
+    let at = offset_of!(RunqSlot, hist);
     let word = |field: usize, i: usize| slots.load(index, at + field + 8 * i);
     let mut h = RunqHist::ZERO;
     h.sum_ns = word(offset_of!(RunqHist, sum_ns), 0);
@@ -101,22 +100,22 @@ fn read_hist(slots: &MappedArray, index: u32, kind: WaitKind) -> RunqHist {
     h
 }
 
-/// The slot tables: the histograms (mapped), cgroup -> slot, and the free slots.
+/// The slot tables: the histograms (mapped), (cgroup, kind) -> slot, and the free slots.
 struct Slots {
     slots: MappedArray,
-    slot_of: WholeHashMap<u64, u32>,
+    slot_of: WholeHashMap<RunqKey, u32>,
     free: Queue<MapData, u32>,
 }
 
 impl Slots {
     /// Takes a removed cgroup's slot back: unmapped, zeroed (its owner first, so no wait is added
     /// to it meanwhile), then free again.
-    fn free(&mut self, cgroup_id: u64) {
-        let Some(index) = self.slot_of.get(&cgroup_id) else {
+    fn free(&mut self, key: &RunqKey) {
+        let Some(index) = self.slot_of.get(key) else {
             return;
         };
-        self.slot_of.remove(&cgroup_id);
-        if self.slots.load(index, OWNER) != cgroup_id {
+        self.slot_of.remove(key);
+        if owner(&self.slots, index) != *key {
             return;
         }
         for offset in (0..size_of::<RunqSlot>()).step_by(8) {
@@ -128,7 +127,7 @@ impl Slots {
 }
 
 const _: () =
-    assert!(size_of::<RunqSlot>().is_multiple_of(8) && NR_WAIT_KINDS == WaitKind::ALL.len());
+    assert!(size_of::<RunqSlot>().is_multiple_of(8) && offset_of!(RunqKey, kind) % 8 == 0);
 
 /// Reads the histograms and drives `EPOCH`.
 pub struct RunqReader {
@@ -211,7 +210,8 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
         let Map::Array(slots) = take_map(ctx.ebpf, "RUNQ_SLOTS")? else {
             anyhow::bail!("RUNQ_SLOTS is not an array");
         };
-        let slot_of: HashMap<MapData, u64, u32> = take_map(ctx.ebpf, "RUNQ_SLOT_OF")?.try_into()?;
+        let slot_of: HashMap<MapData, RunqKey, u32> =
+            take_map(ctx.ebpf, "RUNQ_SLOT_OF")?.try_into()?;
         Source::Slots(Box::new(Slots {
             slots: MappedArray::new(slots, size_of::<RunqSlot>()).context("mapping RUNQ_SLOTS")?,
             slot_of: WholeHashMap::new(slot_of, BATCH),
