@@ -107,7 +107,10 @@ pub struct RunqStart {
     /// the `RUNQ_SLOTS` slot of that cgroup's histogram — a cache, checked against the slot's
     /// owner before use.
     pub slot_cgroup: u64,
-    pub slots: [u32; NR_WAIT_KINDS],
+    /// Scalars, not an array: an array field made LLVM zero it with a memset call per wait.
+    pub slot_wakeup: u32,
+    pub slot_preempt: u32,
+    pub slot_throttled: u32,
     pub _pad2: u32,
 }
 

@@ -42,6 +42,25 @@ pub fn start_wait<const DIRECT: bool>(
     throttle_cfs_rq: u64,
 ) {
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
+    if task_storage() {
+        let p = RUNQ_START_TASK.get(task, true);
+        if p.is_null() {
+            count(c, counters::RUNQ_START_FULL);
+            return;
+        }
+        // SAFETY: the task's own storage value, written under the rq lock that serializes this
+        // task's wakeup, switch-out and switch-in. Field by field, the slot cache left as it is:
+        // a whole-struct store became a byte-wise memmove call the verifier refuses (a partial
+        // fill of a spilled register).
+        unsafe {
+            (*p).ts_ns = now;
+            (*p).kind = kind as u32;
+            (*p).throttle_cfs_rq = throttle_cfs_rq;
+            (*p).leaf_cfs_rq = leaf_cfs_rq;
+            (*p).thr_clock = thr_clock;
+        }
+        return;
+    }
     let start = RunqStart {
         ts_ns: now,
         kind: kind as u32,
@@ -50,27 +69,12 @@ pub fn start_wait<const DIRECT: bool>(
         leaf_cfs_rq,
         thr_clock,
         slot_cgroup: 0,
-        slots: [0; NR_WAIT_KINDS],
+        slot_wakeup: 0,
+        slot_preempt: 0,
+        slot_throttled: 0,
         _pad2: 0,
     };
-    if task_storage() {
-        let p = RUNQ_START_TASK.get(task, true);
-        if p.is_null() {
-            count(c, counters::RUNQ_START_FULL);
-            return;
-        }
-        // SAFETY: the task's own storage value, written under the rq lock that serializes this
-        // task's wakeup, switch-out and switch-in. Field by field: a whole-struct store became a
-        // byte-wise memmove call the verifier refuses (a partial fill of a spilled register).
-        // The slot cache stays.
-        unsafe {
-            (*p).ts_ns = start.ts_ns;
-            (*p).kind = start.kind;
-            (*p).throttle_cfs_rq = start.throttle_cfs_rq;
-            (*p).leaf_cfs_rq = start.leaf_cfs_rq;
-            (*p).thr_clock = start.thr_clock;
-        }
-    } else if RUNQ_START.insert(&pid, &start, 0).is_err() {
+    if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
 }
@@ -106,7 +110,9 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
                 leaf_cfs_rq: (*p).leaf_cfs_rq,
                 thr_clock: (*p).thr_clock,
                 slot_cgroup: 0,
-                slots: [0; NR_WAIT_KINDS],
+                slot_wakeup: 0,
+                slot_preempt: 0,
+                slot_throttled: 0,
                 _pad2: 0,
             };
             Some((start, p))
@@ -481,8 +487,13 @@ fn hist_of(c: *mut Counters, hists: Hists, kind: u32) -> Option<*mut RunqHist> {
     // The slot cached in the task's storage: an array index, checked against the slot's owner.
     // SAFETY: the task's own storage value (see `start_wait`); the slot is a live map value.
     unsafe {
+        let cached = match kind {
+            0 => (*storage).slot_wakeup,
+            1 => (*storage).slot_preempt,
+            _ => (*storage).slot_throttled,
+        };
         if (*storage).slot_cgroup == cgroup_id
-            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut((*storage).slots[kind as usize])
+            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut(cached)
             && (*slot).owner.cgroup_id == cgroup_id
             && (*slot).owner.kind == kind
         {
@@ -498,9 +509,15 @@ fn hist_of(c: *mut Counters, hists: Hists, kind: u32) -> Option<*mut RunqHist> {
     unsafe {
         if (*storage).slot_cgroup != cgroup_id {
             (*storage).slot_cgroup = cgroup_id;
-            (*storage).slots = [0; NR_WAIT_KINDS];
+            (*storage).slot_wakeup = 0;
+            (*storage).slot_preempt = 0;
+            (*storage).slot_throttled = 0;
         }
-        (*storage).slots[kind as usize] = index;
+        match kind {
+            0 => (*storage).slot_wakeup = index,
+            1 => (*storage).slot_preempt = index,
+            _ => (*storage).slot_throttled = index,
+        }
         Some(&raw mut (*slot).hist)
     }
 }
