@@ -85,7 +85,7 @@ pub struct Tracer {
     pub churn_traced: bool,
     /// Where run-queue wait starts go, and so where its histograms are (task storage: the
     /// `RUNQ_SLOTS` array; else the `RUNQ_HIST` hash).
-    pub runq_start: RunqStart,
+    pub runq_start: WaitStarts,
     /// Keeps the kernel's BPF run-time statistics (run counts and times of every program) on
     /// while it is open: taken before the programs attach, so their counts start with them;
     /// closed with the tracer, so the kernel stops timing programs when cgtrace goes.
@@ -291,7 +291,7 @@ impl Tracer {
             capabilities,
             layout,
             churn_traced,
-            runq_start,
+            runq_start: wait_starts,
             bpf_stats,
         })
     }

@@ -57,7 +57,7 @@ pub struct Start<'a> {
     /// The blame ledger is on (`--blame`).
     pub blame: bool,
     /// Where run-queue wait starts went (and so `runq`'s histograms: slots or a hash).
-    pub runq_start: runq::attach::RunqStart,
+    pub runq_start: runq::attach::WaitStarts,
 }
 
 /// Takes a map out of the loaded object.

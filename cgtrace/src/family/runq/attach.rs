@@ -77,7 +77,7 @@ pub(crate) fn attach(
     layout: &Layout,
     wait_starts: WaitStarts,
 ) -> Result<FamilyMode, LoadError> {
-    if runq_start == RunqStart::TaskStorage {
+    if wait_starts == WaitStarts::TaskStorage {
         fill_free_slots(ebpf)?;
     }
     let switch = if layout.switch_has_prev_state == 1 {
