@@ -124,7 +124,16 @@ pub struct Layout {
     /// `rq.lost_idle_time`, subtracted from `rq.clock_pelt` (PELT clock only; else ABSENT).
     pub rq_thr_clock_sub: u32,
     pub thr_clock_kind: u32,
-    pub _pad: u32,
+    /// `rq.clock`, read through `task_struct.se.cfs_rq` and `cfs_rq.rq`: the clock the scheduler
+    /// stamps run-queue waits with (ABSENT: not resolved).
+    pub rq_clock: u32,
+    /// `task_struct.sched_info.run_delay` and `.last_queued` (`CONFIG_SCHED_INFO`): the kernel's
+    /// own total run-queue wait of the task and the start of the queued stretch in progress, both
+    /// in `rq.clock`; `sched_switch` sees them before `sched_info_switch` adds the ending wait.
+    pub task_run_delay: u32,
+    pub task_last_queued: u32,
+    /// `task_struct.nivcsw`: involuntary context switches (the task left the CPU still runnable).
+    pub task_nivcsw: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -218,7 +227,10 @@ impl Layout {
         rq_thr_clock: ABSENT,
         rq_thr_clock_sub: ABSENT,
         thr_clock_kind: THR_CLOCK_NONE,
-        _pad: 0,
+        rq_clock: ABSENT,
+        task_run_delay: ABSENT,
+        task_last_queued: ABSENT,
+        task_nivcsw: ABSENT,
         period_timer_fn: 0,
         slack_timer_fn: 0,
         csd_unthrottle_fn: 0,
@@ -269,6 +281,11 @@ pub struct Config {
     /// Where run-queue wait starts are kept: 1 in task-local storage (`RUNQ_START_TASK`), 0 in
     /// the `RUNQ_START` hash (kernels before 6.1, or `CGTRACE_RUNQ_START=hash`).
     pub runq_start_task: u32,
+    /// 1: run-queue waits are read from the kernel's own stamps (`sched_info`) at `sched_switch`,
+    /// and `sched_wakeup` is not attached (task storage, `sched_info` fields and task-based
+    /// throttling needed; see `family::runq::attach::WaitStarts`).
+    pub runq_sched_info: u32,
+    pub _pad: u32,
     /// Waits at least this long (ns) are charged to whoever held the CPU meanwhile (`BLAME`);
     /// `u64::MAX` turns the blame ledger off (no slice ring either).
     pub blame_min_ns: u64,
@@ -283,6 +300,8 @@ impl Config {
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
         self_tgid: 0,
         runq_start_task: 0,
+        runq_sched_info: 0,
+        _pad: 0,
         blame_min_ns: u64::MAX,
     };
 }

@@ -93,3 +93,51 @@ pub fn task_cgroup_id<const DIRECT: bool>(task: *const u8) -> Option<u64> {
     let kn: *const u8 = read::<_, DIRECT>(cgrp, layout!(cgroup_kn))?;
     read::<u64, DIRECT>(kn, layout!(kn_id))
 }
+
+/// Reads a `u64` (`WIDE`) or `u32` at `base + off` without a branch: a null or bad `base` reads
+/// as 0 (direct loads from BTF-typed pointers fault to 0; `bpf_probe_read_kernel` zeroes its
+/// destination on error). For reads on every scheduler event: an early return per null check
+/// gives the verifier one more path through the rest of `sched_switch` each.
+#[inline(always)]
+pub fn read_unchecked<const DIRECT: bool, const WIDE: bool>(base: *const u8, off: u32) -> u64 {
+    let p = base.wrapping_add(off as usize);
+    if DIRECT {
+        // SAFETY: as in `read`: a BTF-typed pointer and an offset from the kernel's own BTF; the
+        // verifier turns a faulting load into 0.
+        unsafe {
+            if WIDE {
+                core::ptr::read_volatile(p.cast::<u64>())
+            } else {
+                u64::from(core::ptr::read_volatile(p.cast::<u32>()))
+            }
+        }
+    } else {
+        let mut v = 0u64;
+        let size = if WIDE { 8 } else { 4 };
+        // SAFETY: the helper checks the address and zeroes `v` on error; little-endian, so a
+        // 4-byte read fills the low half.
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+                (&raw mut v).cast(),
+                size,
+                p.cast(),
+            );
+        }
+        v
+    }
+}
+
+/// The clock of the run queue `task` is on (`rq.clock`, through `se.cfs_rq->rq`), which the
+/// scheduler has just updated wherever the scheduler tracepoints fire; 0 where it cannot be read.
+#[inline(always)]
+pub fn task_rq_clock<const DIRECT: bool>(task: *const u8) -> u64 {
+    let cfs_rq = read_unchecked::<DIRECT, true>(task, layout!(task_se_cfs_rq)) as *const u8;
+    let rq = read_unchecked::<DIRECT, true>(cfs_rq, layout!(cfs_rq_rq)) as *const u8;
+    read_unchecked::<DIRECT, true>(rq, layout!(rq_clock))
+}
+
+/// A task's involuntary context switches (`nivcsw`, an `unsigned long`).
+#[inline(always)]
+pub fn task_nivcsw<const DIRECT: bool>(task: *const u8) -> u64 {
+    read_unchecked::<DIRECT, true>(task, layout!(task_nivcsw))
+}

@@ -49,7 +49,7 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             what: "tracepoint sched_switch".into(),
             family: "runq",
         })?;
-    let layout = Layout {
+    let mut layout = Layout {
         task_pid: off(btf, "task_struct", "pid")?,
         task_tgid: off(btf, "task_struct", "tgid")?,
         task_comm: off(btf, "task_struct", "comm")?,
@@ -76,7 +76,39 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             family: "runq",
         });
     }
+    resolve_kernel_stamps(btf, &mut layout);
     Ok(layout)
+}
+
+/// What waits need to be read from the kernel's own stamps (`sched_info`, see
+/// `family::runq::attach::WaitStarts::KernelStamps`): the task's `sched_info.run_delay` and
+/// `.last_queued` (`CONFIG_SCHED_INFO`), its `nivcsw`, and the run queue's clock, reached through
+/// `task_struct.se.cfs_rq` and `cfs_rq.rq` (`CONFIG_FAIR_GROUP_SCHED`). All or none.
+fn resolve_kernel_stamps(btf: &Btf, layout: &mut Layout) {
+    let (
+        Some(run_delay),
+        Some(last_queued),
+        Some(nivcsw),
+        Some(se_cfs_rq),
+        Some(cfs_rq_rq),
+        Some(clock),
+    ) = (
+        btf.field_path("task_struct", "sched_info.run_delay"),
+        btf.field_path("task_struct", "sched_info.last_queued"),
+        btf.field("task_struct", "nivcsw"),
+        btf.field_path("task_struct", "se.cfs_rq"),
+        btf.field("cfs_rq", "rq"),
+        btf.field("rq", "clock"),
+    )
+    else {
+        return;
+    };
+    layout.task_run_delay = run_delay.offset;
+    layout.task_last_queued = last_queued.offset;
+    layout.task_nivcsw = nivcsw.offset;
+    layout.task_se_cfs_rq = se_cfs_rq.offset;
+    layout.cfs_rq_rq = cfs_rq_rq.offset;
+    layout.rq_clock = clock.offset;
 }
 
 /// Kernel functions the tracepoint-only throttle mode recognises by address.

@@ -363,10 +363,42 @@ fn probe_read_fallback_reports_the_same_cgroups() -> anyhow::Result<()> {
 
 /// The wait-start hash of kernels before 6.1 (forced here with `CGTRACE_RUNQ_START=hash`; the
 /// matrix runs it on 5.10 unforced): the crowded sleeper's wait summed over the windows is the
-/// kernel's `run_delay` of its thread within 3 %, as with task-local storage (checked by
+/// kernel's `run_delay` of its thread within 3 %, as with the default (checked by
 /// `blame_names_the_neighbour_that_held_the_cpu`), and no wait start is lost.
 #[test]
 fn hash_wait_starts_match_run_delay() -> anyhow::Result<()> {
+    wait_starts_match_run_delay(
+        "hash-",
+        ("CGTRACE_RUNQ_START", "hash"),
+        "wait starts in a hash table",
+    )
+}
+
+/// cgtrace's own wait stamps in task-local storage (wakeup and switch-out), which 6.1–6.17 use
+/// and `CGTRACE_RUNQ_WAITS=own` keeps where the kernel's own stamps would be read: the same check.
+#[test]
+fn own_wait_stamps_match_run_delay() -> anyhow::Result<()> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release.trim().split(|c: char| !c.is_ascii_digit());
+    let mut n = || v.next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+    if (n(), n()) < (6, 1) {
+        cgtrace_tests::skip("task-local storage is used from 6.1");
+        return Ok(());
+    }
+    wait_starts_match_run_delay(
+        "own-",
+        ("CGTRACE_RUNQ_WAITS", "own"),
+        "wait starts in task-local storage",
+    )
+}
+
+/// Runs the crowded scene under cgtrace started with `env`, checks the runq detail has `detail`
+/// and the crowded sleeper's waits add up to its `run_delay` within 3 %.
+fn wait_starts_match_run_delay(
+    prefix: &str,
+    env: (&str, &str),
+    detail_has: &str,
+) -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
@@ -374,13 +406,13 @@ fn hash_wait_starts_match_run_delay() -> anyhow::Result<()> {
         cgtrace_tests::skip("needs 2 CPUs");
         return Ok(());
     }
-    let scene = workload::crowded_scene("hash-")?;
-    let mut s = start_with_env("CGTRACE_RUNQ_START", "hash", &["--interval", "1000"])?;
+    let scene = workload::crowded_scene(prefix)?;
+    let mut s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert!(detail.contains("wait starts in a hash table"), "{detail}");
+    assert!(detail.contains(detail_has), "{detail}");
     let first = s.windows(1)?.remove(0);
     let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
     s.windows(4)?;
@@ -398,7 +430,10 @@ fn hash_wait_starts_match_run_delay() -> anyhow::Result<()> {
         .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
         .sum();
     let kernel = delay_to - delay_from;
-    eprintln!("crowded (hash): wait {wait:.0} µs, run_delay {kernel:.0} µs");
+    eprintln!(
+        "crowded ({}={}): wait {wait:.0} µs, run_delay {kernel:.0} µs",
+        env.0, env.1
+    );
     assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
     assert!(
         (wait / kernel - 1.0).abs() <= 0.03,

@@ -24,7 +24,10 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
     CONFIG,
-    kernel::{layout, read, task_cgroup_id, task_comm, task_tgid},
+    kernel::{
+        layout, read, read_unchecked, task_cgroup_id, task_comm, task_nivcsw, task_rq_clock,
+        task_tgid,
+    },
     maps::{
         BLAME, CPU_SLICES, EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, RUNQ_START,
         RUNQ_START_TASK, THROTTLE_LAST_CLOSE, ZERO_HIST, count, emit,
@@ -73,6 +76,9 @@ pub fn start_wait<const DIRECT: bool>(
         slot_preempt: 0,
         slot_throttled: 0,
         _pad2: 0,
+        sched_run_delay: 0,
+        sched_nivcsw: 0,
+        mark_nivcsw: 0,
     };
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
@@ -84,6 +90,14 @@ pub fn start_wait<const DIRECT: bool>(
 fn task_storage() -> bool {
     // SAFETY: CONFIG is a plain static in .rodata.
     unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_start_task) != 0 }
+}
+
+/// Whether waits are read from the kernel's own stamps at `sched_switch` (`sched_wakeup` is then
+/// not attached; see `end_wait_sched_info`).
+#[inline(always)]
+pub fn sched_info() -> bool {
+    // SAFETY: CONFIG is a plain static in .rodata.
+    unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_sched_info) != 0 }
 }
 
 /// Takes the open wait start of `task` (`pid`), if any, with the task's storage (null: the
@@ -114,6 +128,9 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
                 slot_preempt: 0,
                 slot_throttled: 0,
                 _pad2: 0,
+                sched_run_delay: 0,
+                sched_nivcsw: 0,
+                mark_nivcsw: 0,
             };
             Some((start, p))
         }
@@ -202,6 +219,23 @@ pub fn switched_out<const DIRECT: bool>(
     now: u64,
     throttled_cfs_rq: Option<u64>,
 ) {
+    if sched_info() {
+        // The kernel stamps the wait itself; only a switch-out into a throttled hierarchy is
+        // marked, with the switch count that identifies it at the switch-in.
+        if let (SwitchOut::Queued, Some(cfs_rq)) = (out, throttled_cfs_rq) {
+            let p = RUNQ_START_TASK.get(task, true);
+            if p.is_null() {
+                count(c, counters::RUNQ_START_FULL);
+                return;
+            }
+            // SAFETY: the task's own storage value (see `start_wait`).
+            unsafe {
+                (*p).throttle_cfs_rq = cfs_rq;
+                (*p).mark_nivcsw = task_nivcsw::<DIRECT>(task);
+            }
+        }
+        return;
+    }
     match out {
         // Replaces any older stamp (a wakeup that came while it still ran).
         SwitchOut::Queued => match throttled_cfs_rq {
@@ -372,12 +406,120 @@ pub fn end_wait<const DIRECT: bool>(
     now: u64,
     known_cgroup: Option<u64>,
 ) {
+    if sched_info() {
+        end_wait_sched_info::<DIRECT>(c, next, pid, now, known_cgroup);
+        return;
+    }
     let Some((start, storage)) = take_start(next, pid) else {
         return;
     };
     if now < start.ts_ns {
         return;
     }
+    charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, storage);
+}
+
+/// `next` is switched in, waits read from the kernel's own stamps: `sched_switch` runs before
+/// `sched_info_switch`, so `next`'s `sched_info.run_delay` does not have the ending wait yet and
+/// `last_queued` is when its last queued stretch began (in `rq.clock`, which the scheduler
+/// updated for this switch). The wait is everything `run_delay` will have gained since the
+/// task's previous switch-in — the stretches it spent queued on other CPUs before a migration
+/// included — so the waits add up to the kernel's `run_delay` by construction. A task seen for
+/// the first time has only its last stretch, and its wait counts as a wakeup. Kind: the task
+/// left the CPU still runnable (its `nivcsw` rose since its previous switch-in) — preempted, or
+/// throttled when that switch-out was marked — else it slept and was woken.
+#[inline(always)]
+fn end_wait_sched_info<const DIRECT: bool>(
+    c: *mut Counters,
+    next: *const u8,
+    pid: u32,
+    now: u64,
+    known_cgroup: Option<u64>,
+) {
+    let p = RUNQ_START_TASK.get(next, true);
+    if p.is_null() {
+        count(c, counters::RUNQ_START_FULL);
+        return;
+    }
+    let last_queued = read_unchecked::<DIRECT, true>(next, layout!(task_last_queued));
+    let run_delay = read_unchecked::<DIRECT, true>(next, layout!(task_run_delay));
+    let nivcsw = task_nivcsw::<DIRECT>(next);
+    let clock = task_rq_clock::<DIRECT>(next);
+    let stretch = if last_queued != 0 {
+        clock.saturating_sub(last_queued)
+    } else {
+        0
+    };
+    let total = run_delay + stretch;
+    // SAFETY: the task's own storage value, written under the rq lock of its switch-in.
+    let (seen, before, nivcsw_before, mark, thr_cfs_rq) = unsafe {
+        let seen = (*p).ts_ns != 0;
+        let v = (
+            seen,
+            (*p).sched_run_delay,
+            (*p).sched_nivcsw,
+            (*p).mark_nivcsw,
+            (*p).throttle_cfs_rq,
+        );
+        (*p).ts_ns = now;
+        (*p).sched_run_delay = total;
+        (*p).sched_nivcsw = nivcsw;
+        v
+    };
+    let wait_ns = if seen {
+        total.saturating_sub(before)
+    } else {
+        stretch
+    };
+    // The kernel counts an arrival (`pcount`) wherever a stretch was open; a wait of 0 is real:
+    // where the switch-in skips the clock update (a wakeup that preempts has just updated it),
+    // the kernel's own wait is 0, and the histograms count it as such.
+    let arrived = last_queued != 0 || (seen && total != before);
+    if !arrived || wait_ns > now {
+        return;
+    }
+    let kind = if !seen || nivcsw == nivcsw_before {
+        WaitKind::Wakeup
+    } else if mark == nivcsw && thr_cfs_rq != 0 {
+        WaitKind::Throttled
+    } else {
+        WaitKind::Preempt
+    };
+    let start = RunqStart {
+        ts_ns: now - wait_ns,
+        kind: kind as u32,
+        _pad: 0,
+        throttle_cfs_rq: if kind == WaitKind::Throttled {
+            thr_cfs_rq
+        } else {
+            0
+        },
+        leaf_cfs_rq: 0,
+        thr_clock: 0,
+        slot_cgroup: 0,
+        slot_wakeup: 0,
+        slot_preempt: 0,
+        slot_throttled: 0,
+        _pad2: 0,
+        sched_run_delay: 0,
+        sched_nivcsw: 0,
+        mark_nivcsw: 0,
+    };
+    charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, p);
+}
+
+/// Charges the wait that began at `start` and ended now to `next`'s cgroup: histograms (split
+/// at its throttled part), blame, and an event when it is long enough.
+#[inline(always)]
+fn charge<const DIRECT: bool>(
+    c: *mut Counters,
+    next: *const u8,
+    pid: u32,
+    now: u64,
+    known_cgroup: Option<u64>,
+    start: &RunqStart,
+    storage: *mut RunqStart,
+) {
     let wait_ns = now - start.ts_ns;
     let cgroup_id = match known_cgroup.or_else(|| task_cgroup_id::<DIRECT>(next)) {
         Some(id) => id,
@@ -395,7 +537,7 @@ pub fn end_wait<const DIRECT: bool>(
         // Before 6.18: the kernel's throttled clock splits the wait into its throttled part and
         // the rest, which keeps the kind it began with (a switch-out into a throttled hierarchy
         // becomes queueing once the group runs again).
-        let throttled = throttled_part::<DIRECT>(next, &start).min(wait_ns);
+        let throttled = throttled_part::<DIRECT>(next, start).min(wait_ns);
         throttled_ns = throttled;
         let rest_kind = if start.kind == WaitKind::Throttled as u32 {
             WaitKind::Preempt as u32
@@ -433,7 +575,7 @@ pub fn end_wait<const DIRECT: bool>(
         add_to_hist(c, hists, start.kind, wait_ns);
     }
     if wait_ns >= blame_min_ns() {
-        let own = throttled_ns > 0 && own_quota::<DIRECT>(next, &start);
+        let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);
         blame(
             c,
             cgroup_id,

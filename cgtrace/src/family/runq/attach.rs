@@ -3,7 +3,7 @@
 //! `bpf_probe_read_kernel`.
 
 use aya::{Btf as AyaBtf, Ebpf, maps::Queue, programs::ProgramError};
-use cgtrace_common::layout::Layout;
+use cgtrace_common::layout::{ABSENT, Layout, THR_CLOCK_NONE};
 
 use crate::{
     attach::{LoadError, attach_tp_btf, load_tp_btf},
@@ -21,35 +21,66 @@ pub(crate) fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
 /// from 6.1 on, the oldest kernel the matrix proves it on (5.10 has none for tracing programs;
 /// 5.11–5.19 have it, unproven here, so they keep the hash), unless `CGTRACE_RUNQ_START=hash`
 /// (tests, and a way out).
+///
+/// Where the kernel's own stamps can be read ([`Self::KernelStamps`]) no start is kept at all: the
+/// kernel stamps every wait (`sched_info.last_queued`, `run_delay`), and `sched_switch`, which
+/// runs before `sched_info_switch` adds the ending wait, reads them; `sched_wakeup` is not
+/// attached. That needs task storage (for the task's `run_delay` at its previous switch-in), the
+/// `sched_info` fields, and task-based throttling (6.18+, or no CFS bandwidth): earlier kernels
+/// split a wait at its throttled part by a clock read when it began, at the wakeup.
+/// `CGTRACE_RUNQ_WAITS=own` keeps cgtrace's own stamps there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitStarts {
+    KernelStamps,
     TaskStorage,
     HashOldKernel,
     HashForced,
 }
 
 impl WaitStarts {
-    pub(crate) fn choose() -> Self {
+    pub(crate) fn choose(layout: &Layout) -> Self {
         if std::env::var("CGTRACE_RUNQ_START").is_ok_and(|v| v == "hash") {
             return Self::HashForced;
         }
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if kernel_at_least(release.trim(), (6, 1)) {
-            Self::TaskStorage
+        if !kernel_at_least(release.trim(), (6, 1)) {
+            return Self::HashOldKernel;
+        }
+        let own = std::env::var("CGTRACE_RUNQ_WAITS").is_ok_and(|v| v == "own");
+        let stamps = [
+            layout.task_run_delay,
+            layout.task_last_queued,
+            layout.task_nivcsw,
+            layout.rq_clock,
+        ]
+        .iter()
+        .all(|&off| off != ABSENT);
+        if !own && stamps && layout.thr_clock_kind == THR_CLOCK_NONE {
+            Self::KernelStamps
         } else {
-            Self::HashOldKernel
+            Self::TaskStorage
         }
     }
 
-    /// How `hello.families.runq.detail` says it (after "wait starts in").
+    /// Whether the task-local storage (and so the histogram slots) is used.
+    pub fn task_storage(self) -> bool {
+        matches!(self, Self::KernelStamps | Self::TaskStorage)
+    }
+
+    /// How `hello.families.runq.detail` says it.
     pub fn describe(self) -> &'static str {
         match self {
-            Self::TaskStorage => {
-                "task-local storage, histograms in per-cgroup array slots (the slot cached with the start)"
+            Self::KernelStamps => {
+                "waits read from the kernel's own stamps (sched_info.run_delay and last_queued, at sched_switch), histograms in per-cgroup array slots (the slot cached in task-local storage)"
             }
-            Self::HashOldKernel => "a hash table, histograms in a hash (kernel before 6.1)",
+            Self::TaskStorage => {
+                "wait starts in task-local storage, histograms in per-cgroup array slots (the slot cached with the start)"
+            }
+            Self::HashOldKernel => {
+                "wait starts in a hash table, histograms in a hash (kernel before 6.1)"
+            }
             Self::HashForced => {
-                "a hash table, histograms in a hash (forced by CGTRACE_RUNQ_START=hash)"
+                "wait starts in a hash table, histograms in a hash (forced by CGTRACE_RUNQ_START=hash)"
             }
         }
     }
@@ -77,7 +108,7 @@ pub(crate) fn attach(
     layout: &Layout,
     wait_starts: WaitStarts,
 ) -> Result<FamilyMode, LoadError> {
-    if wait_starts == WaitStarts::TaskStorage {
+    if wait_starts.task_storage() {
         fill_free_slots(ebpf)?;
     }
     let switch = if layout.switch_has_prev_state == 1 {
@@ -102,6 +133,13 @@ pub(crate) fn attach(
             "sched_switch",
         ),
     ];
+    // With the kernel's own stamps no wait starts at a wakeup: sched_switch alone.
+    let skip = if wait_starts == WaitStarts::KernelStamps {
+        2
+    } else {
+        0
+    };
+    let (direct, probe) = (&direct[skip..], &probe[skip..]);
     // CGTRACE_FIELD_ACCESS=probe forces the fallback (tests, and a way out should a kernel's
     // verifier accept the direct variants but misbehave).
     let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
@@ -111,16 +149,16 @@ pub(crate) fn attach(
             source: ProgramError::NotLoaded,
         })
     } else {
-        load_tp_btf(ebpf, btf, &direct)
+        load_tp_btf(ebpf, btf, direct)
     };
     let access = match first {
         Ok(()) => {
-            attach_tp_btf(ebpf, &direct)?;
+            attach_tp_btf(ebpf, direct)?;
             "direct BTF field access".to_string()
         }
         Err(direct_err) => {
-            load_tp_btf(ebpf, btf, &probe)?;
-            attach_tp_btf(ebpf, &probe)?;
+            load_tp_btf(ebpf, btf, probe)?;
+            attach_tp_btf(ebpf, probe)?;
             if forced_probe {
                 "bpf_probe_read_kernel (forced by CGTRACE_FIELD_ACCESS=probe)".to_string()
             } else {
@@ -131,7 +169,12 @@ pub(crate) fn attach(
     Ok(FamilyMode {
         mode: AttachMode::TpBtf,
         detail: format!(
-            "sched_wakeup, sched_wakeup_new, sched_switch ({}); {access}; wait starts in {}",
+            "{} ({}); {access}; {}",
+            if skip == 0 {
+                "sched_wakeup, sched_wakeup_new, sched_switch"
+            } else {
+                "sched_switch"
+            },
             if layout.switch_has_prev_state == 1 {
                 "prev_state argument"
             } else {

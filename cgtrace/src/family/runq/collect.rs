@@ -13,7 +13,7 @@ use cgtrace_common::{
 };
 use std::mem::{offset_of, size_of};
 
-use super::{INFO, KindHists, attach::WaitStarts, blame::BlameReader};
+use super::{INFO, KindHists, blame::BlameReader};
 use crate::{
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
@@ -206,7 +206,7 @@ impl RunqReader {
 
 /// Takes the histogram tables and `EPOCH`.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
-    let source = if ctx.runq_start == WaitStarts::TaskStorage {
+    let source = if ctx.runq_start.task_storage() {
         let Map::Array(slots) = take_map(ctx.ebpf, "RUNQ_SLOTS")? else {
             anyhow::bail!("RUNQ_SLOTS is not an array");
         };
