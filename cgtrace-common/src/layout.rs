@@ -281,11 +281,6 @@ pub struct Config {
     /// Where run-queue wait starts are kept: 1 in task-local storage (`RUNQ_START_TASK`), 0 in
     /// the `RUNQ_START` hash (kernels before 6.1, or `CGTRACE_RUNQ_START=hash`).
     pub runq_start_task: u32,
-    /// 1: run-queue waits are read from the kernel's own stamps (`sched_info`) at `sched_switch`,
-    /// and `sched_wakeup` is not attached (task storage, `sched_info` fields and task-based
-    /// throttling needed; see `family::runq::attach::WaitStarts`).
-    pub runq_sched_info: u32,
-    pub _pad: u32,
     /// Waits at least this long (ns) are charged to whoever held the CPU meanwhile (`BLAME`);
     /// `u64::MAX` turns the blame ledger off (no slice ring either).
     pub blame_min_ns: u64,
@@ -300,8 +295,6 @@ impl Config {
         read_syscalls: [crate::reads::NO_SYSCALL; crate::reads::NR_READ_SYSCALLS],
         self_tgid: 0,
         runq_start_task: 0,
-        runq_sched_info: 0,
-        _pad: 0,
         blame_min_ns: u64::MAX,
     };
 }

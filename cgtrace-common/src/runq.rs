@@ -112,7 +112,7 @@ pub struct RunqStart {
     pub slot_preempt: u32,
     pub slot_throttled: u32,
     pub _pad2: u32,
-    /// Waits from the kernel's own stamps (`Config::runq_sched_info`): the task's `run_delay`
+    /// Waits from the kernel's own stamps (the `sched_switch_stamps` programs): the task's `run_delay`
     /// (the kernel's total run-queue wait) as of its last switch-in, its `nivcsw` (involuntary
     /// switches) then, and — set at a switch-out into a throttled hierarchy — its `nivcsw` after
     /// that switch-out, which marks the wait that follows as throttled (its `cfs_rq` in

@@ -177,7 +177,6 @@ impl Tracer {
         let wait_starts = WaitStarts::choose(&layout);
         let task_storage = wait_starts.task_storage();
         config.runq_start_task = u32::from(task_storage);
-        config.runq_sched_info = u32::from(wait_starts == WaitStarts::KernelStamps);
         // Without task storage its map definition becomes a one-entry hash (unused).
         let retyped;
         let object = if task_storage {

@@ -92,14 +92,6 @@ fn task_storage() -> bool {
     unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_start_task) != 0 }
 }
 
-/// Whether waits are read from the kernel's own stamps at `sched_switch` (`sched_wakeup` is then
-/// not attached; see `end_wait_sched_info`).
-#[inline(always)]
-pub fn sched_info() -> bool {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_sched_info) != 0 }
-}
-
 /// Takes the open wait start of `task` (`pid`), if any, with the task's storage (null: the
 /// hash is used).
 #[inline(always)]
@@ -211,7 +203,7 @@ fn own_quota<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> bool {
 /// throttled `cfs_rq` above it, when its hierarchy is throttled); exiting, a wait it may have left
 /// open (woken while still running) goes.
 #[inline(always)]
-pub fn switched_out<const DIRECT: bool>(
+pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
     c: *mut Counters,
     task: *const u8,
     pid: u32,
@@ -219,7 +211,7 @@ pub fn switched_out<const DIRECT: bool>(
     now: u64,
     throttled_cfs_rq: Option<u64>,
 ) {
-    if sched_info() {
+    if STAMPS {
         // The kernel stamps the wait itself; only a switch-out into a throttled hierarchy is
         // marked, with the switch count that identifies it at the switch-in.
         if let (SwitchOut::Queued, Some(cfs_rq)) = (out, throttled_cfs_rq) {
@@ -397,16 +389,17 @@ fn blame(
 }
 
 /// `next` is switched in: its wait, if any, ends now and is charged to its cgroup
-/// (`known_cgroup`: already read for the slice ring).
+/// (`known_cgroup`: already read for the slice ring). `STAMPS`: the wait is read from the
+/// kernel's own stamps (the `sched_switch_stamps` programs, 6.18+), not from a start of ours.
 #[inline(always)]
-pub fn end_wait<const DIRECT: bool>(
+pub fn end_wait<const DIRECT: bool, const STAMPS: bool>(
     c: *mut Counters,
     next: *const u8,
     pid: u32,
     now: u64,
     known_cgroup: Option<u64>,
 ) {
-    if sched_info() {
+    if STAMPS {
         end_wait_sched_info::<DIRECT>(c, next, pid, now, known_cgroup);
         return;
     }

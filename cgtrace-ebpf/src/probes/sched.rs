@@ -19,18 +19,18 @@ use crate::{
 };
 
 /// A BTF tracepoint program in its two variants, direct field access and probe reads:
-/// `twice!(tracepoint, name, name_probe, function, ctx => arguments)`.
+/// `twice!(tracepoint, name, name_probe, function[::<more const arguments>], ctx => arguments)`.
 macro_rules! twice {
-    ($tp:literal, $direct:ident, $probe:ident, $f:ident, $ctx:ident => $($arg:expr),*) => {
+    ($tp:literal, $direct:ident, $probe:ident, $f:ident $(:: <$($g:tt),*>)?, $ctx:ident => $($arg:expr),*) => {
         #[btf_tracepoint(function = $tp)]
         pub fn $direct($ctx: BtfTracePointContext) -> u32 {
-            $f::<true>($($arg),*);
+            $f::<true $($(, $g)*)?>($($arg),*);
             0
         }
 
         #[btf_tracepoint(function = $tp)]
         pub fn $probe($ctx: BtfTracePointContext) -> u32 {
-            $f::<false>($($arg),*);
+            $f::<false $($(, $g)*)?>($($arg),*);
             0
         }
     };
@@ -39,11 +39,15 @@ macro_rules! twice {
 twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(0));
 twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));
 // `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
-twice!("sched_switch", sched_switch, sched_switch_probe, switch,
+twice!("sched_switch", sched_switch, sched_switch_probe, switch::<false>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 // `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
-twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch,
+twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch::<false>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), None);
+// Waits read from the kernel's own stamps (6.18+, no wakeup program; see `runq::end_wait`):
+// programs of their own, so older kernels never verify this path.
+twice!("sched_switch", sched_switch_stamps, sched_switch_stamps_probe, switch::<true>,
+    ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 
 #[inline(always)]
 fn wakeup<const DIRECT: bool>(p: *const u8) {
@@ -63,7 +67,7 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
 }
 
 #[inline(always)]
-fn switch<const DIRECT: bool>(
+fn switch<const DIRECT: bool, const STAMPS: bool>(
     preempt: bool,
     prev: *const u8,
     next: *const u8,
@@ -89,7 +93,7 @@ fn switch<const DIRECT: bool>(
         } else {
             None
         };
-        runq::switched_out::<DIRECT>(c, prev, prev_pid, out, now, throttled);
+        runq::switched_out::<DIRECT, STAMPS>(c, prev, prev_pid, out, now, throttled);
     }
     let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
     // The blame ledger: the slice that ends now goes into this CPU's ring before next's wait is
@@ -103,6 +107,6 @@ fn switch<const DIRECT: bool>(
         runq::slice_switch(now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
-        runq::end_wait::<DIRECT>(c, next, next_pid, now, next_cgroup);
+        runq::end_wait::<DIRECT, STAMPS>(c, next, next_pid, now, next_cgroup);
     }
 }

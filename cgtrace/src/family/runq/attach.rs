@@ -55,7 +55,8 @@ impl WaitStarts {
         ]
         .iter()
         .all(|&off| off != ABSENT);
-        if !own && stamps && layout.thr_clock_kind == THR_CLOCK_NONE {
+        if !own && stamps && layout.thr_clock_kind == THR_CLOCK_NONE && layout.switch_has_prev_state == 1
+        {
             Self::KernelStamps
         } else {
             Self::TaskStorage
@@ -111,7 +112,10 @@ pub(crate) fn attach(
     if wait_starts.task_storage() {
         fill_free_slots(ebpf)?;
     }
-    let switch = if layout.switch_has_prev_state == 1 {
+    let stamps = wait_starts == WaitStarts::KernelStamps;
+    let switch = if stamps {
+        "sched_switch_stamps"
+    } else if layout.switch_has_prev_state == 1 {
         "sched_switch"
     } else {
         "sched_switch_noprevstate"
@@ -125,7 +129,9 @@ pub(crate) fn attach(
         ("sched_wakeup_probe", "sched_wakeup"),
         ("sched_wakeup_new_probe", "sched_wakeup_new"),
         (
-            if layout.switch_has_prev_state == 1 {
+            if stamps {
+                "sched_switch_stamps_probe"
+            } else if layout.switch_has_prev_state == 1 {
                 "sched_switch_probe"
             } else {
                 "sched_switch_noprevstate_probe"
@@ -134,11 +140,7 @@ pub(crate) fn attach(
         ),
     ];
     // With the kernel's own stamps no wait starts at a wakeup: sched_switch alone.
-    let skip = if wait_starts == WaitStarts::KernelStamps {
-        2
-    } else {
-        0
-    };
+    let skip = if stamps { 2 } else { 0 };
     let (direct, probe) = (&direct[skip..], &probe[skip..]);
     // CGTRACE_FIELD_ACCESS=probe forces the fallback (tests, and a way out should a kernel's
     // verifier accept the direct variants but misbehave).
