@@ -101,6 +101,14 @@ pub struct RunqStart {
     /// Kernels before task-based throttling (`LAYOUT.thr_clock_kind` set): the task's own
     /// `cfs_rq` when the wait began and the kernel's throttled clock of that `cfs_rq` then; at
     /// the end, the clock's advance is the part of the wait spent throttled (0: not kept).
+    ///
+    /// Waits from the kernel's own stamps (the `sched_switch_stamps` programs, 6.18+, where that
+    /// split is never used) keep other things in the same words, so the struct stays 64 bytes
+    /// (at 88 the 5.10 verifier never finished the `sched_switch` program of the hash path):
+    /// `leaf_cfs_rq` is the task's `run_delay` (the kernel's total run-queue wait) as of its last
+    /// switch-in, `thr_clock` its `nivcsw` (involuntary switches) then, `_pad2` the low 32 bits
+    /// of its `nivcsw` after a switch-out into a throttled hierarchy (with that `cfs_rq` in
+    /// `throttle_cfs_rq`), and `ts_ns` the time of its last switch-in (0: not seen yet).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
     /// Task-local storage only: the task's cgroup at its last wait (0: none) and, per wait kind,
@@ -112,15 +120,6 @@ pub struct RunqStart {
     pub slot_preempt: u32,
     pub slot_throttled: u32,
     pub _pad2: u32,
-    /// Waits from the kernel's own stamps (the `sched_switch_stamps` programs): the task's `run_delay`
-    /// (the kernel's total run-queue wait) as of its last switch-in, its `nivcsw` (involuntary
-    /// switches) then, and — set at a switch-out into a throttled hierarchy — its `nivcsw` after
-    /// that switch-out, which marks the wait that follows as throttled (its `cfs_rq` in
-    /// `throttle_cfs_rq`). In that mode `ts_ns` is the time of that switch-in (0: the task has not
-    /// been seen switching in yet).
-    pub sched_run_delay: u64,
-    pub sched_nivcsw: u64,
-    pub mark_nivcsw: u64,
 }
 
 /// Key of `RUNQ_HIST`.

@@ -76,9 +76,6 @@ pub fn start_wait<const DIRECT: bool>(
         slot_preempt: 0,
         slot_throttled: 0,
         _pad2: 0,
-        sched_run_delay: 0,
-        sched_nivcsw: 0,
-        mark_nivcsw: 0,
     };
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
@@ -120,9 +117,6 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
                 slot_preempt: 0,
                 slot_throttled: 0,
                 _pad2: 0,
-                sched_run_delay: 0,
-                sched_nivcsw: 0,
-                mark_nivcsw: 0,
             };
             Some((start, p))
         }
@@ -223,7 +217,8 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
             // SAFETY: the task's own storage value (see `start_wait`).
             unsafe {
                 (*p).throttle_cfs_rq = cfs_rq;
-                (*p).mark_nivcsw = task_nivcsw::<DIRECT>(task);
+                // The mark: the low half of nivcsw after this switch-out (see `RunqStart`).
+                (*p)._pad2 = task_nivcsw::<DIRECT>(task) as u32;
             }
         }
         return;
@@ -444,19 +439,21 @@ fn end_wait_sched_info<const DIRECT: bool>(
         0
     };
     let total = run_delay + stretch;
+    // The words this mode keeps in the storage (see `RunqStart`): `leaf_cfs_rq` is run_delay and
+    // `thr_clock` nivcsw at the last switch-in, `_pad2` the throttled switch-out's mark.
     // SAFETY: the task's own storage value, written under the rq lock of its switch-in.
     let (seen, before, nivcsw_before, mark, thr_cfs_rq) = unsafe {
         let seen = (*p).ts_ns != 0;
         let v = (
             seen,
-            (*p).sched_run_delay,
-            (*p).sched_nivcsw,
-            (*p).mark_nivcsw,
+            (*p).leaf_cfs_rq,
+            (*p).thr_clock,
+            u64::from((*p)._pad2),
             (*p).throttle_cfs_rq,
         );
         (*p).ts_ns = now;
-        (*p).sched_run_delay = total;
-        (*p).sched_nivcsw = nivcsw;
+        (*p).leaf_cfs_rq = total;
+        (*p).thr_clock = nivcsw;
         v
     };
     let wait_ns = if seen {
@@ -473,7 +470,7 @@ fn end_wait_sched_info<const DIRECT: bool>(
     }
     let kind = if !seen || nivcsw == nivcsw_before {
         WaitKind::Wakeup
-    } else if mark == nivcsw && thr_cfs_rq != 0 {
+    } else if mark == (nivcsw & 0xffff_ffff) && thr_cfs_rq != 0 {
         WaitKind::Throttled
     } else {
         WaitKind::Preempt
@@ -494,9 +491,6 @@ fn end_wait_sched_info<const DIRECT: bool>(
         slot_preempt: 0,
         slot_throttled: 0,
         _pad2: 0,
-        sched_run_delay: 0,
-        sched_nivcsw: 0,
-        mark_nivcsw: 0,
     };
     charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, p);
 }

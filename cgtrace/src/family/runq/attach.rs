@@ -55,7 +55,10 @@ impl WaitStarts {
         ]
         .iter()
         .all(|&off| off != ABSENT);
-        if !own && stamps && layout.thr_clock_kind == THR_CLOCK_NONE && layout.switch_has_prev_state == 1
+        if !own
+            && stamps
+            && layout.thr_clock_kind == THR_CLOCK_NONE
+            && layout.switch_has_prev_state == 1
         {
             Self::KernelStamps
         } else {
