@@ -122,6 +122,33 @@ pub struct RunqStart {
     pub _pad2: u32,
 }
 
+impl RunqStart {
+    /// A wait begun at `ts_ns`, of `kind` (a [`WaitKind`] value), with its throttled-split
+    /// words; no slot cached.
+    #[inline(always)]
+    pub const fn new(
+        ts_ns: u64,
+        kind: u32,
+        throttle_cfs_rq: u64,
+        leaf_cfs_rq: u64,
+        thr_clock: u64,
+    ) -> Self {
+        Self {
+            ts_ns,
+            kind,
+            _pad: 0,
+            throttle_cfs_rq,
+            leaf_cfs_rq,
+            thr_clock,
+            slot_cgroup: 0,
+            slot_wakeup: 0,
+            slot_preempt: 0,
+            slot_throttled: 0,
+            _pad2: 0,
+        }
+    }
+}
+
 /// Key of `RUNQ_HIST`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

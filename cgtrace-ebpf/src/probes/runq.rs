@@ -64,19 +64,7 @@ pub fn start_wait<const DIRECT: bool>(
         }
         return;
     }
-    let start = RunqStart {
-        ts_ns: now,
-        kind: kind as u32,
-        _pad: 0,
-        throttle_cfs_rq,
-        leaf_cfs_rq,
-        thr_clock,
-        slot_cgroup: 0,
-        slot_wakeup: 0,
-        slot_preempt: 0,
-        slot_throttled: 0,
-        _pad2: 0,
-    };
+    let start = RunqStart::new(now, kind as u32, throttle_cfs_rq, leaf_cfs_rq, thr_clock);
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
@@ -105,19 +93,13 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
                 return None;
             }
             (*p).ts_ns = 0;
-            let start = RunqStart {
+            let start = RunqStart::new(
                 ts_ns,
-                kind: (*p).kind,
-                _pad: 0,
-                throttle_cfs_rq: (*p).throttle_cfs_rq,
-                leaf_cfs_rq: (*p).leaf_cfs_rq,
-                thr_clock: (*p).thr_clock,
-                slot_cgroup: 0,
-                slot_wakeup: 0,
-                slot_preempt: 0,
-                slot_throttled: 0,
-                _pad2: 0,
-            };
+                (*p).kind,
+                (*p).throttle_cfs_rq,
+                (*p).leaf_cfs_rq,
+                (*p).thr_clock,
+            );
             Some((start, p))
         }
     } else {
@@ -475,23 +457,12 @@ fn end_wait_sched_info<const DIRECT: bool>(
     } else {
         WaitKind::Preempt
     };
-    let start = RunqStart {
-        ts_ns: now - wait_ns,
-        kind: kind as u32,
-        _pad: 0,
-        throttle_cfs_rq: if kind == WaitKind::Throttled {
-            thr_cfs_rq
-        } else {
-            0
-        },
-        leaf_cfs_rq: 0,
-        thr_clock: 0,
-        slot_cgroup: 0,
-        slot_wakeup: 0,
-        slot_preempt: 0,
-        slot_throttled: 0,
-        _pad2: 0,
+    let throttle_cfs_rq = if kind == WaitKind::Throttled {
+        thr_cfs_rq
+    } else {
+        0
     };
+    let start = RunqStart::new(now - wait_ns, kind as u32, throttle_cfs_rq, 0, 0);
     charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, p);
 }
 
