@@ -92,9 +92,15 @@ impl SwitchOut {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqStart {
+    /// When the wait began, in `bpf_ktime_get_ns`.
     pub ts_ns: u64,
     pub kind: u32,
-    pub _pad: u32,
+    /// 1 + the CPU whose run queue the wait began on, with `rq_clock_lo` the low 32 bits of that
+    /// run queue's clock (`rq.clock`) then; 0: not read. A wait that ends on the same CPU within
+    /// 2^31 ns is timed in that clock — the clock of the kernel's own `run_delay`, stamped before
+    /// the scheduler's work that precedes the tracepoint (a throttle, a contended lock), which
+    /// `bpf_ktime_get_ns` at the tracepoint includes and a preempted vCPU stretches.
+    pub rq_cpu: u32,
     /// For kind throttled: the throttled `cfs_rq` whose unthrottle splits the wait into its
     /// throttled part and the queueing after it.
     pub throttle_cfs_rq: u64,
@@ -106,8 +112,8 @@ pub struct RunqStart {
     /// split is never used) keep other things in the same words, so the struct stays 64 bytes
     /// (at 88 the 5.10 verifier never finished the `sched_switch` program of the hash path):
     /// `leaf_cfs_rq` is the task's `run_delay` (the kernel's total run-queue wait) as of its last
-    /// switch-in, `thr_clock` its `nivcsw` (involuntary switches) then, `_pad2` the low 32 bits
-    /// of its `nivcsw` after a switch-out into a throttled hierarchy (with that `cfs_rq` in
+    /// switch-in, `thr_clock` its `nivcsw` (involuntary switches) then, `rq_clock_lo` the low 32
+    /// bits of its `nivcsw` after a switch-out into a throttled hierarchy (with that `cfs_rq` in
     /// `throttle_cfs_rq`), and `ts_ns` the time of its last switch-in (0: not seen yet).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
@@ -119,12 +125,13 @@ pub struct RunqStart {
     pub slot_wakeup: u32,
     pub slot_preempt: u32,
     pub slot_throttled: u32,
-    pub _pad2: u32,
+    /// See `rq_cpu`.
+    pub rq_clock_lo: u32,
 }
 
 impl RunqStart {
     /// A wait begun at `ts_ns`, of `kind` (a [`WaitKind`] value), with its throttled-split
-    /// words; no slot cached.
+    /// words; no run-queue clock, no slot cached.
     #[inline(always)]
     pub const fn new(
         ts_ns: u64,
@@ -136,7 +143,7 @@ impl RunqStart {
         Self {
             ts_ns,
             kind,
-            _pad: 0,
+            rq_cpu: 0,
             throttle_cfs_rq,
             leaf_cfs_rq,
             thr_clock,
@@ -144,8 +151,34 @@ impl RunqStart {
             slot_wakeup: 0,
             slot_preempt: 0,
             slot_throttled: 0,
-            _pad2: 0,
+            rq_clock_lo: 0,
         }
+    }
+
+    /// The same, begun on run queue `rq_cpu` (1 + its CPU; 0: not read) at the low 32 bits of
+    /// its clock `rq_clock_lo`.
+    #[inline(always)]
+    pub const fn on_rq(self, rq_cpu: u32, rq_clock_lo: u32) -> Self {
+        Self {
+            rq_cpu,
+            rq_clock_lo,
+            ..self
+        }
+    }
+
+    /// The wait from this start to `now` (ktime) on the run queue of `rq` (1 + its CPU) with
+    /// clock `rq_clock`: in that clock when the wait began on the same run queue less than 2^31
+    /// ns ago, else in ktime.
+    #[inline(always)]
+    pub const fn wait_ns(&self, now: u64, rq_cpu: u32, rq_clock: u64) -> u64 {
+        let ktime = now - self.ts_ns;
+        if self.rq_cpu != 0 && self.rq_cpu == rq_cpu && ktime < 1 << 31 {
+            let rq = (rq_clock as u32).wrapping_sub(self.rq_clock_lo) as u64;
+            if rq < 1 << 31 {
+                return rq;
+            }
+        }
+        ktime
     }
 }
 
@@ -312,6 +345,26 @@ mod tests {
     /// set its state to sleep and not yet called `schedule`), then the task is preempted with
     /// that sleeping state (preempt=full) and runs again 2 µs later, without another wakeup. Its
     /// wait is those 2 µs, not the 10 µs since the old wakeup.
+    #[test]
+    fn waits_are_timed_in_the_run_queue_clock_on_the_same_cpu_only() {
+        let start = RunqStart::new(1_000, 0, 0, 0, 0).on_rq(3, (5u64 << 32 | 100) as u32);
+        // Same run queue (CPU 2): its clock's advance, across the low half's wrap too.
+        assert_eq!(start.wait_ns(1_700, 3, 5u64 << 32 | 650), 550);
+        let wraps = RunqStart::new(1_000, 0, 0, 0, 0).on_rq(3, u32::MAX - 9);
+        assert_eq!(wraps.wait_ns(1_700, 3, 6u64 << 32 | 40), 50);
+        // Another CPU, no clock read, a wait of 2^31 ns or more, a clock behind: ktime.
+        assert_eq!(start.wait_ns(1_700, 4, 5u64 << 32 | 650), 700);
+        assert_eq!(
+            RunqStart::new(1_000, 0, 0, 0, 0).wait_ns(1_700, 3, 650),
+            700
+        );
+        assert_eq!(
+            start.wait_ns(1_000 + (1 << 31), 3, 5u64 << 32 | 650),
+            1 << 31
+        );
+        assert_eq!(start.wait_ns(1_700, 3, 5u64 << 32 | 50), 700);
+    }
+
     #[test]
     fn preempted_on_its_way_to_sleep_waits_from_the_preemption() {
         let mut t = Task::default();

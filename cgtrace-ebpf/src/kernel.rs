@@ -127,13 +127,44 @@ pub fn read_unchecked<const DIRECT: bool, const WIDE: bool>(base: *const u8, off
     }
 }
 
-/// The clock of the run queue `task` is on (`rq.clock`, through `se.cfs_rq->rq`), which the
-/// scheduler has just updated wherever the scheduler tracepoints fire; 0 where it cannot be read.
+/// The run queue `task` is on (through `se.cfs_rq->rq`; null where it cannot be read).
+#[inline(always)]
+fn task_rq<const DIRECT: bool>(task: *const u8) -> *const u8 {
+    let cfs_rq = read_unchecked::<DIRECT, true>(task, layout!(task_se_cfs_rq)) as *const u8;
+    read_unchecked::<DIRECT, true>(cfs_rq, layout!(cfs_rq_rq)) as *const u8
+}
+
+/// The clock of the run queue `task` is on (`rq.clock`), which the scheduler has just updated
+/// wherever the scheduler tracepoints fire; 0 where it cannot be read.
 #[inline(always)]
 pub fn task_rq_clock<const DIRECT: bool>(task: *const u8) -> u64 {
-    let cfs_rq = read_unchecked::<DIRECT, true>(task, layout!(task_se_cfs_rq)) as *const u8;
-    let rq = read_unchecked::<DIRECT, true>(cfs_rq, layout!(cfs_rq_rq)) as *const u8;
-    read_unchecked::<DIRECT, true>(rq, layout!(rq_clock))
+    read_unchecked::<DIRECT, true>(task_rq::<DIRECT>(task), layout!(rq_clock))
+}
+
+/// The run queue `task` is on as a wait start keeps it (`RunqStart::rq_cpu`, `rq_clock_lo`): 1 +
+/// its CPU and its clock, or (0, 0) where either cannot be read (waits are then timed in ktime).
+/// Two full words, no `Option`: 5.10's verifier refuses a later 8-byte read of a stack slot the
+/// compiler filled with 4 (a spilled `Option<(u64, u32)>`).
+#[derive(Clone, Copy)]
+pub struct RqClock {
+    pub cpu: u64,
+    pub clock: u64,
+}
+
+/// See [`RqClock`].
+#[inline(always)]
+pub fn task_rq_cpu_clock<const DIRECT: bool>(task: *const u8) -> RqClock {
+    if layout!(rq_clock) == ABSENT || layout!(rq_cpu) == ABSENT {
+        return RqClock { cpu: 0, clock: 0 };
+    }
+    let rq = task_rq::<DIRECT>(task);
+    let clock = read_unchecked::<DIRECT, true>(rq, layout!(rq_clock));
+    let cpu = read_unchecked::<DIRECT, false>(rq, layout!(rq_cpu));
+    // Without a branch: no clock, no CPU.
+    RqClock {
+        cpu: (cpu + 1) * u64::from(clock != 0),
+        clock,
+    }
 }
 
 /// A task's involuntary context switches (`nivcsw`, an `unsigned long`).

@@ -76,39 +76,47 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
             family: "runq",
         });
     }
+    resolve_rq_clock(btf, &mut layout);
     resolve_kernel_stamps(btf, &mut layout);
     Ok(layout)
 }
 
-/// What waits need to be read from the kernel's own stamps (`sched_info`, see
-/// `family::runq::attach::WaitStarts::KernelStamps`): the task's `sched_info.run_delay` and
-/// `.last_queued` (`CONFIG_SCHED_INFO`), its `nivcsw`, and the run queue's clock, reached through
-/// `task_struct.se.cfs_rq` and `cfs_rq.rq` (`CONFIG_FAIR_GROUP_SCHED`). All or none.
-fn resolve_kernel_stamps(btf: &Btf, layout: &mut Layout) {
-    let (
-        Some(run_delay),
-        Some(last_queued),
-        Some(nivcsw),
-        Some(se_cfs_rq),
-        Some(cfs_rq_rq),
-        Some(clock),
-    ) = (
-        btf.field_path("task_struct", "sched_info.run_delay"),
-        btf.field_path("task_struct", "sched_info.last_queued"),
-        btf.field("task_struct", "nivcsw"),
+/// The run queue's clock that the scheduler stamps waits with (`rq.clock`, reached through
+/// `task_struct.se.cfs_rq` and `cfs_rq.rq`, `CONFIG_FAIR_GROUP_SCHED`), with `rq.cpu` to tell
+/// whether a wait ended on the run queue it began on. cgtrace's own wait stamps are taken in it
+/// where these fields exist (else with `bpf_ktime_get_ns`, which is read after the work the
+/// scheduler did since it updated the clock — a throttle, a lock — and a preempted vCPU can
+/// stretch that to milliseconds), and the kernel-stamps mode needs it. All or none.
+fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
+    let (Some(se_cfs_rq), Some(cfs_rq_rq), Some(clock), Some(cpu)) = (
         btf.field_path("task_struct", "se.cfs_rq"),
         btf.field("cfs_rq", "rq"),
         btf.field("rq", "clock"),
-    )
-    else {
+        btf.field("rq", "cpu"),
+    ) else {
+        return;
+    };
+    layout.task_se_cfs_rq = se_cfs_rq.offset;
+    layout.cfs_rq_rq = cfs_rq_rq.offset;
+    layout.rq_clock = clock.offset;
+    layout.rq_cpu = cpu.offset;
+}
+
+/// What waits need to be read from the kernel's own stamps (`sched_info`, see
+/// `family::runq::attach::WaitStarts::KernelStamps`), with the run queue's clock
+/// ([`resolve_rq_clock`]): the task's `sched_info.run_delay` and `.last_queued`
+/// (`CONFIG_SCHED_INFO`) and its `nivcsw`. All or none.
+fn resolve_kernel_stamps(btf: &Btf, layout: &mut Layout) {
+    let (Some(run_delay), Some(last_queued), Some(nivcsw)) = (
+        btf.field_path("task_struct", "sched_info.run_delay"),
+        btf.field_path("task_struct", "sched_info.last_queued"),
+        btf.field("task_struct", "nivcsw"),
+    ) else {
         return;
     };
     layout.task_run_delay = run_delay.offset;
     layout.task_last_queued = last_queued.offset;
     layout.task_nivcsw = nivcsw.offset;
-    layout.task_se_cfs_rq = se_cfs_rq.offset;
-    layout.cfs_rq_rq = cfs_rq_rq.offset;
-    layout.rq_clock = clock.offset;
 }
 
 /// Kernel functions the tracepoint-only throttle mode recognises by address.

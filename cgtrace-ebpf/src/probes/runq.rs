@@ -25,8 +25,8 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use crate::{
     CONFIG,
     kernel::{
-        layout, read, read_unchecked, task_cgroup_id, task_comm, task_nivcsw, task_rq_clock,
-        task_tgid,
+        RqClock, layout, read, read_unchecked, task_cgroup_id, task_comm, task_nivcsw,
+        task_rq_clock, task_tgid,
     },
     maps::{
         BLAME, CPU_SLICES, EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, RUNQ_START,
@@ -34,7 +34,7 @@ use crate::{
     },
 };
 
-/// A wait of `pid` (`task`) starts now.
+/// A wait of `pid` (`task`) starts now, on the run queue `rq`.
 #[inline(always)]
 pub fn start_wait<const DIRECT: bool>(
     c: *mut Counters,
@@ -42,6 +42,7 @@ pub fn start_wait<const DIRECT: bool>(
     pid: u32,
     kind: WaitKind,
     now: u64,
+    rq: RqClock,
     throttle_cfs_rq: u64,
 ) {
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
@@ -61,10 +62,13 @@ pub fn start_wait<const DIRECT: bool>(
             (*p).throttle_cfs_rq = throttle_cfs_rq;
             (*p).leaf_cfs_rq = leaf_cfs_rq;
             (*p).thr_clock = thr_clock;
+            (*p).rq_cpu = rq.cpu as u32;
+            (*p).rq_clock_lo = rq.clock as u32;
         }
         return;
     }
-    let start = RunqStart::new(now, kind as u32, throttle_cfs_rq, leaf_cfs_rq, thr_clock);
+    let start = RunqStart::new(now, kind as u32, throttle_cfs_rq, leaf_cfs_rq, thr_clock)
+        .on_rq(rq.cpu as u32, rq.clock as u32);
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
@@ -99,7 +103,8 @@ fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> 
                 (*p).throttle_cfs_rq,
                 (*p).leaf_cfs_rq,
                 (*p).thr_clock,
-            );
+            )
+            .on_rq((*p).rq_cpu, (*p).rq_clock_lo);
             Some((start, p))
         }
     } else {
@@ -185,6 +190,7 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
     pid: u32,
     out: SwitchOut,
     now: u64,
+    rq: RqClock,
     throttled_cfs_rq: Option<u64>,
 ) {
     if STAMPS {
@@ -200,7 +206,7 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
             unsafe {
                 (*p).throttle_cfs_rq = cfs_rq;
                 // The mark: the low half of nivcsw after this switch-out (see `RunqStart`).
-                (*p)._pad2 = task_nivcsw::<DIRECT>(task) as u32;
+                (*p).rq_clock_lo = task_nivcsw::<DIRECT>(task) as u32;
             }
         }
         return;
@@ -208,8 +214,10 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
     match out {
         // Replaces any older stamp (a wakeup that came while it still ran).
         SwitchOut::Queued => match throttled_cfs_rq {
-            Some(cfs_rq) => start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, cfs_rq),
-            None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, 0),
+            Some(cfs_rq) => {
+                start_wait::<DIRECT>(c, task, pid, WaitKind::Throttled, now, rq, cfs_rq)
+            }
+            None => start_wait::<DIRECT>(c, task, pid, WaitKind::Preempt, now, rq, 0),
         },
         // A task woken while still running can exit with a wait recorded that never ends (task
         // storage goes with the task).
@@ -374,18 +382,23 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool>(
     next: *const u8,
     pid: u32,
     now: u64,
+    rq: RqClock,
     known_cgroup: Option<u64>,
 ) {
     if STAMPS {
         end_wait_sched_info::<DIRECT>(c, next, pid, now, known_cgroup);
         return;
     }
-    let Some((start, storage)) = take_start(next, pid) else {
+    let Some((mut start, storage)) = take_start(next, pid) else {
         return;
     };
     if now < start.ts_ns {
         return;
     }
+    // In the run queue's clock when the wait began on this CPU's run queue (the kernel's own
+    // clock of run-queue waits, see `RunqStart::rq_cpu`), else in ktime; from here on the start
+    // is where that wait began as ktime sees it.
+    start.ts_ns = now - start.wait_ns(now, rq.cpu as u32, rq.clock);
     charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, storage);
 }
 
@@ -422,7 +435,7 @@ fn end_wait_sched_info<const DIRECT: bool>(
     };
     let total = run_delay + stretch;
     // The words this mode keeps in the storage (see `RunqStart`): `leaf_cfs_rq` is run_delay and
-    // `thr_clock` nivcsw at the last switch-in, `_pad2` the throttled switch-out's mark.
+    // `thr_clock` nivcsw at the last switch-in, `rq_clock_lo` the throttled switch-out's mark.
     // SAFETY: the task's own storage value, written under the rq lock of its switch-in.
     let (seen, before, nivcsw_before, mark, thr_cfs_rq) = unsafe {
         let seen = (*p).ts_ns != 0;
@@ -430,7 +443,7 @@ fn end_wait_sched_info<const DIRECT: bool>(
             seen,
             (*p).leaf_cfs_rq,
             (*p).thr_clock,
-            u64::from((*p)._pad2),
+            u64::from((*p).rq_clock_lo),
             (*p).throttle_cfs_rq,
         );
         (*p).ts_ns = now;

@@ -13,7 +13,7 @@ use cgtrace_common::{
 };
 
 use crate::{
-    kernel::{task_cgroup_id, task_pid, task_state},
+    kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
     maps::{count, counters},
     probes::{runq, throttle},
 };
@@ -61,6 +61,8 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
             pid,
             WaitKind::Wakeup,
             unsafe { bpf_ktime_get_ns() },
+            // The run queue it was just queued on, whose clock the enqueue updated.
+            task_rq_cpu_clock::<DIRECT>(p),
             0,
         );
     }
@@ -80,6 +82,14 @@ fn switch<const DIRECT: bool, const STAMPS: bool>(
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     throttle::close_late::<DIRECT>(c);
+    // This CPU's run queue and its clock as the scheduler stamped the switch with (own stamps
+    // only): prev and next are both on it, and prev leads to it even when it is the idle task
+    // (its `se.cfs_rq` is its CPU's root `cfs_rq`).
+    let rq = if STAMPS {
+        RqClock { cpu: 0, clock: 0 }
+    } else {
+        task_rq_cpu_clock::<DIRECT>(prev)
+    };
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);
@@ -93,7 +103,7 @@ fn switch<const DIRECT: bool, const STAMPS: bool>(
         } else {
             None
         };
-        runq::switched_out::<DIRECT, STAMPS>(c, prev, prev_pid, out, now, throttled);
+        runq::switched_out::<DIRECT, STAMPS>(c, prev, prev_pid, out, now, rq, throttled);
     }
     let next_pid = task_pid::<DIRECT>(next).filter(|&pid| pid != 0);
     // The blame ledger: the slice that ends now goes into this CPU's ring before next's wait is
@@ -107,6 +117,6 @@ fn switch<const DIRECT: bool, const STAMPS: bool>(
         runq::slice_switch(now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
-        runq::end_wait::<DIRECT, STAMPS>(c, next, next_pid, now, next_cgroup);
+        runq::end_wait::<DIRECT, STAMPS>(c, next, next_pid, now, rq, next_cgroup);
     }
 }

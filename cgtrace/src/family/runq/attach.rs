@@ -174,7 +174,7 @@ pub(crate) fn attach(
     Ok(FamilyMode {
         mode: AttachMode::TpBtf,
         detail: format!(
-            "{} ({}); {access}; {}",
+            "{} ({}); {access}; {}{}",
             if skip == 0 {
                 "sched_wakeup, sched_wakeup_new, sched_switch"
             } else {
@@ -185,9 +185,19 @@ pub(crate) fn attach(
             } else {
                 "prev state read from the task"
             },
-            wait_starts.describe()
+            wait_starts.describe(),
+            if stamps { "" } else { wait_clock(layout) }
         ),
     })
+}
+
+/// The clock cgtrace's own wait stamps are taken in, as `hello.families.runq.detail` ends.
+pub fn wait_clock(layout: &Layout) -> &'static str {
+    if layout.rq_clock == ABSENT || layout.rq_cpu == ABSENT {
+        "; waits timed in bpf_ktime_get_ns (no rq.clock and rq.cpu through task_struct.se.cfs_rq in this kernel's BTF)"
+    } else {
+        "; waits timed in the run queue's clock (rq.clock, the clock of the kernel's run_delay; ktime for a wait that moved CPUs or lasted 2 s or more)"
+    }
 }
 
 #[cfg(test)]
