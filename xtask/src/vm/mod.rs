@@ -92,8 +92,10 @@ const THROTTLED_WAIT_TOLERANCE: f64 = 0.06;
 /// The line the scenarios print the kernel's `run_delay` (ns) of their stopped tasks on.
 const RUNDELAY: &str = "CGTRACE-RUNDELAY";
 /// Largest relative difference allowed between a cgroup's run-queue wait summed over the
-/// windows and its tasks' `run_delay`.
-const RUN_DELAY_TOLERANCE: f64 = 0.03;
+/// windows and its tasks' `run_delay`. Waits are timed in the run queue's clock, as `run_delay`
+/// is (3 % when they were timed with `bpf_ktime_get_ns`, which under TCG lags the scheduler's
+/// stamp by whatever a descheduled vCPU waited between the two: 0.968 failed CI's ±3 % once).
+const RUN_DELAY_TOLERANCE: f64 = 0.01;
 /// Least share of a wait behind another cgroup's loops on the same CPU charged to that cgroup.
 const BLAME_NEIGHBOUR_MIN: f64 = 0.80;
 /// Least share of a wait on a quota (own or an ancestor's) charged to that quota.

@@ -195,6 +195,16 @@ pub(super) fn check_hello(expected_kernel: &str, hello: &Value, f: &mut Vec<Stri
             text("/kernel")
         ));
     }
+    // Every matrix kernel has fair group scheduling: waits are read from the kernel's own stamps
+    // (6.18+) or timed in the run queue's clock, the clock of run_delay.
+    let detail = text("/families/runq/detail");
+    if !detail.contains("waits timed in the run queue's clock")
+        && !detail.contains("kernel's own stamps")
+    {
+        f.push(format!(
+            "hello families.runq.detail times waits in neither the run queue's clock nor the kernel's own stamps: {detail}"
+        ));
+    }
 }
 
 pub(super) fn hello_text(hello: &Value, pointer: &str) -> Option<String> {

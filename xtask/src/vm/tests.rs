@@ -5,7 +5,7 @@ fn lines(text: &str) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
-const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"}}}"#;
+const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; waits timed in the run queue's clock (rq.clock, …)"}}}"#;
 const WINDOW_1: &str = r#"{"type":"window","seq":1,"events":{"seen":900,"dropped":2},"cgroups":[{"id":7,"hierarchy":"cgroup2","path":"/cgtrace-vm-busy","name":"cgtrace-vm-busy","runq":{"count":310,"p50_us":900.0,"p99_us":4000.0,"max_us":5000.0,"buckets":[[1024,3]],"kinds":{}}}]}"#;
 const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"sum_us":800.0,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{},"blame":{"throttled_own_us":0.0,"throttled_ancestor_us":0.0,"siblings_us":0.0,"neighbours":[{"id":7,"path":"/cgtrace-vm-busy","name":null,"wait_us":700.0}],"neighbours_other_us":0.0,"unattributed_us":100.0}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
 
@@ -52,7 +52,7 @@ fn check_rejects_missing_markers_and_bad_json() {
     );
 }
 
-const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
+const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; waits timed in the run queue's clock (rq.clock, …)"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
 
 /// A window whose /cgtrace-vm-thr element has `nr_throttled` and `throttled_us`.
 /// A throttle episode line of `path`.
