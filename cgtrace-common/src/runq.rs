@@ -166,19 +166,22 @@ impl RunqStart {
         }
     }
 
-    /// The wait from this start to `now` (ktime) on the run queue of `rq` (1 + its CPU) with
-    /// clock `rq_clock`: in that clock when the wait began on the same run queue less than 2^31
-    /// ns ago, else in ktime.
+    /// The wait from this start to `now` (ktime, not before the start) on the run queue `rq_cpu`
+    /// (1 + its CPU; 0: not read) with clock `rq_clock`: in that clock when the wait began on the
+    /// same run queue less than 2^31 ns ago by both clocks, else in ktime. Without a branch (the
+    /// BPF verifier walks the rest of `sched_switch` once per path through here).
     #[inline(always)]
     pub const fn wait_ns(&self, now: u64, rq_cpu: u32, rq_clock: u64) -> u64 {
         let ktime = now - self.ts_ns;
-        if self.rq_cpu != 0 && self.rq_cpu == rq_cpu && ktime < 1 << 31 {
-            let rq = (rq_clock as u32).wrapping_sub(self.rq_clock_lo) as u64;
-            if rq < 1 << 31 {
-                return rq;
-            }
-        }
-        ktime
+        let rq = (rq_clock as u32).wrapping_sub(self.rq_clock_lo) as u64;
+        // 0 exactly when the run queues match, neither is "not read" (0 - 1 wraps past 32 bits)
+        // and both waits are below 2^31.
+        let off = (self.rq_cpu ^ rq_cpu) as u64
+            | ((rq_cpu as u64).wrapping_sub(1) >> 32)
+            | ((ktime | rq) >> 31);
+        // All ones when `off` is 0, else 0.
+        let take_rq = ((off | off.wrapping_neg()) >> 63).wrapping_sub(1);
+        ktime ^ ((ktime ^ rq) & take_rq)
     }
 }
 
@@ -363,6 +366,10 @@ mod tests {
             1 << 31
         );
         assert_eq!(start.wait_ns(1_700, 3, 5u64 << 32 | 50), 700);
+        assert_eq!(
+            RunqStart::new(1_000, 0, 0, 0, 0).wait_ns(1_700, 0, 650),
+            700
+        );
     }
 
     #[test]
