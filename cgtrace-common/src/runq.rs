@@ -344,10 +344,6 @@ mod tests {
         }
     }
 
-    /// The stale stamp of the scale issue: a wakeup arrives while the task still runs (it had
-    /// set its state to sleep and not yet called `schedule`), then the task is preempted with
-    /// that sleeping state (preempt=full) and runs again 2 µs later, without another wakeup. Its
-    /// wait is those 2 µs, not the 10 µs since the old wakeup.
     #[test]
     fn waits_are_timed_in_the_run_queue_clock_on_the_same_cpu_only() {
         let start = RunqStart::new(1_000, 0, 0, 0, 0).on_rq(3, (5u64 << 32 | 100) as u32);
@@ -372,6 +368,10 @@ mod tests {
         );
     }
 
+    /// The stale stamp of the scale issue: a wakeup arrives while the task still runs (it had
+    /// set its state to sleep and not yet called `schedule`), then the task is preempted with
+    /// that sleeping state (preempt=full) and runs again 2 µs later, without another wakeup. Its
+    /// wait is those 2 µs, not the 10 µs since the old wakeup.
     #[test]
     fn preempted_on_its_way_to_sleep_waits_from_the_preemption() {
         let mut t = Task::default();
