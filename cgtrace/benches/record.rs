@@ -18,8 +18,8 @@ use std::{
 };
 
 use cgtrace::{
-    drain::RawRecords,
-    events::EventSelection,
+    decode::RawRecords,
+    family::select::EventSelection,
     record::{
         NameEntry,
         reader::{Item, Recording},
@@ -159,7 +159,7 @@ fn record_at_rate(path: &std::path::Path, rate: u64, secs: u64) -> (u64, u64, Du
             w.window(seq, seq * 1000, window_json(seq).as_bytes());
         }
         let (_, since) = w.pending();
-        if window || since.is_some_and(|t| t.elapsed() >= cgtrace::recorder::FLUSH_EVERY) {
+        if window || since.is_some_and(|t| t.elapsed() >= cgtrace::live::recorder::FLUSH_EVERY) {
             w.flush(false).unwrap();
         }
         let next = drain * turn;

@@ -12,8 +12,8 @@ use std::{
 };
 
 use cgtrace::{
-    aggregate::runq_window,
     family::runq::KindHists,
+    live::aggregate::runq_window,
     model::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, Hello, HistSpec, Window},
     top::{Action, App, Command, Theme, render::draw},
 };

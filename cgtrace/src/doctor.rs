@@ -2,10 +2,10 @@
 //! would use. Says the same things the stream's `hello` line says, for a human.
 
 use crate::{
-    btf::Btf,
+    bpf::btf::Btf,
+    bpf::btf::layout,
+    bpf::loader::{LoadError, TraceOptions, Tracer, privileged},
     cgroup::Cgroups,
-    layout,
-    loader::{LoadError, TraceOptions, Tracer, privileged},
 };
 use cgtrace_common::layout::Config;
 
@@ -24,7 +24,7 @@ pub fn run() -> anyhow::Result<()> {
     let mut cgroup_v1 = false;
     match &cgroups {
         Ok(c) => {
-            line("cgroup layout", crate::session::layout_name(c.layout));
+            line("cgroup layout", crate::live::session::layout_name(c.layout));
             for h in &c.hierarchies {
                 line(
                     "  hierarchy",
@@ -91,7 +91,7 @@ pub fn run() -> anyhow::Result<()> {
         "  after attach",
         format!(
             "keeps {} and drops every other capability",
-            crate::privilege::kept_names().join(", ")
+            crate::safety::privilege::kept_names().join(", ")
         ),
     );
     let opts = TraceOptions {
@@ -102,8 +102,8 @@ pub fn run() -> anyhow::Result<()> {
         config: Config::DEFAULT,
         ringbuf_bytes: 64 * 1024,
         cgroup_v1,
-        throttle_mode: crate::loader::ThrottleMode::Auto,
-        reads_mode: crate::loader::ReadsMode::Auto,
+        throttle_mode: crate::bpf::loader::ThrottleMode::Auto,
+        reads_mode: crate::bpf::loader::ReadsMode::Auto,
     };
     match Tracer::start(&opts) {
         Ok(t) => {

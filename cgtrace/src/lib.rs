@@ -8,36 +8,19 @@
 //! hands to its sinks: the [`stream`], the [`recorder`], the [`metrics`] and the [`top`] view.
 //! [`replay`] and [`report`] read recordings through the same decoder and model.
 
-pub mod aggregate;
-pub mod attach;
-pub mod btf;
-pub mod btfpatch;
+pub mod bpf;
 pub mod cgroup;
-pub mod clock;
-pub mod counters;
 pub mod decode;
 pub mod doctor;
-pub mod drain;
-pub mod driver;
-pub mod escape;
-pub mod events;
 pub mod family;
 pub mod hist;
-pub mod kallsyms;
-pub mod layout;
-pub mod loader;
-pub mod mapbatch;
+pub mod live;
 pub mod metrics;
-pub mod mmaparray;
 pub mod model;
-pub mod privilege;
-pub mod progstats;
 pub mod record;
-pub mod recorder;
 pub mod replay;
 pub mod report;
+pub mod safety;
 pub mod selfstat;
-pub mod serve;
-pub mod session;
-pub mod stream;
 pub mod top;
+pub mod units;

@@ -11,16 +11,16 @@ use std::{
 
 use crate::{
     decode,
-    events::EventSelection,
+    family::select::EventSelection,
     family::{
         self, EventLine, Records,
         reads::{ReadFile, SlowRead},
     },
+    model::ndjson::{emit, emit_line},
     record::{
         NameEntry,
         reader::{Item, Recording},
     },
-    stream::{emit, emit_line},
 };
 
 /// The offline side of the driver: a recording's ring-buffer records go through the same

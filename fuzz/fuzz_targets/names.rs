@@ -5,7 +5,7 @@
 
 use cgtrace::{
     cgroup::name::derive,
-    escape::{html, is_unsafe, json_line, terminal},
+    safety::escape::{html, is_unsafe, json_line, terminal},
     family::reads::ReadFile,
     record::NameEntry,
 };

@@ -4,7 +4,7 @@
 #![no_main]
 
 use cgtrace::{
-    events::EventSelection,
+    family::select::EventSelection,
     model::Window,
     record::{format::repair_checksums, reader::Recording},
     replay, report,

@@ -6,6 +6,7 @@
 
 pub mod reads;
 pub mod runq;
+pub mod select;
 pub mod throttle;
 
 use serde::{Deserialize, Serialize};
@@ -64,7 +65,7 @@ pub struct Start<'a> {
 pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya::maps::Map> {
     Ok(ebpf
         .take_map(name)
-        .ok_or(crate::attach::LoadError::MissingMap(name))?)
+        .ok_or(crate::bpf::attach::LoadError::MissingMap(name))?)
 }
 
 impl std::fmt::Debug for FamilyInfo {
@@ -295,7 +296,7 @@ impl Records {
 
     /// A record a collector made (see `made`): consumed like a ring-buffer one, and kept.
     pub fn make(&mut self, bytes: &[u8]) {
-        crate::drain::append(&mut self.made, bytes);
+        crate::decode::append(&mut self.made, bytes);
         self.consume(bytes);
     }
 

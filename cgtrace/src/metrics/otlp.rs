@@ -43,7 +43,7 @@ use super::{
     encode::{Kind, MetricFamily, Value, le_bounds},
 };
 use crate::{
-    driver::{Flow, Sink, Turn},
+    live::driver::{Flow, Sink, Turn},
     model::Window,
 };
 

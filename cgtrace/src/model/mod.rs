@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::hist::HistSummary;
 
 pub mod flag;
+pub mod ndjson;
 
 pub use flag::Flag;
 

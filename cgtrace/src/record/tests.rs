@@ -497,8 +497,13 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     // And `replay --stream --events` replays the windows as they were (the unknown family's part
     // included) without failing; events of no family are no event line.
     let mut out = Vec::new();
-    let got =
-        crate::replay::stream(&rec, &mut out, &crate::events::EventSelection::all(), true).unwrap();
+    let got = crate::replay::stream(
+        &rec,
+        &mut out,
+        &crate::family::select::EventSelection::all(),
+        true,
+    )
+    .unwrap();
     assert_eq!((got.windows, got.events, got.event_lines), (3, 3, 0));
     assert!(String::from_utf8_lossy(&out).contains(r#""blkio":{"count":200"#));
 }

@@ -11,9 +11,8 @@
 
 use std::{
     collections::HashMap,
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io::{self, Write},
-    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -509,7 +508,7 @@ impl Writer {
             let path = self.path.clone();
             move |source| WriteError::Rotate { path, what, source }
         };
-        let file = create_exclusive(&next).map_err(err(format!(
+        let file = crate::safety::files::create_new(&next).map_err(err(format!(
             "cannot create the next part {}",
             next.display()
         )))?;
@@ -557,16 +556,6 @@ pub fn shift_parts(path: &Path, keep: u32) -> io::Result<()> {
     gone_ok(fs::rename(path, numbered(1)))
 }
 
-/// Creates `path` exclusively with mode 0600, not through a link.
-fn create_exclusive(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
 /// Creates a recording file exclusively with mode 0600, not through a link. With `force` a file
 /// already there is removed first (a link itself, never its target).
 pub fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
@@ -588,7 +577,7 @@ pub fn open_new(path: &Path, force: bool) -> Result<File, WriteError> {
             }
         }
     }
-    create_exclusive(path).map_err(|source| {
+    crate::safety::files::create_new(path).map_err(|source| {
         if source.kind() == io::ErrorKind::AlreadyExists {
             WriteError::Exists {
                 path: path.to_path_buf(),

@@ -6,7 +6,7 @@
 //! waits) for the host and the worst cgroups, with p50/p99/max timelines; per throttled cgroup
 //! its usage against its quota and the share of periods throttled, with the kernel's `cpu.stat`
 //! next to ours; dying memcgs and cgroup churn over time. Every string a tenant controls goes
-//! through [`crate::escape::html`].
+//! through [`crate::safety::escape::html`].
 //!
 //! Memory is bounded by the picture, not the recording: at most [`MAX_COLS`] time columns (a
 //! longer recording merges neighbouring windows into a column) for the host and the few cgroups
@@ -19,11 +19,11 @@ use std::{
 
 use super::Report;
 use crate::{
-    clock::clock_utc,
-    escape::html as esc,
     hist::micros,
     model::Window,
     record::reader::{Item, Recording},
+    safety::escape::html as esc,
+    units::clock_utc,
 };
 
 /// Time columns at most per picture.

@@ -19,14 +19,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    clock::clock_utc,
-    events::EventSelection,
+    family::select::EventSelection,
     family::throttle::burners::ThrottledPeriod,
     family::{self, EventLine},
     hist::{Hist, HistSummary},
     model::{CgroupWindow, Window},
     record::reader::{Item, ReadStats, Recording},
     replay::Playback,
+    units::clock_utc,
 };
 
 /// How many entries each ranking keeps.
@@ -729,7 +729,7 @@ fn who(path: &Option<String>, name: &Option<String>, id: u64) -> String {
 }
 
 fn esc(s: &str) -> std::borrow::Cow<'_, str> {
-    crate::escape::terminal(s)
+    crate::safety::escape::terminal(s)
 }
 
 fn us(v: f64) -> String {

@@ -70,7 +70,7 @@ pub fn interval(ms: u64) -> String {
     }
 }
 
-pub use crate::clock::clock_utc;
+pub use crate::units::clock_utc;
 
 /// Keeps the end of `s` (the most specific part of a path) within `width` characters, marking the
 /// cut with `…`.

@@ -3,9 +3,9 @@
 //! panic hook.
 
 use std::{
-    fs::{File, OpenOptions},
+    fs::File,
     io::Write,
-    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
     sync::{
         Mutex,
@@ -47,13 +47,7 @@ pub fn open(path: &Path) -> Result<File, LogError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(err)
+    crate::safety::files::append(path).map_err(err)
 }
 
 struct FileLogger {

@@ -1,6 +1,6 @@
 //! `cgtrace top`: the live per-cgroup view.
 //!
-//! One pipeline, as for the stream: a [`source`] (a live [`Session`](crate::session::Session) on
+//! One pipeline, as for the stream: a [`source`] (a live [`Session`](crate::live::session::Session) on
 //! its own thread, or recorded windows) sends [`Window`](crate::model::Window)s; the UI loop
 //! waits on one [`Event`] channel (keys, resizes, windows, signals), turns each event into an
 //! [`Action`], lets [`App::apply`] change the state, and redraws only when something changed. The
@@ -37,7 +37,7 @@ pub use app::{Action, App, Command, Effect};
 pub use event::Event;
 pub use render::theme::Theme;
 
-use crate::session::SessionOptions;
+use crate::live::session::SessionOptions;
 use selfstat::SelfSampler;
 use source::{Control, SourceHandle};
 
@@ -75,7 +75,7 @@ pub fn run(opts: SessionOptions, log: Option<PathBuf>) -> anyhow::Result<()> {
     let (hello, source) = source::spawn_live(opts, tx.clone())?;
     // The tracing thread dropped its capabilities once attached; this one now, before the input
     // and helper threads start (they inherit the reduced sets).
-    crate::privilege::drop_after_attach("top (view thread)");
+    crate::safety::privilege::drop_after_attach("top (view thread)");
     let result = {
         let _stderr = logfile::StderrRedirect::to(&log_file)?;
         let mut guard = terminal::TerminalGuard::enter().map_err(TopError::Terminal)?;

@@ -86,11 +86,11 @@ pub struct Garbage {
 }
 
 /// Every string of a cgroup's window that a tenant controls (its name and path, comms, file
-/// names) made safe for the terminal ([`crate::escape::terminal`]) before the view keeps it, so
+/// names) made safe for the terminal ([`crate::safety::escape::terminal`]) before the view keeps it, so
 /// no drawing code can show one raw. Free when there is nothing to escape.
 pub fn escape_for_view(cg: &mut CgroupWindow) {
     fn fix(s: &mut String) {
-        if let std::borrow::Cow::Owned(e) = crate::escape::terminal(s) {
+        if let std::borrow::Cow::Owned(e) = crate::safety::escape::terminal(s) {
             *s = e;
         }
     }

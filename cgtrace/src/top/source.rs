@@ -17,9 +17,9 @@ use tokio::{
 
 use super::event::Event;
 use crate::{
-    driver::{self, Flow, Sink, Turn},
+    live::driver::{self, Flow, Sink, Turn},
+    live::session::{Pump, SessionOptions},
     model::{Hello, Window},
-    session::{Pump, SessionOptions},
 };
 
 /// What the view asks of its source.
@@ -172,7 +172,7 @@ async fn live(
             return Ok(());
         }
     };
-    crate::privilege::drop_after_attach("top (tracing thread)");
+    crate::safety::privilege::drop_after_attach("top (tracing thread)");
     let _ = ready.send(Ok(pump.session.hello.clone()));
     log::info!(
         "tracing started: interval {:?}, families {:?}",

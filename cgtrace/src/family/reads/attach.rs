@@ -7,9 +7,9 @@ use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
 use cgtrace_common::modes::ReadsMode;
 
 use crate::{
-    attach::{Hook, LoadError, attach_hooks, attach_tp_btf, chain, load_tp_btf},
-    btf::Btf,
-    layout,
+    bpf::attach::{Hook, LoadError, attach_hooks, attach_tp_btf, chain, load_tp_btf},
+    bpf::btf::Btf,
+    bpf::btf::layout,
     model::{AttachMode, Capabilities, FamilyMode},
 };
 

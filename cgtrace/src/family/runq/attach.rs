@@ -6,7 +6,7 @@ use aya::{Btf as AyaBtf, Ebpf, maps::Queue, programs::ProgramError};
 use cgtrace_common::layout::{ABSENT, Layout, THR_CLOCK_NONE};
 
 use crate::{
-    attach::{LoadError, attach_tp_btf, load_tp_btf},
+    bpf::attach::{LoadError, attach_tp_btf, load_tp_btf},
     model::{AttachMode, FamilyMode},
 };
 

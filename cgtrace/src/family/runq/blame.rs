@@ -6,7 +6,7 @@
 use std::collections::HashMap as StdHashMap;
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
-use crate::mapbatch::WholeHashMap;
+use crate::bpf::maps::batch::WholeHashMap;
 use crate::model::CgroupWindow;
 use aya::maps::{HashMap, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};

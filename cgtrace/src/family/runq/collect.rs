@@ -15,11 +15,11 @@ use std::mem::{offset_of, size_of};
 
 use super::{INFO, KindHists, blame::BlameReader};
 use crate::{
+    bpf::maps::batch::WholeHashMap,
+    bpf::maps::mmap_array::MappedArray,
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
     hist::Hist,
-    mapbatch::WholeHashMap,
-    mmaparray::MappedArray,
 };
 
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.

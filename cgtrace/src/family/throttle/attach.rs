@@ -11,7 +11,7 @@ use cgtrace_common::layout::Layout;
 use cgtrace_common::modes::ThrottleMode;
 
 use crate::{
-    attach::{
+    bpf::attach::{
         Hook, LoadError, attach_hooks, attach_raw_tp, attach_tp_btf, chain, load_with_fallback,
     },
     model::{AttachMode, Capabilities, FamilyMode},

@@ -14,12 +14,12 @@ use cgtrace_common::{
 
 use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
 use crate::{
+    bpf::maps::batch::WholeHashMap,
     cgroup::Version,
-    clock::monotonic_ns,
     family::WindowInput,
     family::{Collector, FamilyInfo, Records, Start, take_map},
-    mapbatch::WholeHashMap,
     model::CgroupWindow,
+    units::monotonic_ns,
 };
 
 /// Sums per `BPF_MAP_LOOKUP_BATCH` call.

@@ -6,8 +6,8 @@ use cgtrace_common::runq::WaitKind;
 
 use super::*;
 use crate::{
-    aggregate::runq_window,
     family::runq::KindHists,
+    live::aggregate::runq_window,
     model::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, HistSpec},
     top::{
         columns::{Cell, Source},

@@ -117,8 +117,8 @@ pub fn daemon_flags(cg: &CgroupWindow, family: &'static str, out: &mut Vec<Flag>
                 code: short_code(&f.code).into(),
                 family,
                 // They name cgroups and threads, which tenants name.
-                finding: crate::escape::terminal(&f.message).into_owned(),
-                advice: crate::escape::terminal(&f.suggestion).into_owned(),
+                finding: crate::safety::escape::terminal(&f.message).into_owned(),
+                advice: crate::safety::escape::terminal(&f.suggestion).into_owned(),
             }),
     );
 }

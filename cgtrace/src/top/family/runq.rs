@@ -217,7 +217,7 @@ fn party_label(p: &crate::family::runq::blame::Party, width: usize) -> String {
         .as_deref()
         .or(p.path.as_deref())
         .map_or_else(|| format!("id {}", p.id), str::to_string);
-    format::ellipsize_middle(&crate::escape::terminal(&raw), width)
+    format::ellipsize_middle(&crate::safety::escape::terminal(&raw), width)
 }
 
 /// "Who delayed it": the window's wait split into the parts the blame ledger charged, each as a

@@ -123,8 +123,8 @@ pub fn lines(app: &App, width: u16) -> Vec<Line<'static>> {
         out.push(Line::styled(
             format!(
                 "throttled vs contention is approximate on this kernel ({}): {}",
-                crate::escape::terminal(&s.method),
-                crate::escape::terminal(&s.detail)
+                crate::safety::escape::terminal(&s.method),
+                crate::safety::escape::terminal(&s.detail)
             ),
             t.dim,
         ));

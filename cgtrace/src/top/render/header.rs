@@ -42,7 +42,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let mut l1: Vec<Span<'static>> = vec![
         Span::styled(badge, t.badge),
         Span::raw(" "),
-        Span::styled(crate::escape::terminal(&h.host).into_owned(), t.title),
+        Span::styled(
+            crate::safety::escape::terminal(&h.host).into_owned(),
+            t.title,
+        ),
     ];
     for (name, mode) in &h.families {
         let style = if !mode.mode.is_attached() {
@@ -64,7 +67,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     l1.push(sep());
     l1.push(Span::raw(format!(
         "Linux {}",
-        crate::escape::terminal(&h.kernel)
+        crate::safety::escape::terminal(&h.kernel)
     )));
 
     let mut l2: Vec<Span<'static>> = Vec::new();

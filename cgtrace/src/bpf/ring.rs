@@ -17,6 +17,8 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::Notify;
 
+use crate::decode::RawRecords;
+
 /// How long the thread waits for the ring buffer before draining anyway (the programs wake it
 /// only once enough bytes are pending).
 const POLL: Duration = Duration::from_millis(50);
@@ -48,7 +50,7 @@ impl Drain {
             .spawn(move || {
                 // Capabilities are per thread, and this one starts before the session drops
                 // them: it needs none of its own beyond what the others keep.
-                if let Err(e) = crate::privilege::drop_to_kept() {
+                if let Err(e) = crate::safety::privilege::drop_to_kept() {
                     log::debug!("drain thread: could not drop capabilities: {e}");
                 }
                 loop {
@@ -111,79 +113,5 @@ impl Drain {
 impl Drop for Drain {
     fn drop(&mut self) {
         self.finish();
-    }
-}
-
-/// Ring-buffer records kept as bytes for `cgtrace record`, bounded: past `cap` bytes records are
-/// counted in `lost` instead (the recorder takes them after every drain, so this only fills when
-/// the disk stalls).
-#[derive(Debug, Default)]
-pub struct RawRecords {
-    /// Each record as `len:u32` (native endian) then its bytes.
-    pub buf: Vec<u8>,
-    pub cap: usize,
-    pub lost: u64,
-}
-
-impl RawRecords {
-    pub fn new(cap: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            cap,
-            lost: 0,
-        }
-    }
-
-    pub fn push(&mut self, rec: &[u8]) {
-        if self.buf.len() + 4 + rec.len() > self.cap {
-            self.lost += 1;
-            return;
-        }
-        append(&mut self.buf, rec);
-    }
-
-    /// Calls `f` with each record kept, then forgets them.
-    pub fn drain(&mut self, f: impl FnMut(&[u8])) {
-        for_each(&self.buf, f);
-        self.buf.clear();
-    }
-}
-
-/// Appends `rec` to `buf` in the queue's format (`len:u32` native endian, then its bytes), read
-/// back by [`for_each`].
-pub fn append(buf: &mut Vec<u8>, rec: &[u8]) {
-    buf.extend_from_slice(&(rec.len() as u32).to_ne_bytes());
-    buf.extend_from_slice(rec);
-}
-
-/// Calls `f` with each record of a buffer filled by [`RawRecords::push`] or [`append`].
-pub fn for_each(buf: &[u8], mut f: impl FnMut(&[u8])) {
-    let mut p = 0;
-    while p + 4 <= buf.len() {
-        let len = u32::from_ne_bytes([buf[p], buf[p + 1], buf[p + 2], buf[p + 3]]) as usize;
-        let Some(rec) = buf.get(p + 4..p + 4 + len) else {
-            return;
-        };
-        f(rec);
-        p += 4 + len;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_come_back_in_order_and_the_cap_counts_losses() {
-        let mut q = RawRecords::new(32);
-        q.push(b"abc");
-        q.push(b"");
-        q.push(&[7; 20]);
-        q.push(b"x");
-        // 7 + 4 bytes kept; the 24-byte record would pass 32: counted; the last one fits.
-        let mut got = Vec::new();
-        for_each(&q.buf, |r| got.push(r.to_vec()));
-        assert_eq!(got, vec![b"abc".to_vec(), Vec::new(), b"x".to_vec()]);
-        assert_eq!(q.lost, 1);
     }
 }

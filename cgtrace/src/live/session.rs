@@ -13,13 +13,14 @@ use cgtrace_common::{
 use tokio::time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at};
 
 use crate::{
-    aggregate::Aggregator,
+    bpf::counters::{CounterReader, event_counts},
+    bpf::loader::{TraceOptions, Tracer},
+    bpf::ring::Drain,
     cgroup::{Cgroups, Names, Resolver},
-    counters::{CounterReader, event_counts},
-    drain::{Drain, RawRecords},
-    events::EventSelection,
+    decode::RawRecords,
+    family::select::EventSelection,
     family::{Collector, EventLine, FAMILIES, Records, Start, WindowInput, take_map},
-    loader::{TraceOptions, Tracer},
+    live::aggregate::Aggregator,
     model::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
 };
 
@@ -42,9 +43,9 @@ pub struct SessionOptions {
     /// Waits at least this long are also delivered as individual events.
     pub event_min: Duration,
     pub ringbuf_bytes: u32,
-    pub throttle_mode: crate::loader::ThrottleMode,
+    pub throttle_mode: crate::bpf::loader::ThrottleMode,
     pub flag_rules: crate::family::throttle::FlagRules,
-    pub reads_mode: crate::loader::ReadsMode,
+    pub reads_mode: crate::bpf::loader::ReadsMode,
     /// Pseudo-file reads at least this long are also delivered as individual events.
     pub slow_read_min: Duration,
 }
@@ -56,7 +57,7 @@ pub struct Session {
     collectors: Vec<Box<dyn Collector>>,
     counters: CounterReader,
     /// The programs' own counters (runs, run time, `recursion_misses`).
-    progs: crate::progstats::ProgStats,
+    progs: crate::bpf::prog_stats::ProgStats,
     /// Whether the kernel counts program runs and run time (see `Tracer::bpf_stats`).
     bpf_stats_on: bool,
     /// The daemon's CPU and memory, for `self`.
@@ -154,7 +155,7 @@ impl Session {
         let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
             take_map(ebpf, "COUNTERS")?.try_into()?;
         let ring: RingBuf<MapData> = take_map(ebpf, "EVENTS")?.try_into()?;
-        let progs = crate::progstats::ProgStats::new(ebpf);
+        let progs = crate::bpf::prog_stats::ProgStats::new(ebpf);
         let mut usage = crate::selfstat::SelfSampler::this_process();
         let _ = usage.sample();
         let hello = Hello {
@@ -179,8 +180,8 @@ impl Session {
                 sub_bits: SUB_BITS,
                 buckets: NR_BUCKETS,
             },
-            kept_capabilities: crate::privilege::kept_names(),
-            wait_split: Some(crate::layout::wait_split(&tracer.layout)),
+            kept_capabilities: crate::safety::privilege::kept_names(),
+            wait_split: Some(crate::bpf::btf::layout::wait_split(&tracer.layout)),
             blame_min_us: opts.blame_min.map(|d| d.as_micros() as u64),
         };
         let aggregator = Aggregator::new(
@@ -213,7 +214,7 @@ impl Session {
         let mut batch = std::mem::take(&mut self.batch);
         self.drain_full += drain.take(&mut batch);
         let (raw, records) = (&mut self.raw, &mut self.records);
-        crate::drain::for_each(&batch, |item| {
+        crate::decode::for_each(&batch, |item| {
             if let Some(raw) = raw.as_mut() {
                 raw.push(item);
             }
@@ -268,7 +269,7 @@ impl Session {
         // Records the collectors made go to the recording after the ring buffer's of this window.
         let made = std::mem::take(&mut self.records.made);
         if let Some(raw) = self.raw.as_mut() {
-            crate::drain::for_each(&made, |r| raw.push(r));
+            crate::decode::for_each(&made, |r| raw.push(r));
         }
         let kernel = self.counters.read_window();
         let lost = self.records.undecodable + self.records.lines_dropped;
@@ -277,7 +278,7 @@ impl Session {
         input.events = event_counts(&kernel, undecodable, std::mem::take(&mut self.drain_full));
         // Runs the kernel skipped (a program nested in itself on a CPU): not lost data of a
         // family by themselves (period counts heal from the kernel's own counters), but shown.
-        let progs: Vec<(String, crate::progstats::ProgCounters)> = self
+        let progs: Vec<(String, crate::bpf::prog_stats::ProgCounters)> = self
             .progs
             .read_window()
             .into_iter()
@@ -328,7 +329,7 @@ impl Session {
 
 /// A window's `self` object from its programs' counters, its length and the daemon's usage.
 pub fn self_cost(
-    progs: Vec<(String, crate::progstats::ProgCounters)>,
+    progs: Vec<(String, crate::bpf::prog_stats::ProgCounters)>,
     duration_ms: u64,
     bpf_stats: bool,
     usage: Option<crate::selfstat::SelfUsage>,
@@ -440,7 +441,7 @@ impl Pump {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progstats::ProgCounters;
+    use crate::bpf::prog_stats::ProgCounters;
 
     fn prog(name: &str, runs: u64, ns: u64) -> (String, ProgCounters) {
         let c = ProgCounters {

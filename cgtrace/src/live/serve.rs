@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use crate::{
-    driver::{self, Sink},
+    live::driver::{self, Sink},
+    live::session::{Pump, SessionOptions},
     metrics::Outputs,
-    session::{Pump, SessionOptions},
 };
 
 pub async fn run(
@@ -18,7 +18,7 @@ pub async fn run(
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let pump = Pump::start(&opts)?;
     let (mut exporter, mut pusher) = out.start(&pump.session.hello.host).await?;
-    crate::privilege::drop_after_attach("serve");
+    crate::safety::privilege::drop_after_attach("serve");
     if let Some(addr) = out.prometheus {
         eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
     }

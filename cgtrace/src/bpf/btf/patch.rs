@@ -215,7 +215,7 @@ mod tests {
     /// The object this binary carries (empty in stub builds): its task-storage map is found.
     #[test]
     fn the_embedded_object_can_be_retyped() {
-        let obj = crate::loader::object();
+        let obj = crate::bpf::loader::object();
         if obj.is_empty() {
             eprintln!("stub build: no eBPF object to retype");
             return;

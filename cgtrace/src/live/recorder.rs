@@ -13,11 +13,12 @@ use std::{io, path::PathBuf, time::Duration};
 use cgtrace_common::reads::ReadKey;
 
 use crate::{
-    clock::monotonic_ns,
+    decode::RawRecords,
     decode::Record,
-    drain::RawRecords,
-    driver::{self, Flow, Sink, Turn},
-    events::EventSelection,
+    family::select::EventSelection,
+    live::driver::{self, Flow, Sink, Turn},
+    live::session::{Pump, Session, SessionOptions},
+    live::stream::Ndjson,
     model::Window,
     record::{
         NameEntry,
@@ -25,8 +26,7 @@ use crate::{
         human_bytes,
         writer::{self, Flushed, OnFull, Writer},
     },
-    session::{Pump, Session, SessionOptions},
-    stream::Ndjson,
+    units::monotonic_ns,
 };
 
 /// A chunk is written once its first record is this old. Records reach the recorder within 200 ms
@@ -210,7 +210,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         opts.on_full,
     )?;
     let (mut exporter, mut pusher) = opts.metrics.start(&pump.session.hello.host).await?;
-    crate::privilege::drop_after_attach("record");
+    crate::safety::privilege::drop_after_attach("record");
     eprintln!(
         "cgtrace: recording to {}{}",
         opts.output.display(),

@@ -4,7 +4,7 @@ use cgtrace_common::layout::{
     ABSENT, CGROUP_MODE_V1, CGROUP_MODE_V2, Layout, THR_CLOCK_PELT, THR_CLOCK_SELF, THR_CLOCK_TASK,
 };
 
-use crate::btf::Btf;
+use crate::bpf::btf::Btf;
 
 /// A field the programs need is missing from this kernel's BTF.
 #[derive(Debug, thiserror::Error)]

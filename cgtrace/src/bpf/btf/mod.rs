@@ -2,6 +2,9 @@
 //! resolve struct field offsets, enum values and tracepoint signatures at start-up, so the eBPF
 //! programs read the right bytes on every kernel (rustc emits no CO-RE relocations).
 
+pub mod layout;
+pub mod patch;
+
 use std::{collections::HashMap, path::Path};
 
 /// Why BTF could not be used.

@@ -6,7 +6,7 @@ use aya::{
     programs::{BtfTracePoint, FEntry, FExit, KProbe, ProgramError, RawTracePoint},
 };
 
-use crate::{btf::BtfError, layout::MissingField};
+use crate::{bpf::btf::BtfError, bpf::btf::layout::MissingField};
 
 /// Why tracing could not start. Each message is one line that says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum LoadError {
     #[error("loading the eBPF object failed: {0}")]
     Object(#[source] Box<aya::EbpfError>),
     #[error("{0}: rebuild cgtrace with scripts/setup.sh")]
-    Retype(#[source] crate::btfpatch::PatchError),
+    Retype(#[source] crate::bpf::btf::patch::PatchError),
     #[error("program {program} could not be loaded or attached: {source}")]
     Program {
         program: &'static str,

@@ -13,8 +13,8 @@ use tokio::{
 
 use crate::{
     family::EventLine,
+    live::session::{Pump, Pumped, Session},
     model::{CgroupWindow, Hello, Window},
-    session::{Pump, Pumped, Session},
 };
 
 /// Closing line: what the whole run saw per cgroup.

@@ -9,14 +9,14 @@ use aya::{
 };
 use cgtrace_common::layout::{Config, Layout};
 
-pub use crate::attach::LoadError;
+pub use crate::bpf::attach::LoadError;
 pub use cgtrace_common::modes::{ReadsMode, ThrottleMode};
 
 use crate::{
-    attach::chain,
-    btf::{Btf, BtfError},
+    bpf::attach::chain,
+    bpf::btf::layout::{self, MissingField},
+    bpf::btf::{Btf, BtfError},
     family::runq::attach::WaitStarts,
-    layout::{self, MissingField},
     model::{AttachMode, Capabilities, FamilyMode},
 };
 
@@ -143,8 +143,9 @@ impl Tracer {
         } else {
             None
         };
-        let syms = crate::kallsyms::lookup("/proc/kallsyms".as_ref(), &layout::THROTTLE_SYMBOLS)
-            .unwrap_or_default();
+        let syms =
+            crate::bpf::kallsyms::lookup("/proc/kallsyms".as_ref(), &layout::THROTTLE_SYMBOLS)
+                .unwrap_or_default();
         let runq_only = layout;
         let throttle_ok = layout::resolve_throttle(&btf, &syms, &mut layout);
         if throttle_ok.is_err() {
@@ -182,9 +183,9 @@ impl Tracer {
         let object = if task_storage {
             OBJECT
         } else {
-            retyped = crate::btfpatch::retype_map(
+            retyped = crate::bpf::btf::patch::retype_map(
                 OBJECT,
-                crate::btfpatch::TASK_STORAGE_TAG,
+                crate::bpf::btf::patch::TASK_STORAGE_TAG,
                 aya::maps::MapType::Hash as u32,
             )
             .map_err(LoadError::Retype)?;

@@ -7,32 +7,15 @@ use std::{
     time::Duration,
 };
 
-use serde::Serialize;
-
 use crate::{
-    driver::{self, Flow, Sink, Turn},
-    events::EventSelection,
     family::EventLine,
+    family::select::EventSelection,
+    live::driver::{self, Flow, Sink, Turn},
+    live::session::{Pump, SessionOptions},
     metrics::Exporter,
     model::Hello,
-    session::{Pump, SessionOptions},
+    model::ndjson::emit_line,
 };
-
-/// Writes one JSON line; `Ok(false)` when the reader went away (EPIPE).
-pub fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bool> {
-    emit_line(out, &serde_json::to_string(value)?)
-}
-
-/// Writes one line already serialised (invisible format characters escaped, see
-/// [`crate::escape::json_line`]); `Ok(false)` when the reader went away (EPIPE).
-pub fn emit_line<W: Write>(out: &mut W, line: &str) -> anyhow::Result<bool> {
-    let line = crate::escape::json_line(line);
-    match writeln!(out, "{line}").and_then(|()| out.flush()) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
 
 /// The NDJSON sink: hello, event lines, windows and the summary on a writer (stdout).
 pub struct Ndjson<W: Write> {
@@ -129,7 +112,7 @@ pub async fn run(
     let mut pump = Pump::start(&opts)?;
     pump.session.set_lines(&events);
     let (mut exporter, mut pusher) = metrics.start(&pump.session.hello.host).await?;
-    crate::privilege::drop_after_attach("stream");
+    crate::safety::privilege::drop_after_attach("stream");
     let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut out];
     if let Some(e) = exporter.as_mut() {
