@@ -7,11 +7,11 @@ use std::{ffi::OsStr, sync::mpsc, time::Duration};
 
 use cgtrace::{
     model::{Hello, Window},
+    selfstat::SelfUsage,
     top::{
         self, Action, App, Command, Event, Theme,
         app::{Edit, Status},
         keys,
-        selfstat::SelfUsage,
         source::spawn_recorded,
     },
 };

@@ -6,7 +6,60 @@ use aya::{
     programs::{BtfTracePoint, FEntry, FExit, KProbe, ProgramError, RawTracePoint},
 };
 
-use crate::{bpf::btf::BtfError, bpf::btf::layout::MissingField};
+use cgtrace_common::{
+    layout::Layout,
+    modes::{ReadsMode, ThrottleMode},
+};
+
+use crate::{
+    bpf::btf::{
+        Btf, BtfError,
+        layout::{MissingField, ReadsSupport},
+    },
+    family::runq::starts::WaitStarts,
+    model::{AttachMode, Capabilities, FamilyMode},
+};
+
+/// What every family's attach (`family::live::LiveFamily::attach`) is handed by the loader: the
+/// loaded object, the kernel as probed, and the modes asked for on the command line.
+pub struct Attach<'a> {
+    pub ebpf: &'a mut Ebpf,
+    pub btf: &'a AyaBtf,
+    /// The kernel's BTF as cgtrace reads it (function signatures, struct layouts).
+    pub kernel_btf: &'a Btf,
+    /// The kernel struct offsets the programs were loaded with.
+    pub layout: &'a Layout,
+    pub capabilities: &'a Capabilities,
+    /// Where `runq` keeps its wait starts (chosen before loading: it sized the maps).
+    pub wait_starts: WaitStarts,
+    pub throttle_mode: ThrottleMode,
+    pub reads_mode: ReadsMode,
+    /// Whether the throttle fields resolved in this kernel's BTF, or which one is missing.
+    pub throttle_layout: &'a Result<(), MissingField>,
+    /// What the reads programs can use in this kernel, or which field is missing.
+    pub reads_layout: &'a Result<ReadsSupport, MissingField>,
+}
+
+/// A family whose kernel fields are missing: unavailable in `auto` mode, an error when the user
+/// forced a mode.
+pub fn missing_layout(
+    family: &'static str,
+    mode: &'static str,
+    auto: bool,
+    missing: &MissingField,
+) -> Result<FamilyMode, LoadError> {
+    if auto {
+        return Ok(FamilyMode {
+            mode: AttachMode::Unavailable,
+            detail: missing.to_string(),
+        });
+    }
+    Err(LoadError::Mode {
+        family,
+        mode,
+        reason: missing.to_string(),
+    })
+}
 
 /// Why tracing could not start. Each message is one line that says what to do.
 #[derive(Debug, thiserror::Error)]

@@ -13,11 +13,12 @@ pub use crate::bpf::attach::LoadError;
 pub use cgtrace_common::modes::{ReadsMode, ThrottleMode};
 
 use crate::{
-    bpf::attach::chain,
+    bpf::attach::{Attach, chain},
     bpf::btf::layout::{self, MissingField},
     bpf::btf::{Btf, BtfError},
-    family::runq::attach::WaitStarts,
-    model::{AttachMode, Capabilities, FamilyMode},
+    family::live::LIVE,
+    family::runq::starts::WaitStarts,
+    model::{Capabilities, FamilyMode},
 };
 
 /// The eBPF object built by `build.rs` (empty if it was built without the BPF toolchain).
@@ -33,27 +34,6 @@ fn per_cpu(each: u32, floor: u32) -> u32 {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
     cpus.saturating_mul(each).max(floor)
-}
-
-/// A family whose kernel fields are missing: unavailable in `auto` mode, an error when the user
-/// forced a mode.
-fn missing_layout(
-    family: &'static str,
-    mode: &'static str,
-    auto: bool,
-    missing: &MissingField,
-) -> Result<FamilyMode, LoadError> {
-    if auto {
-        return Ok(FamilyMode {
-            mode: AttachMode::Unavailable,
-            detail: missing.to_string(),
-        });
-    }
-    Err(LoadError::Mode {
-        family,
-        mode,
-        reason: missing.to_string(),
-    })
 }
 
 /// Sizes and thresholds chosen on the command line.
@@ -245,44 +225,21 @@ impl Tracer {
             .map_err(|e| LoadError::Object(Box::new(e)))?;
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);
         let mut families = BTreeMap::new();
-        families.insert(
-            crate::family::runq::INFO.name.to_string(),
-            crate::family::runq::attach::attach(&mut ebpf, &aya_btf, &layout, wait_starts)?,
-        );
-        let throttle = match throttle_ok {
-            Ok(()) => crate::family::throttle::attach::attach(
-                &mut ebpf,
-                &aya_btf,
-                &layout,
-                &capabilities,
-                opts.throttle_mode,
-            )?,
-            Err(missing) => missing_layout(
-                "throttle",
-                opts.throttle_mode.as_str(),
-                opts.throttle_mode == ThrottleMode::Auto,
-                &missing,
-            )?,
+        let mut attach = Attach {
+            ebpf: &mut ebpf,
+            btf: &aya_btf,
+            kernel_btf: &btf,
+            layout: &layout,
+            capabilities: &capabilities,
+            wait_starts,
+            throttle_mode: opts.throttle_mode,
+            reads_mode: opts.reads_mode,
+            throttle_layout: &throttle_ok,
+            reads_layout: &reads_support,
         };
-        families.insert(crate::family::throttle::INFO.name.to_string(), throttle);
-        let reads = match (reads_support, opts.reads_mode) {
-            (_, ReadsMode::Off) => FamilyMode {
-                mode: AttachMode::Off,
-                detail: "turned off by --reads-mode off".into(),
-            },
-            (Ok(support), mode) => crate::family::reads::attach::attach(
-                &mut ebpf,
-                &aya_btf,
-                &btf,
-                &support,
-                &capabilities,
-                mode,
-            )?,
-            (Err(missing), mode) => {
-                missing_layout("reads", mode.as_str(), mode == ReadsMode::Auto, &missing)?
-            }
-        };
-        families.insert(crate::family::reads::INFO.name.to_string(), reads);
+        for f in LIVE {
+            families.insert(f.info.name.to_string(), (f.attach)(&mut attach)?);
+        }
         let churn_traced = ebpf
             .program("reads_cgroup_mkdir")
             .is_some_and(|p| p.fd().is_ok());

@@ -4,81 +4,22 @@
 //! its part of a window, its event lines and its diagnoses; [`FAMILIES`] is the one list every
 //! place that needs the families reads.
 
+pub mod collect;
+pub mod info;
+pub mod live;
 pub mod reads;
 pub mod runq;
 pub mod select;
 pub mod throttle;
 
-use serde::{Deserialize, Serialize};
+pub use info::{Describe, FamilyInfo, LineHead, MAX_PENDING_LINES, Room};
 
-use std::collections::{HashMap, HashSet};
+use serde::Serialize;
 
 use crate::{
     decode::Record,
     model::{CgroupWindow, Flag, Window},
 };
-
-/// A family as every part of cgtrace names it.
-#[derive(Clone, Copy)]
-pub struct FamilyInfo {
-    /// Its name in the stream, `hello.families`, `--events`, metrics and the view.
-    pub name: &'static str,
-    /// First event kind of its range (`cgtrace_common::event`); each range is 0x100 wide.
-    pub first_kind: u32,
-    /// The kind of its single event (the one `--events` prints as a line and a recording marks
-    /// for seeking); the family's other kinds feed its windows only.
-    pub event_kind: u32,
-    /// What its single event line is called (`type` in the stream).
-    pub event_line: &'static str,
-    /// Its bit in a recording's window index (seek targets).
-    pub mark: u32,
-    /// Its event lines can be made again from a recording (`replay --stream`): false when naming
-    /// them needs the live tracer's tables.
-    pub lines_offline: bool,
-    /// Its diagnoses of one cgroup's window (`duration_ms` long), appended to `out`: made in the
-    /// daemon, so the stream, recordings, report, metrics and the view all have them.
-    pub flags: fn(&CgroupWindow, u64, &mut Vec<Flag>),
-    /// Its live collector, once its programs are attached.
-    pub start: fn(&mut Start<'_>) -> anyhow::Result<Box<dyn Collector>>,
-}
-
-/// What a family's collector is started with.
-pub struct Start<'a> {
-    /// The loaded programs and maps (a collector takes its maps).
-    pub ebpf: &'a mut aya::Ebpf,
-    pub cgroups: &'a crate::cgroup::Cgroups,
-    /// The hierarchy cgroup ids belong to (v1 `cpu`, or cgroup2).
-    pub runq_hierarchy: &'a crate::cgroup::Hierarchy,
-    /// `--max-cgroups`: what a family's tables may hold.
-    pub max_cgroups: usize,
-    /// `--below-quota-fraction` and the like.
-    pub flag_rules: throttle::FlagRules,
-    /// Cgroup creations and removals are traced.
-    pub churn_traced: bool,
-    /// The blame ledger is on (`--blame`).
-    pub blame: bool,
-    /// Where run-queue wait starts went (and so `runq`'s histograms: slots or a hash).
-    pub runq_start: runq::attach::WaitStarts,
-}
-
-/// Takes a map out of the loaded object.
-pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya::maps::Map> {
-    Ok(ebpf
-        .take_map(name)
-        .ok_or(crate::bpf::attach::LoadError::MissingMap(name))?)
-}
-
-impl std::fmt::Debug for FamilyInfo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-impl PartialEq for FamilyInfo {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
 
 /// Every family's diagnoses of one cgroup's window.
 pub fn flags(cg: &CgroupWindow, duration_ms: u64) -> Vec<Flag> {
@@ -126,69 +67,6 @@ pub fn mark_of_kind(kind: u32) -> u32 {
     }
 }
 
-/// The live side of a family: its kernel maps, read once per window. The session holds one per
-/// attached family and calls them in registry order.
-pub trait Collector: Send {
-    fn info(&self) -> &'static FamilyInfo;
-    /// Before the aggregator builds the window: the family's per-cgroup deltas since the last
-    /// window (from its maps, and from what its records gathered) go into `input`.
-    fn read_window(&mut self, records: &mut Records, input: &mut WindowInput)
-    -> anyhow::Result<()>;
-    /// While the aggregator builds the window: the family's part of one active cgroup (its path
-    /// and name are set), from what [`Collector::read_window`] put in `input`.
-    fn cgroup_part(&mut self, _cg: &mut CgroupWindow, _input: &mut WindowInput, _duration_ms: u64) {
-    }
-    /// After: the family's window-level parts (not per cgroup).
-    fn finish_window(&mut self, _records: &mut Records, _window: &mut Window) {}
-    /// Event lines that need the live tracer to be made (a slow read's file name is in the
-    /// kernel's file table), unnamed: the session adds the cgroup's path and name.
-    fn lines(&mut self, _records: &mut Records, _out: &mut Vec<EventLine>) {}
-    /// A cgroup is gone: drop its kernel entries and remembered readings.
-    fn forget(&mut self, _cgroup_id: u64) {}
-    /// The name of the file a read record refers to (the reads family; recorded so a replay
-    /// names slow reads as the live stream did).
-    fn read_file(&mut self, _key: &cgtrace_common::reads::ReadKey) -> Option<reads::ReadFile> {
-        None
-    }
-}
-
-/// Everything the kernel delivered for one window.
-#[derive(Default)]
-pub struct WindowInput {
-    pub runq: HashMap<u64, runq::KindHists>,
-    /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit); `None`
-    /// when the ledger is off (`--blame`).
-    pub blame: Option<HashMap<cgtrace_common::runq::BlameKey, u64>>,
-    pub periods: HashMap<u64, throttle::PeriodDelta>,
-    pub episodes: HashMap<u64, throttle::Episodes>,
-    /// Throttled periods and who burned them, by cgroup.
-    pub burned: HashMap<u64, Vec<throttle::burners::ThrottledPeriod>>,
-    pub events: crate::model::EventCounts,
-    /// Pseudo-file reads by reader cgroup.
-    pub reads: HashMap<u64, Vec<reads::FileReads>>,
-}
-
-impl WindowInput {
-    /// Every cgroup some family has data for.
-    pub(crate) fn ids(&self) -> HashSet<u64> {
-        // A cgroup that only made others wait is in the window too (its `caused`).
-        let culprits = self
-            .blame
-            .iter()
-            .flat_map(|b| b.keys())
-            .map(|k| k.culprit)
-            .filter(|&c| c != 0 && !runq::blame::is_marker(c));
-        self.runq
-            .keys()
-            .copied()
-            .chain(culprits)
-            .chain(self.periods.keys().copied())
-            .chain(self.episodes.keys().copied())
-            .chain(self.reads.keys().copied())
-            .collect()
-    }
-}
-
 /// A single-event line of any family, as the stream prints it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
@@ -208,51 +86,6 @@ impl EventLine {
         }
     }
 }
-
-/// The fields every event line starts with: its type, when and where, and its cgroup.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LineHead {
-    /// The family's `event_line`: `runq_wait`, `throttle`, `slow_read`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// CLOCK_MONOTONIC (ns) when the event ended.
-    pub ts_ns: u64,
-    pub cpu: u32,
-    pub cgroup_id: u64,
-    pub path: Option<String>,
-    pub name: Option<String>,
-}
-
-impl LineHead {
-    /// The head of a line of `family` from a record's header, its cgroup not yet named.
-    pub fn new(
-        family: &FamilyInfo,
-        header: &cgtrace_common::event::EventHeader,
-        cgroup_id: u64,
-    ) -> Self {
-        Self {
-            kind: family.event_line.into(),
-            ts_ns: header.ts_ns,
-            cpu: header.cpu,
-            cgroup_id,
-            path: None,
-            name: None,
-        }
-    }
-
-    /// Names the line's cgroup.
-    pub fn named(mut self, (path, name): (Option<String>, Option<String>)) -> Self {
-        (self.path, self.name) = (path, name);
-        self
-    }
-}
-
-/// Path and name of a cgroup id, for event lines: from the live cgroup table, or from the names
-/// a recording kept.
-pub type Describe<'a> = dyn FnMut(u64) -> (Option<String>, Option<String>) + 'a;
-
-/// Event lines kept between two takes at most (beyond, they are counted as dropped).
-pub const MAX_PENDING_LINES: usize = 100_000;
 
 /// What the records drained between two windows became, per family: the same live (from the
 /// ring buffer) and offline (from a recording).
@@ -306,7 +139,7 @@ impl Records {
     }
 
     pub fn record(&mut self, rec: &Record) {
-        let mut room = Room(&mut self.lines_dropped);
+        let mut room = Room::new(&mut self.lines_dropped);
         match rec {
             Record::RunqWait(ev) => self.runq.wait(ev, &mut room),
             Record::Throttle(ev) => self.throttle.episode(ev, &mut room),
@@ -321,29 +154,18 @@ impl Records {
     /// live reads reader to name their files: they stay in `reads` (see
     /// [`reads::Records::take_slow_reads`]).
     pub fn take_lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
-        self.runq.lines(describe, out);
-        self.throttle.lines(describe, out);
+        let mut runq = Vec::new();
+        self.runq.lines(describe, &mut runq);
+        out.extend(runq.into_iter().map(EventLine::RunqWait));
+        let mut throttle = Vec::new();
+        self.throttle.lines(describe, &mut throttle);
+        out.extend(throttle.into_iter().map(EventLine::Throttle));
     }
 
     /// A window ended at `mono_ns`: what it took from the records is gone (live, the session's
     /// window took it; offline, the recorded window already holds it).
     pub fn window_ended(&mut self, mono_ns: u64) {
         let _ = self.throttle.take_window(mono_ns);
-    }
-}
-
-/// The room left for event lines: a family keeps a line only if it may.
-pub struct Room<'a>(&'a mut u64);
-
-impl Room<'_> {
-    /// Whether one more line fits in `pending`; counts it as dropped when not.
-    pub fn fits<T>(&mut self, pending: &[T]) -> bool {
-        if pending.len() < MAX_PENDING_LINES {
-            true
-        } else {
-            *self.0 += 1;
-            false
-        }
     }
 }
 

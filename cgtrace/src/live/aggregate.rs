@@ -8,7 +8,8 @@ use cgtrace_common::runq::WaitKind;
 
 use crate::{
     cgroup::{Names, Resolver, name},
-    family::{Collector, WindowInput, runq::KindHists},
+    family::collect::{Collector, WindowInput},
+    family::runq::KindHists,
     hist::Hist,
     model::{CgroupWindow, RunqWindow, Window},
 };

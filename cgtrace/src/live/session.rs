@@ -18,8 +18,10 @@ use crate::{
     bpf::ring::Drain,
     cgroup::{Cgroups, Names, Resolver},
     decode::RawRecords,
+    family::collect::{Collector, Start, WindowInput, take_map},
+    family::live::LIVE,
     family::select::EventSelection,
-    family::{Collector, EventLine, FAMILIES, Records, Start, WindowInput, take_map},
+    family::{EventLine, Records},
     live::aggregate::Aggregator,
     model::{CgroupLayoutInfo, Hello, HistSpec, SCHEMA, Window},
 };
@@ -131,10 +133,10 @@ impl Session {
         };
         let mut tracer = Tracer::start(&trace)?;
         let mut collectors = Vec::new();
-        for f in FAMILIES {
+        for f in LIVE {
             let attached = tracer
                 .families
-                .get(f.name)
+                .get(f.info.name)
                 .is_some_and(|m| m.mode.is_attached());
             if !attached {
                 continue;

@@ -5,6 +5,7 @@ use std::{collections::HashSet, time::Duration};
 use crate::{
     model::{Hello, Window},
     record::reader::Marks,
+    selfstat::SelfUsage,
     top::event::PlayerCmd,
 };
 
@@ -14,7 +15,6 @@ use super::{
     filter::{Filter, FilterKind},
     render::{layout, theme::Theme},
     rows::{self, Row, RowKey, Store, TreeMark, ViewSpec},
-    selfstat::SelfUsage,
 };
 
 /// Interval steps for `+` / `-`.
@@ -203,7 +203,7 @@ impl App {
         theme: Theme,
         families: &'static [&'static dyn Family],
     ) -> Self {
-        let columns = columns::available(&hello, families);
+        let columns = columns::available(&hello, families.iter().map(|f| (f.name(), f.columns())));
         let sort = families
             .iter()
             .filter(|f| columns::family_active(&hello, f.name()))

@@ -1,13 +1,24 @@
 //! The table's columns: a registry of what each column shows, how it sorts, how wide it is and
 //! which families it needs. `NAME` and `FLAGS` belong to the view; every other column comes from
-//! a [`Family`](super::family::Family).
+//! a family of the view (`super::family`).
 
 use crate::model::{CgroupWindow, Hello};
 
-use super::{
-    family::{Ctx, Family},
-    format,
-};
+use super::format;
+
+/// What a family needs to know besides one cgroup's data.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// Length of the window the data covers.
+    pub duration_ms: u64,
+}
+
+impl Ctx {
+    /// The window's length in seconds, never zero.
+    pub fn seconds(&self) -> f64 {
+        (self.duration_ms.max(1)) as f64 / 1e3
+    }
+}
 
 /// What a cell holds. Numbers keep their value (for sorting); text is made at draw time.
 #[derive(Clone, Debug, PartialEq)]
@@ -133,16 +144,19 @@ fn need_met(hello: &Hello, need: &str) -> bool {
     }
 }
 
-/// The columns this session can show, in order: `NAME`, each active family's columns whose
-/// `needs` are met, then `FLAGS`.
-pub fn available(hello: &Hello, families: &[&'static dyn Family]) -> Vec<&'static Column> {
+/// The columns this session can show, in order: `NAME`, each active family's columns (`families`:
+/// its name and columns) whose `needs` are met, then `FLAGS`.
+pub fn available(
+    hello: &Hello,
+    families: impl IntoIterator<Item = (&'static str, &'static [Column])>,
+) -> Vec<&'static Column> {
     let mut out: Vec<&'static Column> = vec![&NAME];
-    for fam in families {
-        if !family_active(hello, fam.name()) {
+    for (name, columns) in families {
+        if !family_active(hello, name) {
             continue;
         }
         out.extend(
-            fam.columns()
+            columns
                 .iter()
                 .filter(|c| c.needs.iter().all(|n| need_met(hello, n))),
         );

@@ -16,11 +16,11 @@ pub mod family;
 pub mod filter;
 pub mod format;
 pub mod keys;
+pub mod live;
 pub mod logfile;
 pub mod player;
 pub mod render;
 pub mod rows;
-pub use crate::selfstat;
 pub mod source;
 pub mod terminal;
 
@@ -38,7 +38,7 @@ pub use event::Event;
 pub use render::theme::Theme;
 
 use crate::live::session::SessionOptions;
-use selfstat::SelfSampler;
+use crate::selfstat::SelfSampler;
 use source::{Control, SourceHandle};
 
 /// How often the header's own-CPU/RSS figures are refreshed.
@@ -72,7 +72,7 @@ pub fn run(opts: SessionOptions, log: Option<PathBuf>) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel();
     // Tracing starts before the terminal is touched: a missing privilege or kernel feature is
     // one line on a normal terminal.
-    let (hello, source) = source::spawn_live(opts, tx.clone())?;
+    let (hello, source) = live::spawn_live(opts, tx.clone())?;
     // The tracing thread dropped its capabilities once attached; this one now, before the input
     // and helper threads start (they inherit the reduced sets).
     crate::safety::privilege::drop_after_attach("top (view thread)");

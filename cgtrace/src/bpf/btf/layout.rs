@@ -103,7 +103,7 @@ fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
 }
 
 /// What waits need to be read from the kernel's own stamps (`sched_info`, see
-/// `family::runq::attach::WaitStarts::KernelStamps`), with the run queue's clock
+/// `family::runq::starts::WaitStarts::KernelStamps`), with the run queue's clock
 /// ([`resolve_rq_clock`]): the task's `sched_info.run_delay` and `.last_queued`
 /// (`CONFIG_SCHED_INFO`) and its `nivcsw`. All or none.
 fn resolve_kernel_stamps(btf: &Btf, layout: &mut Layout) {

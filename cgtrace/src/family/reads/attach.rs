@@ -7,7 +7,9 @@ use aya::{Btf as AyaBtf, Ebpf, programs::ProgramError};
 use cgtrace_common::modes::ReadsMode;
 
 use crate::{
-    bpf::attach::{Hook, LoadError, attach_hooks, attach_tp_btf, chain, load_tp_btf},
+    bpf::attach::{
+        Attach, Hook, LoadError, attach_hooks, attach_tp_btf, chain, load_tp_btf, missing_layout,
+    },
     bpf::btf::Btf,
     bpf::btf::layout,
     model::{AttachMode, Capabilities, FamilyMode},
@@ -15,7 +17,22 @@ use crate::{
 
 /// Attaches the reads family: read timing in the wanted (or best) mode, then whatever flush and
 /// churn programs this kernel has. Only the read timing is required.
-pub(crate) fn attach(
+pub(crate) fn attach(a: &mut Attach<'_>) -> Result<FamilyMode, LoadError> {
+    match (a.reads_layout, a.reads_mode) {
+        (_, ReadsMode::Off) => Ok(FamilyMode {
+            mode: AttachMode::Off,
+            detail: "turned off by --reads-mode off".into(),
+        }),
+        (Ok(support), mode) => {
+            attach_mode(a.ebpf, a.btf, a.kernel_btf, support, a.capabilities, mode)
+        }
+        (Err(missing), mode) => {
+            missing_layout("reads", mode.as_str(), mode == ReadsMode::Auto, missing)
+        }
+    }
+}
+
+fn attach_mode(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     kbtf: &Btf,

@@ -17,8 +17,8 @@ use cgtrace_common::reads::{
 use super::*;
 use crate::{
     decode::comm_str,
-    family::WindowInput,
-    family::{Collector, EventLine, FamilyInfo, Records, Start, take_map},
+    family::collect::{Collector, Start, WindowInput, take_map},
+    family::{EventLine, FamilyInfo, Records},
     hist::Hist,
     model::{CgroupWindow, Window},
 };

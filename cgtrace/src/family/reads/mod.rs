@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::comm_str,
-    family::{FamilyInfo, LineHead, Room},
+    family::info::{FamilyInfo, LineHead, Room},
     model::{CgroupWindow, Flag},
 };
 
@@ -25,7 +25,6 @@ pub const INFO: FamilyInfo = FamilyInfo {
     first_kind: 0x300,
     event_kind: cgtrace_common::event::KIND_SLOW_READ,
     event_line: "slow_read",
-    start: collect::start,
     lines_offline: true,
     flags,
     mark: 4,

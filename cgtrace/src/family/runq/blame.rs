@@ -6,74 +6,12 @@
 use std::collections::HashMap as StdHashMap;
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
-use crate::bpf::maps::batch::WholeHashMap;
 use crate::model::CgroupWindow;
-use aya::maps::{HashMap, MapData};
 use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
-/// A pair unchanged this many windows is deleted from the kernel map (its last value was
-/// counted), so pairs of cgroups that no longer meet do not fill it.
-const IDLE_WINDOWS: u32 = 10;
-/// Pairs per `BPF_MAP_LOOKUP_BATCH` call (16 bytes of key and 8 of value each).
-const BATCH: usize = 4096;
 
 /// Whether a culprit id is a marker rather than a cgroup.
 pub fn is_marker(culprit: u64) -> bool {
     culprit == CULPRIT_THROTTLED_OWN || culprit == CULPRIT_THROTTLED_ANCESTOR
-}
-
-/// Reads `BLAME` once per window as deltas of its cumulative values.
-pub struct BlameReader {
-    map: WholeHashMap<BlameKey, u64>,
-    /// Last value of each pair, and windows since it last changed.
-    prev: StdHashMap<BlameKey, (u64, u32)>,
-}
-
-impl BlameReader {
-    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
-        Self {
-            map: WholeHashMap::new(map, BATCH),
-            prev: StdHashMap::new(),
-        }
-    }
-
-    /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
-    pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
-        let mut out = StdHashMap::new();
-        let mut stale = Vec::new();
-        let prev = &mut self.prev;
-        self.map.for_each(|&key, &cur| {
-            let (last, idle) = prev.entry(key).or_insert((0, 0));
-            if cur > *last {
-                out.insert(key, cur - *last);
-                *last = cur;
-                *idle = 0;
-            } else {
-                *idle += 1;
-                if *idle >= IDLE_WINDOWS {
-                    stale.push(key);
-                }
-            }
-        });
-        for k in stale {
-            self.map.remove(&k);
-            self.prev.remove(&k);
-        }
-        out
-    }
-
-    /// Drops every pair a removed cgroup is part of.
-    pub fn forget(&mut self, id: u64) {
-        let keys: Vec<BlameKey> = self
-            .prev
-            .keys()
-            .filter(|k| k.victim == id || k.culprit == id)
-            .copied()
-            .collect();
-        for k in keys {
-            self.map.remove(&k);
-            self.prev.remove(&k);
-        }
-    }
 }
 
 /// Windows a charge may wait for its wait to reach the histograms before it is dropped.

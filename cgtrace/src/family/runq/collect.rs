@@ -7,18 +7,19 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
+use cgtrace_common::runq::BlameKey;
 use cgtrace_common::{
     hist::NR_BUCKETS,
     runq::{RunqHist, RunqKey, RunqSlot, WaitKind},
 };
 use std::mem::{offset_of, size_of};
 
-use super::{INFO, KindHists, blame::BlameReader};
+use super::{INFO, KindHists};
 use crate::{
     bpf::maps::batch::WholeHashMap,
     bpf::maps::mmap_array::MappedArray,
-    family::WindowInput,
-    family::{Collector, FamilyInfo, Records, Start, take_map},
+    family::collect::{Collector, Start, WindowInput, take_map},
+    family::{FamilyInfo, Records},
     hist::Hist,
 };
 
@@ -245,5 +246,66 @@ impl Collector for RunqReader {
 
     fn forget(&mut self, cgroup_id: u64) {
         RunqReader::forget(self, cgroup_id);
+    }
+}
+
+/// A pair unchanged this many windows is deleted from the kernel map (its last value was
+/// counted), so pairs of cgroups that no longer meet do not fill it.
+const IDLE_WINDOWS: u32 = 10;
+/// Pairs per `BPF_MAP_LOOKUP_BATCH` call (16 bytes of key and 8 of value each).
+const BLAME_BATCH: usize = 4096;
+
+/// Reads `BLAME` once per window as deltas of its cumulative values.
+pub struct BlameReader {
+    map: WholeHashMap<BlameKey, u64>,
+    /// Last value of each pair, and windows since it last changed.
+    prev: StdHashMap<BlameKey, (u64, u32)>,
+}
+
+impl BlameReader {
+    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
+        Self {
+            map: WholeHashMap::new(map, BLAME_BATCH),
+            prev: StdHashMap::new(),
+        }
+    }
+
+    /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
+    pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
+        let mut out = StdHashMap::new();
+        let mut stale = Vec::new();
+        let prev = &mut self.prev;
+        self.map.for_each(|&key, &cur| {
+            let (last, idle) = prev.entry(key).or_insert((0, 0));
+            if cur > *last {
+                out.insert(key, cur - *last);
+                *last = cur;
+                *idle = 0;
+            } else {
+                *idle += 1;
+                if *idle >= IDLE_WINDOWS {
+                    stale.push(key);
+                }
+            }
+        });
+        for k in stale {
+            self.map.remove(&k);
+            self.prev.remove(&k);
+        }
+        out
+    }
+
+    /// Drops every pair a removed cgroup is part of.
+    pub fn forget(&mut self, id: u64) {
+        let keys: Vec<BlameKey> = self
+            .prev
+            .keys()
+            .filter(|k| k.victim == id || k.culprit == id)
+            .copied()
+            .collect();
+        for k in keys {
+            self.map.remove(&k);
+            self.prev.remove(&k);
+        }
     }
 }

@@ -7,13 +7,14 @@ pub mod blame;
 pub mod collect;
 pub mod metrics;
 pub mod model;
+pub mod starts;
 
 use cgtrace_common::runq::{RunqEvent, WaitKind};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     decode::comm_str,
-    family::{Describe, EventLine, FamilyInfo, LineHead, Room},
+    family::info::{Describe, FamilyInfo, LineHead, Room},
     hist::Hist,
     model::{CgroupWindow, Flag},
 };
@@ -23,7 +24,6 @@ pub const INFO: FamilyInfo = FamilyInfo {
     first_kind: 0x100,
     event_kind: cgtrace_common::event::KIND_RUNQ_WAIT,
     event_line: "runq_wait",
-    start: collect::start,
     lines_offline: true,
     flags,
     mark: 1,
@@ -184,10 +184,10 @@ impl Records {
         }
     }
 
-    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
+    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<RunqWait>) {
         for ev in self.waits.drain(..) {
             let (path, name) = describe(ev.cgroup_id);
-            out.push(EventLine::RunqWait(wait_line(&ev, path, name)));
+            out.push(wait_line(&ev, path, name));
         }
     }
 }

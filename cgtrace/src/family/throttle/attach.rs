@@ -12,7 +12,8 @@ use cgtrace_common::modes::ThrottleMode;
 
 use crate::{
     bpf::attach::{
-        Hook, LoadError, attach_hooks, attach_raw_tp, attach_tp_btf, chain, load_with_fallback,
+        Attach, Hook, LoadError, attach_hooks, attach_raw_tp, attach_tp_btf, chain,
+        load_with_fallback, missing_layout,
     },
     model::{AttachMode, Capabilities, FamilyMode},
 };
@@ -20,7 +21,19 @@ use crate::{
 /// Attaches the throttle family in the wanted mode, or the best available for `Auto`. A forced
 /// mode that cannot attach is an error; in `Auto` the family is reported unavailable with the
 /// reasons instead, and tracing goes on without it.
-pub(crate) fn attach(
+pub(crate) fn attach(a: &mut Attach<'_>) -> Result<FamilyMode, LoadError> {
+    match a.throttle_layout {
+        Ok(()) => attach_mode(a.ebpf, a.btf, a.layout, a.capabilities, a.throttle_mode),
+        Err(missing) => missing_layout(
+            "throttle",
+            a.throttle_mode.as_str(),
+            a.throttle_mode == ThrottleMode::Auto,
+            missing,
+        ),
+    }
+}
+
+fn attach_mode(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     layout: &Layout,

@@ -16,8 +16,8 @@ use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
 use crate::{
     bpf::maps::batch::WholeHashMap,
     cgroup::Version,
-    family::WindowInput,
-    family::{Collector, FamilyInfo, Records, Start, take_map},
+    family::collect::{Collector, Start, WindowInput, take_map},
+    family::{FamilyInfo, Records},
     model::CgroupWindow,
     units::monotonic_ns,
 };

@@ -18,8 +18,8 @@ use cgtrace_common::throttle::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    family::info::{Describe, FamilyInfo, LineHead, Room},
     family::throttle::burners::ThrottledPeriod,
-    family::{Describe, EventLine, FamilyInfo, LineHead, Room},
     hist::Hist,
     model::Flag,
 };
@@ -29,7 +29,6 @@ pub const INFO: FamilyInfo = FamilyInfo {
     first_kind: 0x200,
     event_kind: cgtrace_common::event::KIND_THROTTLE,
     event_line: "throttle",
-    start: collect::start,
     lines_offline: true,
     // Made with the window (they need the flag rules); copied, named as this family's even
     // where a recording from before the family field left it empty.
@@ -68,10 +67,10 @@ impl Records {
         }
     }
 
-    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<EventLine>) {
+    pub fn lines(&mut self, describe: &mut Describe<'_>, out: &mut Vec<ThrottleLine>) {
         for (ev, period) in self.lines.drain(..) {
             let (path, name) = describe(ev.cgroup_id);
-            out.push(EventLine::Throttle(line(&ev, period, path, name)));
+            out.push(line(&ev, period, path, name));
         }
     }
 
@@ -415,12 +414,7 @@ mod tests {
         let lines_of = |r: &mut Records| {
             let mut out = Vec::new();
             r.lines(&mut |_| (None, None), &mut out);
-            out.into_iter()
-                .map(|l| match l {
-                    EventLine::Throttle(t) => t.period,
-                    _ => panic!("a throttle line"),
-                })
-                .collect::<Vec<_>>()
+            out.into_iter().map(|t| t.period).collect::<Vec<_>>()
         };
         let mut dropped = 0;
         let mut r = Records {
@@ -430,7 +424,7 @@ mod tests {
         r.burners.period(&period(0, 1, 0));
         r.burners.slice(&sum(9, 2, 12));
         r.burners.period(&period(100_000_000, 2, 1));
-        r.episode(&ep, &mut Room(&mut dropped));
+        r.episode(&ep, &mut Room::new(&mut dropped));
         // Thread 8 slept through the period's end: its sum comes from the map a window later.
         let _ = r.take_window(100_000_000);
         assert!(
@@ -446,7 +440,7 @@ mod tests {
         assert_eq!(burned[&5], vec![p.clone()]);
         // An episode of a period that never completes goes out at the end of the run.
         r.burners.period(&period(1_200_000_000, 3, 1));
-        r.episode(&ep, &mut Room(&mut dropped));
+        r.episode(&ep, &mut Room::new(&mut dropped));
         r.burners.slice(&sum(9, 4, 1));
         r.finish();
         assert_eq!(lines_of(&mut r).len(), 1);

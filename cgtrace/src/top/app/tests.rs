@@ -511,7 +511,7 @@ fn source_end_and_usage_are_shown_state() {
     let mut app = app_with(three());
     app.apply(Action::SourceEnded(None));
     assert_eq!(app.status, Status::Ended(None));
-    let u = crate::top::selfstat::SelfUsage {
+    let u = crate::selfstat::SelfUsage {
         cpu_percent: 1.5,
         rss_bytes: 1 << 20,
     };

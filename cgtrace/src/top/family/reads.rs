@@ -13,7 +13,8 @@ use crate::{
     },
 };
 
-use super::{Ctx, Detail, Family, View};
+use super::interface::{Detail, Family, View};
+use crate::top::columns::Ctx;
 
 pub struct Reads;
 

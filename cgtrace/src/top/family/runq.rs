@@ -1,11 +1,13 @@
 //! The run-queue latency family (`runq`): how long each cgroup's runnable tasks waited for a CPU,
 //! split by why they waited.
 
+use cgtrace_common::runq::WaitKind;
 use ratatui::text::{Line, Span};
 
 use crate::{hist::HistSummary, model::CgroupWindow};
 
-use super::{Ctx, Detail, Family, View};
+use super::interface::{Detail, Family, View};
+use crate::top::columns::Ctx;
 use crate::top::{
     columns::{Cell, Column, Source},
     format,
@@ -15,7 +17,6 @@ use crate::top::{
 pub struct Runq;
 
 /// Wait kinds in display order, as named in the stream.
-pub const KINDS: [&str; 3] = ["wakeup", "preempt", "throttled"];
 
 fn active(cg: &CgroupWindow) -> Option<&HistSummary> {
     (cg.runq.all.count > 0).then_some(&cg.runq.all)
@@ -193,17 +194,20 @@ impl Family for Runq {
             )
         };
         out.push(Line::raw(row("all", all)));
-        for (i, kind) in KINDS.iter().enumerate() {
-            if let Some(h) = cg.runq.kinds.get(*kind) {
-                out.push(Line::styled(row(kind, h), theme.kinds[i]));
+        for kind in WaitKind::ALL {
+            if let Some(h) = cg.runq.kinds.get(kind.name()) {
+                out.push(Line::styled(
+                    row(kind.name(), h),
+                    theme.kinds[kind as usize],
+                ));
             }
         }
         blame_lines(cg, ctx, theme, width, out);
         caused_lines(cg, ctx, theme, width, out);
         out.push(Line::raw(""));
-        let kinds: Vec<(&str, &HistSummary)> = KINDS
-            .iter()
-            .filter_map(|k| cg.runq.kinds.get(*k).map(|h| (*k, h)))
+        let kinds: Vec<(WaitKind, &HistSummary)> = WaitKind::ALL
+            .into_iter()
+            .filter_map(|k| cg.runq.kinds.get(k.name()).map(|h| (k, h)))
             .collect();
         bars::runqlat_lines(&kinds, theme, width, out);
     }
@@ -224,7 +228,7 @@ fn party_label(p: &crate::family::runq::blame::Party, width: usize) -> String {
 /// share of the wait and a wait per second.
 fn blame_lines(
     cg: &CgroupWindow,
-    ctx: &super::Ctx,
+    ctx: &Ctx,
     theme: &crate::top::render::theme::Theme,
     width: u16,
     out: &mut Vec<Line<'static>>,
@@ -261,7 +265,7 @@ fn blame_lines(
 /// The wait this cgroup caused others by holding their CPU, and whom it delayed most.
 fn caused_lines(
     cg: &CgroupWindow,
-    ctx: &super::Ctx,
+    ctx: &Ctx,
     theme: &crate::top::render::theme::Theme,
     width: u16,
     out: &mut Vec<Line<'static>>,

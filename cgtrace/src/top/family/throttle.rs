@@ -2,6 +2,7 @@
 //! long it was throttled (our episodes next to the kernel's `cpu.stat`), and which threads burned
 //! the quota in the throttled periods.
 
+use cgtrace_common::runq::WaitKind;
 use ratatui::text::{Line, Span};
 
 use crate::{
@@ -14,7 +15,8 @@ use crate::{
     },
 };
 
-use super::{Ctx, Detail, Family, View};
+use super::interface::{Detail, Family, View};
+use crate::top::columns::Ctx;
 
 pub struct Throttle;
 
@@ -189,7 +191,7 @@ impl Family for Throttle {
         if t.episode.count > 0 {
             out.push(Line::raw(""));
             out.push(Line::styled("  throttle episode lengths", theme.dim));
-            bars::runqlat_lines(&[("throttled", &t.episode)], theme, width, out);
+            bars::runqlat_lines(&[(WaitKind::Throttled, &t.episode)], theme, width, out);
         }
         if !t.periods.is_empty() {
             out.push(Line::raw(""));

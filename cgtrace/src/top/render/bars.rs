@@ -3,15 +3,18 @@
 //! in the runqlat slot that holds its midpoint. Bars are stacked by wait kind, each kind with its
 //! own character, so the split reads without colour.
 
-use cgtrace_common::hist::{bucket_of, bucket_upper};
+use cgtrace_common::{
+    hist::{bucket_of, bucket_upper},
+    runq::WaitKind,
+};
 use ratatui::text::{Line, Span};
 
 use crate::hist::HistSummary;
 
 use super::theme::Theme;
 
-/// Bar characters by wait kind (`wakeup`, `preempt`, `throttled`).
-const BAR_CHARS: [char; 3] = ['█', '▒', '░'];
+/// Bar characters by wait kind (`WaitKind as usize`: wakeup, preempt, throttled).
+const BAR_CHARS: [char; cgtrace_common::runq::NR_WAIT_KINDS] = ['█', '▒', '░'];
 
 /// One runqlat slot: `lo_us ..= hi_us` and a count per kind given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,16 +59,10 @@ pub fn log2_slots(kinds: &[&HistSummary]) -> Vec<Slot> {
         .collect()
 }
 
-fn kind_index(name: &str) -> usize {
-    super::super::family::runq::KINDS
-        .iter()
-        .position(|k| *k == name)
-        .unwrap_or(0)
-}
-
-/// Appends the runqlat-style histogram of `kinds` (name, histogram) within `width` columns.
+/// Appends the runqlat-style histogram of `kinds` (wait kind, histogram) within `width` columns;
+/// each kind has its bar character and colour.
 pub fn runqlat_lines(
-    kinds: &[(&str, &HistSummary)],
+    kinds: &[(WaitKind, &HistSummary)],
     theme: &Theme,
     width: u16,
     out: &mut Vec<Line<'static>>,
@@ -78,17 +75,17 @@ pub fn runqlat_lines(
     let prefix = 8 + 4 + 8 + 2 + 9 * kinds.len();
     let bar_w = (usize::from(width).saturating_sub(prefix + 3)).clamp(8, 40);
     let mut head = format!("{:>8}    {:<8}:", "usecs", "");
-    for (name, _) in kinds {
-        head.push_str(&format!(" {name:>8}"));
+    for (kind, _) in kinds {
+        head.push_str(&format!(" {:>8}", kind.name()));
     }
     let mut header = vec![Span::styled(head, theme.dim), Span::raw(" ")];
-    for (i, (name, _)) in kinds.iter().enumerate() {
-        let k = kind_index(name);
+    for (i, (kind, _)) in kinds.iter().enumerate() {
+        let k = *kind as usize;
         if i > 0 {
             header.push(Span::raw(" "));
         }
         header.push(Span::styled(
-            format!("{} {name}", BAR_CHARS[k]),
+            format!("{} {}", BAR_CHARS[k], kind.name()),
             theme.kinds[k],
         ));
     }
@@ -118,7 +115,7 @@ pub fn runqlat_lines(
             }
             let end = end.min(bar_w);
             if end > drawn {
-                let k = kind_index(kinds[i].0);
+                let k = kinds[i].0 as usize;
                 spans.push(Span::styled(
                     BAR_CHARS[k].to_string().repeat(end - drawn),
                     theme.kinds[k],
@@ -168,7 +165,7 @@ mod tests {
         let pre = summary(&[3_000; 10]);
         let mut out = Vec::new();
         runqlat_lines(
-            &[("wakeup", &wake), ("preempt", &pre)],
+            &[(WaitKind::Wakeup, &wake), (WaitKind::Preempt, &pre)],
             &Theme::plain(),
             80,
             &mut out,

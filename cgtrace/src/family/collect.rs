@@ -1,0 +1,100 @@
+//! The live side of every family: what a family's collector is started with ([`Start`]), what
+//! it does once per window ([`Collector`]) and what the kernel delivered for one window
+//! ([`WindowInput`]). Offline code never imports this.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::{
+    family::info::FamilyInfo,
+    family::{EventLine, Records, reads, runq, throttle},
+    model::{CgroupWindow, Window},
+};
+
+/// What a family's collector is started with.
+pub struct Start<'a> {
+    /// The loaded programs and maps (a collector takes its maps).
+    pub ebpf: &'a mut aya::Ebpf,
+    pub cgroups: &'a crate::cgroup::Cgroups,
+    /// The hierarchy cgroup ids belong to (v1 `cpu`, or cgroup2).
+    pub runq_hierarchy: &'a crate::cgroup::Hierarchy,
+    /// `--max-cgroups`: what a family's tables may hold.
+    pub max_cgroups: usize,
+    /// `--below-quota-fraction` and the like.
+    pub flag_rules: throttle::FlagRules,
+    /// Cgroup creations and removals are traced.
+    pub churn_traced: bool,
+    /// The blame ledger is on (`--blame`).
+    pub blame: bool,
+    /// Where run-queue wait starts went (and so `runq`'s histograms: slots or a hash).
+    pub runq_start: runq::starts::WaitStarts,
+}
+
+/// Takes a map out of the loaded object.
+pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya::maps::Map> {
+    Ok(ebpf
+        .take_map(name)
+        .ok_or(crate::bpf::attach::LoadError::MissingMap(name))?)
+}
+
+/// The live side of a family: its kernel maps, read once per window. The session holds one per
+/// attached family and calls them in registry order.
+pub trait Collector: Send {
+    fn info(&self) -> &'static FamilyInfo;
+    /// Before the aggregator builds the window: the family's per-cgroup deltas since the last
+    /// window (from its maps, and from what its records gathered) go into `input`.
+    fn read_window(&mut self, records: &mut Records, input: &mut WindowInput)
+    -> anyhow::Result<()>;
+    /// While the aggregator builds the window: the family's part of one active cgroup (its path
+    /// and name are set), from what [`Collector::read_window`] put in `input`.
+    fn cgroup_part(&mut self, _cg: &mut CgroupWindow, _input: &mut WindowInput, _duration_ms: u64) {
+    }
+    /// After: the family's window-level parts (not per cgroup).
+    fn finish_window(&mut self, _records: &mut Records, _window: &mut Window) {}
+    /// Event lines that need the live tracer to be made (a slow read's file name is in the
+    /// kernel's file table), unnamed: the session adds the cgroup's path and name.
+    fn lines(&mut self, _records: &mut Records, _out: &mut Vec<EventLine>) {}
+    /// A cgroup is gone: drop its kernel entries and remembered readings.
+    fn forget(&mut self, _cgroup_id: u64) {}
+    /// The name of the file a read record refers to (the reads family; recorded so a replay
+    /// names slow reads as the live stream did).
+    fn read_file(&mut self, _key: &cgtrace_common::reads::ReadKey) -> Option<reads::ReadFile> {
+        None
+    }
+}
+
+/// Everything the kernel delivered for one window.
+#[derive(Default)]
+pub struct WindowInput {
+    pub runq: HashMap<u64, runq::KindHists>,
+    /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit); `None`
+    /// when the ledger is off (`--blame`).
+    pub blame: Option<HashMap<cgtrace_common::runq::BlameKey, u64>>,
+    pub periods: HashMap<u64, throttle::PeriodDelta>,
+    pub episodes: HashMap<u64, throttle::Episodes>,
+    /// Throttled periods and who burned them, by cgroup.
+    pub burned: HashMap<u64, Vec<throttle::burners::ThrottledPeriod>>,
+    pub events: crate::model::EventCounts,
+    /// Pseudo-file reads by reader cgroup.
+    pub reads: HashMap<u64, Vec<reads::FileReads>>,
+}
+
+impl WindowInput {
+    /// Every cgroup some family has data for.
+    pub(crate) fn ids(&self) -> HashSet<u64> {
+        // A cgroup that only made others wait is in the window too (its `caused`).
+        let culprits = self
+            .blame
+            .iter()
+            .flat_map(|b| b.keys())
+            .map(|k| k.culprit)
+            .filter(|&c| c != 0 && !runq::blame::is_marker(c));
+        self.runq
+            .keys()
+            .copied()
+            .chain(culprits)
+            .chain(self.periods.keys().copied())
+            .chain(self.episodes.keys().copied())
+            .chain(self.reads.keys().copied())
+            .collect()
+    }
+}
