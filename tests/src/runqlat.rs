@@ -16,7 +16,7 @@
 //! waits for the handler to show up in `/proc/PID/status` (`SigCgt`) instead: that is both
 //! "attached" and "safe to SIGINT" (an earlier SIGINT kills it without output).
 //!
-//! std + anyhow only: this file is also compiled into `xtask` (`bench runq`) via `#[path]`.
+//! `xtask` (`bench runq`) uses it too, through this crate's library.
 
 use std::{
     fs,

@@ -23,14 +23,11 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
+use cgtrace_tests::runqlat;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 use serde_json::Value;
 
-// Shared with the privileged test crate, which uses more of it than the benchmark does.
-#[allow(dead_code)]
-#[path = "../../tests/src/runqlat.rs"]
-mod runqlat;
 
 const DEFAULT_ROUNDS: u32 = 5;
 /// ~3–5 s per run on the dev VM (9–15 µs per op, depending on where the two tasks land).
