@@ -2,8 +2,6 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_reads;
-mod progcost;
 mod sim;
 mod vm;
 
