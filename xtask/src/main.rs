@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod sim;
 mod vm;
+mod workspace;
 
 #[derive(Parser)]
 #[command(about = "cgtrace developer tasks")]

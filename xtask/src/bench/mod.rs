@@ -2,8 +2,6 @@
 //! benchmark: [`runq`] (a scheduler-heavy load under cgtrace and under runqlat), [`reads`] (what
 //! the reads family adds to one read syscall) and [`record`] (what recording costs).
 
-use std::path::{Path, PathBuf};
-
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
@@ -34,11 +32,4 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Bench::Reads(args) => reads::run(args),
         Bench::Record(args) => record::run(args),
     }
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is inside the workspace")
-        .to_path_buf()
 }

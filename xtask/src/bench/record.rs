@@ -1,11 +1,9 @@
 //! `cargo xtask bench record`: what recording costs; see `cgtrace/benches/record.rs`.
 
-use std::process::Command;
-
-use anyhow::{Context, Result, ensure};
+use anyhow::Result;
 use clap::Args;
 
-use super::workspace_root;
+use crate::workspace;
 
 #[derive(Args)]
 pub(super) struct RecordBenchArgs {
@@ -23,18 +21,18 @@ pub(super) struct RecordBenchArgs {
 /// `cargo bench -p cgtrace --bench record`, which prints the figures and writes
 /// `target/bench/record.json`.
 pub(super) fn run(args: RecordBenchArgs) -> Result<()> {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(workspace_root())
-        .args([
-            "bench", "--locked", "-p", "cgtrace", "--bench", "record", "--",
-        ])
-        .args([
-            args.rate.to_string(),
-            args.secs.to_string(),
-            args.replay_events.to_string(),
-        ])
-        .status()
-        .context("running cargo bench")?;
-    ensure!(status.success(), "cargo bench failed: {status}");
-    Ok(())
+    let [rate, secs, replay_events] =
+        [args.rate, args.secs, args.replay_events].map(|n| n.to_string());
+    workspace::cargo(&[
+        "bench",
+        "--locked",
+        "-p",
+        "cgtrace",
+        "--bench",
+        "record",
+        "--",
+        &rate,
+        &secs,
+        &replay_events,
+    ])
 }

@@ -8,7 +8,7 @@ use cgtrace_tests::runqlat;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::bench::workspace_root;
+use crate::workspace;
 
 const DEFAULT_ROUNDS: u32 = 5;
 /// ~3–5 s per run on the dev VM (9–15 µs per op, depending on where the two tasks land).
@@ -124,7 +124,7 @@ pub(super) struct Plan {
 
 impl Plan {
     pub(super) fn new(args: RunqArgs) -> Result<Self> {
-        let root = workspace_root();
+        let root = workspace::root();
         let plan = Plan {
             rounds: args
                 .rounds

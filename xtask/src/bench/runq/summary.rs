@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Run, TracerStats, plan::Config};
+use super::{Run, TracerStats, plan::Config, progcost::sum_by_name};
 
 #[derive(Debug, Serialize)]
 pub(super) struct Summary {
@@ -34,26 +34,24 @@ pub(super) struct ProgramSummary {
 }
 
 fn program_summary(mine: &[&Run]) -> Vec<ProgramSummary> {
-    let mut sum: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
-    for p in mine
+    let programs = mine
         .iter()
         .filter_map(|r| r.tracer.as_ref())
-        .flat_map(|t| &t.programs)
-    {
-        let e = sum.entry(&p.name).or_default();
-        e.0 += p.runs;
-        e.1 += p.run_ns;
-    }
+        .flat_map(|t| &t.programs);
     let secs: f64 = mine.iter().map(|r| r.total_s).sum();
-    let mut out: Vec<ProgramSummary> = sum
+    let mut out: Vec<ProgramSummary> = sum_by_name(programs)
         .into_iter()
-        .filter(|(_, (runs, _))| *runs > 0)
-        .map(|(name, (runs, run_ns))| ProgramSummary {
-            name: name.to_string(),
-            runs,
-            run_ns,
-            ns_per_run: run_ns as f64 / runs as f64,
-            runs_per_s: if secs > 0.0 { runs as f64 / secs } else { 0.0 },
+        .filter(|p| p.runs > 0)
+        .map(|p| ProgramSummary {
+            ns_per_run: p.run_ns as f64 / p.runs as f64,
+            runs_per_s: if secs > 0.0 {
+                p.runs as f64 / secs
+            } else {
+                0.0
+            },
+            name: p.name,
+            runs: p.runs,
+            run_ns: p.run_ns,
         })
         .collect();
     out.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then_with(|| a.name.cmp(&b.name)));

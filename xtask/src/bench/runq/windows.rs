@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::progcost::ProgramRuns;
+use super::progcost::{ProgramRuns, sum_by_name};
 
 /// One stdout line of `cgtrace stream`, by what it is.
 #[derive(Debug, PartialEq)]
@@ -75,19 +75,7 @@ fn self_programs(window: &Value) -> Vec<ProgramRuns> {
 
 /// Programs summed over the windows after the first (it covers the idle time before perf).
 pub(super) fn window_programs(windows: &[Window]) -> Vec<ProgramRuns> {
-    let mut sum: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
-    for p in windows.iter().skip(1).flat_map(|w| &w.programs) {
-        let e = sum.entry(&p.name).or_default();
-        e.0 += p.runs;
-        e.1 += p.run_ns;
-    }
-    sum.into_iter()
-        .map(|(name, (runs, run_ns))| ProgramRuns {
-            name: name.to_string(),
-            runs,
-            run_ns,
-        })
-        .collect()
+    sum_by_name(windows.iter().skip(1).flat_map(|w| &w.programs))
 }
 
 fn clip(line: &str) -> String {
