@@ -16,7 +16,7 @@
 //! waits for the handler to show up in `/proc/PID/status` (`SigCgt`) instead: that is both
 //! "attached" and "safe to SIGINT" (an earlier SIGINT kills it without output).
 //!
-//! std + anyhow only: this file is also compiled into `xtask` (`bench runq`) via `#[path]`.
+//! `xtask` (`bench runq`) uses it too, through this crate's library.
 
 use std::{
     fs,
@@ -461,13 +461,7 @@ mod tests {
     #[test]
     fn start_for_pid_sees_the_process() {
         if !is_root() || find_runqlat().is_err() {
-            // Also compiled into xtask (the benchmark), which has no `crate::skip`.
-            let required = std::env::var_os("CGTRACE_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1");
-            assert!(
-                !required,
-                "cannot run: needs root and libbpf-tools (CGTRACE_REQUIRE_PRIVILEGED=1)"
-            );
-            eprintln!("skipping: needs root and libbpf-tools");
+            crate::skip("needs root and libbpf-tools");
             return;
         }
         let mut sh = Command::new("sh")

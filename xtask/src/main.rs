@@ -2,10 +2,9 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_reads;
-mod progcost;
 mod sim;
 mod vm;
+mod workspace;
 
 #[derive(Parser)]
 #[command(about = "cgtrace developer tasks")]

@@ -2,10 +2,12 @@
 //! `tests/src/bin/node_sim.rs`). Builds cgtrace and the simulator in release mode, then runs it;
 //! every argument after `node` goes to the simulator (`--minutes`, `--pods`, `--containers`,
 //! `--replace-per-min`, `--driver`, and after `--`, cgtrace's own).
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 use clap::{Args, Subcommand};
+
+use crate::workspace;
 
 #[derive(Args)]
 pub struct SimArgs {
@@ -26,20 +28,16 @@ enum Sim {
 
 pub fn run(args: SimArgs) -> Result<()> {
     let Sim::Node { args } = args.what;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for pkg in [
-        &["-p", "cgtrace"][..],
-        &["-p", "cgtrace-tests", "--bins"][..],
-    ] {
-        let status = Command::new(&cargo)
-            .current_dir(&root)
-            .args(["build", "--release", "--locked"])
-            .args(pkg)
-            .status()
-            .context("running cargo build")?;
-        ensure!(status.success(), "cargo build failed: {status}");
-    }
+    workspace::cargo(&["build", "--release", "--locked", "-p", "cgtrace"])?;
+    workspace::cargo(&[
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "cgtrace-tests",
+        "--bins",
+    ])?;
+    let root = workspace::root();
     let status = Command::new(root.join("target/release/node_sim"))
         .args(&args)
         .env("CGTRACE_BIN", root.join("target/release/cgtrace"))

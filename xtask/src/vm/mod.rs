@@ -40,6 +40,7 @@ mod matrix;
 mod qemu;
 mod reads;
 mod runq;
+mod table;
 #[cfg(test)]
 mod tests;
 mod throttle;
@@ -51,6 +52,7 @@ use matrix::*;
 use qemu::*;
 use reads::{READS_SCENARIO, ReadsReport, check_reads};
 use runq::*;
+use table::*;
 use throttle::*;
 
 const DEFAULT_CACHE: &str = "/var/cache/cgtrace-vm";

@@ -1,6 +1,8 @@
 //! Per-program cost of a tracer that is not cgtrace (runqlat), from the kernel's own BPF
 //! run-time statistics: `BPF_ENABLE_STATS` held while it runs, and `run_cnt`/`run_time_ns` of each
 //! program fd the tracer holds (`/proc/PID/fdinfo`), named by `bpftool prog show`.
+//! [`ProgramRuns`], one program's runs and time, is what both tracers' per-program numbers are
+//! kept in (cgtrace reports its own in its window lines), and [`sum_by_name`] adds them up.
 
 use std::{
     collections::BTreeMap,
@@ -83,6 +85,23 @@ pub struct ProgramRuns {
     pub name: String,
     pub runs: u64,
     pub run_ns: u64,
+}
+
+/// Each program's runs and time summed over `runs`, by name, in name order.
+pub fn sum_by_name<'a>(runs: impl IntoIterator<Item = &'a ProgramRuns>) -> Vec<ProgramRuns> {
+    let mut sum: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for p in runs {
+        let e = sum.entry(&p.name).or_default();
+        e.0 += p.runs;
+        e.1 += p.run_ns;
+    }
+    sum.into_iter()
+        .map(|(name, (runs, run_ns))| ProgramRuns {
+            name: name.to_string(),
+            runs,
+            run_ns,
+        })
+        .collect()
 }
 
 /// What changed between two [`read`]s, named; programs that did not run are left out.

@@ -1,0 +1,35 @@
+//! `cargo xtask bench`: benchmarks of cgtrace's overhead on the traced host, one module per
+//! benchmark: [`runq`] (a scheduler-heavy load under cgtrace and under runqlat), [`reads`] (what
+//! the reads family adds to one read syscall) and [`record`] (what recording costs).
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+mod reads;
+mod record;
+mod runq;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Slowdown of `perf bench sched pipe` under cgtrace and under runqlat, vs bare.
+    Runq(runq::RunqArgs),
+    /// Nanoseconds added per read syscall (regular and cgroup files, 1-byte reads) by cgtrace.
+    Reads(reads::ReadsArgs),
+    /// Recording costs: bytes per event on disk, recorder CPU at an event rate, replay speed
+    /// (`cgtrace/benches/record.rs`, synthetic records shaped like the kernel's).
+    Record(record::RecordBenchArgs),
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    match args.bench {
+        Bench::Runq(args) => runq::run(args),
+        Bench::Reads(args) => reads::run(args),
+        Bench::Record(args) => record::run(args),
+    }
+}

@@ -1,0 +1,201 @@
+//! What a `bench runq` run does: its flags, the configurations a round runs, and the checked
+//! plan made of them.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail, ensure};
+use cgtrace_tests::runqlat;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::workspace;
+
+const DEFAULT_ROUNDS: u32 = 5;
+/// ~3–5 s per run on the dev VM (9–15 µs per op, depending on where the two tasks land).
+const DEFAULT_LOOPS: u64 = 350_000;
+const QUICK_LOOPS: u64 = 50_000;
+
+#[derive(Args)]
+pub(crate) struct RunqArgs {
+    /// Interleaved rounds, each running every configuration once [default: 5; 1 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: Option<u32>,
+    /// `perf bench sched pipe -l` loops per run [default: 350000, ~3-5 s; 50000 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    loops: Option<u64>,
+    /// Smoke run: one round of short runs.
+    #[arg(long)]
+    quick: bool,
+    /// Pin perf's two tasks to this CPU. Unpinned, where the scheduler places them moves the bare
+    /// time by up to 2x between runs here, more than the overhead being measured.
+    #[arg(long)]
+    pin: Option<usize>,
+    /// The cgtrace binary [default: <workspace>/target/release/cgtrace].
+    #[arg(long)]
+    cgtrace: Option<PathBuf>,
+    /// Another cgtrace binary (e.g. the previous commit's build) for the `baseline`
+    /// configuration: a before/after in one interleaved run.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// `cgtrace stream --interval`, in ms.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
+    /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
+    /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
+    /// cgtrace-blame (--blame), baseline (the --baseline binary as a user starts it), runqlat,
+    /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "bare,cgtrace,cgtrace-stats,runqlat,runqlat-stats"
+    )]
+    configs: Vec<Config>,
+    /// Where the raw numbers go [default: <workspace>/target/bench/runq.json].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Config {
+    Bare,
+    /// `cgtrace stream` as a user starts it (reads per `auto`).
+    Cgtrace,
+    /// With `--bpf-stats`: each program's ns per run, and what the statistics cost.
+    CgtraceStats,
+    /// With `--reads-mode syscall`: the reads family where fentry cannot load.
+    CgtraceReads,
+    /// With `--event-min-ms 0`: every wait also goes through the ring buffer as an event (the
+    /// high-rate check of the event path: events absorbed, drops, daemon CPU).
+    CgtraceEvents,
+    /// With `--blame`: what the blame ledger's per-switch slice ring costs.
+    CgtraceBlame,
+    /// The `--baseline` binary as a user starts it.
+    Baseline,
+    Runqlat,
+    /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
+    RunqlatStats,
+}
+
+impl Config {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Config::Bare => "bare",
+            Config::Cgtrace => "cgtrace",
+            Config::CgtraceStats => "cgtrace-stats",
+            Config::CgtraceReads => "cgtrace-reads",
+            Config::CgtraceEvents => "cgtrace-events",
+            Config::CgtraceBlame => "cgtrace-blame",
+            Config::Baseline => "baseline",
+            Config::Runqlat => "runqlat",
+            Config::RunqlatStats => "runqlat-stats",
+        }
+    }
+
+    /// `cgtrace stream` arguments beyond `--interval`, for the cgtrace configurations.
+    pub(super) fn cgtrace_args(self) -> Option<&'static [&'static str]> {
+        match self {
+            Config::Cgtrace | Config::Baseline => Some(&[]),
+            Config::CgtraceStats => Some(&["--bpf-stats"]),
+            Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
+            Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
+            Config::CgtraceBlame => Some(&["--blame"]),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct Plan {
+    pub(super) rounds: u32,
+    pub(super) loops: u64,
+    pub(super) configs: Vec<Config>,
+    pub(super) cgtrace: PathBuf,
+    pub(super) baseline: Option<PathBuf>,
+    pub(super) interval_ms: u64,
+    pub(super) pin: Option<usize>,
+    #[serde(skip)]
+    pub(super) out: PathBuf,
+    #[serde(skip)]
+    pub(super) perf: PathBuf,
+}
+
+impl Plan {
+    pub(super) fn new(args: RunqArgs) -> Result<Self> {
+        let root = workspace::root();
+        let plan = Plan {
+            rounds: args
+                .rounds
+                .unwrap_or(if args.quick { 1 } else { DEFAULT_ROUNDS }),
+            loops: args.loops.unwrap_or(if args.quick {
+                QUICK_LOOPS
+            } else {
+                DEFAULT_LOOPS
+            }),
+            configs: dedup(args.configs),
+            cgtrace: args
+                .cgtrace
+                .unwrap_or_else(|| root.join("target/release/cgtrace")),
+            baseline: args.baseline,
+            interval_ms: args.interval_ms,
+            pin: args.pin,
+            out: args
+                .out
+                .unwrap_or_else(|| root.join("target/bench/runq.json")),
+            perf: find_on_path("perf").context("perf not found: apt-get install linux-perf")?,
+        };
+        plan.check_tracers()?;
+        Ok(plan)
+    }
+
+    fn has(&self, config: Config) -> bool {
+        self.configs.contains(&config)
+    }
+
+    fn check_tracers(&self) -> Result<()> {
+        if self.has(Config::Cgtrace) || self.has(Config::Baseline) || self.has(Config::Runqlat) {
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            ensure!(uid == 0, "bench runq needs root to attach BPF programs");
+        }
+        if self.has(Config::Cgtrace) {
+            ensure!(
+                self.cgtrace.is_file(),
+                "cgtrace not found at {}: cargo build --release -p cgtrace, or pass --cgtrace PATH \
+                 (or --configs bare,runqlat)",
+                self.cgtrace.display()
+            );
+        }
+        if self.has(Config::Baseline) {
+            match &self.baseline {
+                Some(b) => ensure!(b.is_file(), "--baseline {}: no such file", b.display()),
+                None => {
+                    bail!("the baseline configuration needs --baseline PATH (a cgtrace binary)")
+                }
+            }
+        }
+        if self.has(Config::Runqlat) {
+            runqlat::find_runqlat()?;
+        }
+        Ok(())
+    }
+}
+
+fn dedup(configs: Vec<Config>) -> Vec<Config> {
+    let mut out = Vec::new();
+    for c in configs {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}

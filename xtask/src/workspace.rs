@@ -1,0 +1,29 @@
+//! The workspace xtask serves: where it is, and cargo run in it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, ensure};
+
+/// The workspace root (xtask's parent folder).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+/// `cargo ARGS` in the workspace root, with the cargo that runs xtask; an error unless it
+/// succeeds, named by its first argument (`cargo build failed: …`).
+pub fn cargo(args: &[&str]) -> Result<()> {
+    let what = args.first().copied().unwrap_or_default();
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root())
+        .args(args)
+        .status()
+        .with_context(|| format!("running cargo {what}"))?;
+    ensure!(status.success(), "cargo {what} failed: {status}");
+    Ok(())
+}
