@@ -27,21 +27,26 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Write per-cgroup run-queue latency and CFS throttling as NDJSON to stdout, one line per
-    /// interval.
+    /// Write per-cgroup run-queue latency (runq), CFS throttling (throttle) and slow pseudo-file
+    /// reads (reads) as NDJSON to stdout, one window line per interval.
     Stream(StreamArgs),
-    /// Live full-screen view of per-cgroup run-queue latency and throttling (press ? for keys).
+    /// Live full-screen view of per-cgroup run-queue latency (runq), CFS throttling (throttle) and
+    /// slow pseudo-file reads (reads); press ? for keys.
     Top(TopArgs),
-    /// Record windows, single events and cgroup names to a file, for `replay` and `report`.
+    /// Record windows of every family (runq, throttle, reads), their single events and cgroup
+    /// names to a file, for `replay` and `report`.
     Record(RecordArgs),
-    /// Replay a recording in the live view (pause, step, seek, speed; press ? for keys), or as the
-    /// NDJSON stream with --stream.
+    /// Replay a recording of runq, throttle and reads windows in the live view (pause, step, seek,
+    /// speed; press ? for keys), or as the NDJSON stream with --stream.
     Replay(ReplayArgs),
-    /// Summarise a recording for an incident: worst cgroups, longest throttle episodes, flags.
+    /// Summarise a recording for an incident: worst cgroups by run-queue wait (runq), throttling
+    /// (throttle) and pseudo-file reads (reads), longest throttle episodes, who delayed whom,
+    /// flags; as text, JSON or an HTML page.
     Report(ReportArgs),
-    /// Trace headless and serve OpenMetrics for Prometheus.
+    /// Trace headless and serve runq, throttle and reads metrics as OpenMetrics for Prometheus
+    /// and/or push them as OTLP.
     Serve(ServeArgs),
-    /// Probe the kernel and say which attach mode each feature would use.
+    /// Probe the kernel and say which attach mode each family (runq, throttle, reads) would use.
     Doctor,
 }
 
@@ -376,6 +381,19 @@ mod tests {
         let help = Cli::command().render_help().to_string();
         for f in cgtrace::family::FAMILIES {
             assert!(help.contains(f.name), "{} not in --help:\n{help}", f.name);
+        }
+        // Every subcommand covers every family, and its own --help says so.
+        let mut cli = Cli::command();
+        for sub in cli.get_subcommands_mut() {
+            let name = sub.get_name().to_string();
+            let help = sub.render_help().to_string();
+            for f in cgtrace::family::FAMILIES {
+                assert!(
+                    help.contains(f.name),
+                    "`cgtrace {name} --help` does not name {}:\n{help}",
+                    f.name
+                );
+            }
         }
     }
 }
