@@ -8,6 +8,7 @@
 
 pub mod aggregate;
 pub mod driver;
+pub mod outputs;
 pub mod recorder;
 pub mod serve;
 pub mod session;

@@ -209,7 +209,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         opts.max_size,
         opts.on_full,
     )?;
-    let (mut exporter, mut pusher) = opts.metrics.start(&pump.session.hello.host).await?;
+    let mut metrics = opts.metrics.start(&pump.session.hello.host).await?;
     crate::safety::privilege::drop_after_attach("record");
     eprintln!(
         "cgtrace: recording to {}{}",
@@ -240,16 +240,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     if opts.stream.is_some() {
         sinks.push(&mut out);
     }
-    if let Some(e) = exporter.as_mut() {
-        sinks.push(e);
-    }
-    if let Some(p) = pusher.as_mut() {
-        sinks.push(p);
-    }
-    driver::run(pump, &mut sinks, control).await?;
-    if let Some(p) = pusher.as_mut() {
-        p.flush().await;
-    }
+    crate::live::outputs::run(pump, sinks, &mut metrics, control).await?;
     let s = rec.writer.stats;
     eprintln!(
         "cgtrace: recorded {} windows and {} events to {} ({}{}){}",

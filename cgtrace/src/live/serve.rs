@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::{
-    live::driver::{self, Sink},
+    live::driver,
     live::session::{Pump, SessionOptions},
     metrics::Outputs,
 };
@@ -17,7 +17,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let pump = Pump::start(&opts)?;
-    let (mut exporter, mut pusher) = out.start(&pump.session.hello.host).await?;
+    let mut metrics = out.start(&pump.session.hello.host).await?;
     crate::safety::privilege::drop_after_attach("serve");
     if let Some(addr) = out.prometheus {
         eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");
@@ -25,16 +25,6 @@ pub async fn run(
     if let Some(url) = &out.otlp {
         eprintln!("cgtrace: pushing OTLP metrics to {url} after every window");
     }
-    let mut sinks: Vec<&mut dyn Sink> = Vec::new();
-    if let Some(e) = exporter.as_mut() {
-        sinks.push(e);
-    }
-    if let Some(p) = pusher.as_mut() {
-        sinks.push(p);
-    }
-    driver::run(pump, &mut sinks, control).await?;
-    if let Some(p) = pusher.as_mut() {
-        p.flush().await;
-    }
+    crate::live::outputs::run(pump, Vec::new(), &mut metrics, control).await?;
     Ok(())
 }

@@ -111,19 +111,9 @@ pub async fn run(
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let mut pump = Pump::start(&opts)?;
     pump.session.set_lines(&events);
-    let (mut exporter, mut pusher) = metrics.start(&pump.session.hello.host).await?;
+    let mut metrics = metrics.start(&pump.session.hello.host).await?;
     crate::safety::privilege::drop_after_attach("stream");
     let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
-    let mut sinks: Vec<&mut dyn Sink> = vec![&mut out];
-    if let Some(e) = exporter.as_mut() {
-        sinks.push(e);
-    }
-    if let Some(p) = pusher.as_mut() {
-        sinks.push(p);
-    }
-    driver::run(pump, &mut sinks, control).await?;
-    if let Some(p) = pusher.as_mut() {
-        p.flush().await;
-    }
+    crate::live::outputs::run(pump, vec![&mut out], &mut metrics, control).await?;
     Ok(())
 }

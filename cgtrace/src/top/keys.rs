@@ -26,206 +26,63 @@ pub struct Binding {
 pub const LABEL_WIDTH: usize = 12;
 pub const WHAT_WIDTH: usize = 25;
 
+/// One line of [`BINDINGS`].
+const fn bind(
+    keys: &'static [Key],
+    label: &'static str,
+    what: &'static str,
+    command: Command,
+) -> Binding {
+    Binding {
+        keys,
+        label,
+        what,
+        command,
+    }
+}
+
 use Key::{Code, Ctrl};
 use KeyCode::Char;
 
+#[rustfmt::skip] // A table: one binding a line.
 pub const BINDINGS: &[Binding] = &[
-    Binding {
-        keys: &[Code(KeyCode::Up), Code(Char('k'))],
-        label: "↑ k",
-        what: "previous row",
-        command: Command::Up,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Down), Code(Char('j'))],
-        label: "↓ j",
-        what: "next row",
-        command: Command::Down,
-    },
-    Binding {
-        keys: &[Code(KeyCode::PageUp), Ctrl('b')],
-        label: "PgUp Ctrl-B",
-        what: "page up",
-        command: Command::PageUp,
-    },
-    Binding {
-        keys: &[Code(KeyCode::PageDown), Ctrl('f')],
-        label: "PgDn Ctrl-F",
-        what: "page down",
-        command: Command::PageDown,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Home), Code(Char('g'))],
-        label: "Home g",
-        what: "first row",
-        command: Command::Home,
-    },
-    Binding {
-        keys: &[Code(KeyCode::End), Code(Char('G'))],
-        label: "End G",
-        what: "last row",
-        command: Command::End,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Enter)],
-        label: "Enter",
-        what: "detail pane on/off",
-        command: Command::Detail,
-    },
-    Binding {
-        keys: &[Code(Char('K'))],
-        label: "K",
-        what: "scroll detail up",
-        command: Command::DetailUp,
-    },
-    Binding {
-        keys: &[Code(Char('J'))],
-        label: "J",
-        what: "scroll detail down",
-        command: Command::DetailDown,
-    },
-    Binding {
-        keys: &[Code(Char('<')), Code(Char(','))],
-        label: "< ,",
-        what: "sort: column to the left",
-        command: Command::SortPrev,
-    },
-    Binding {
-        keys: &[Code(Char('>')), Code(Char('.')), Code(KeyCode::F(6))],
-        label: "> . F6",
-        what: "sort: column to the right",
-        command: Command::SortNext,
-    },
-    Binding {
-        keys: &[Code(Char('r')), Code(Char('I'))],
-        label: "r I",
-        what: "reverse the sort order",
-        command: Command::Reverse,
-    },
-    Binding {
-        keys: &[Code(Char('/')), Code(KeyCode::F(4))],
-        label: "/ F4",
-        what: "filter names and paths",
-        command: Command::Filter,
-    },
-    Binding {
-        keys: &[Code(Char('t')), Code(KeyCode::F(5))],
-        label: "t F5",
-        what: "tree / flat list",
-        command: Command::Tree,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Left), Code(Char('h'))],
-        label: "← h",
-        what: "fold, or go to parent",
-        command: Command::Collapse,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Right), Code(Char('l'))],
-        label: "→ l",
-        what: "unfold (tree)",
-        command: Command::Expand,
-    },
-    Binding {
-        keys: &[Code(Char(' '))],
-        label: "Space",
-        what: "fold / unfold (tree)",
-        command: Command::ToggleFold,
-    },
-    Binding {
-        keys: &[Code(Char('i'))],
-        label: "i",
-        what: "hide / show idle cgroups",
-        command: Command::HideIdle,
-    },
-    Binding {
-        keys: &[Code(Char('p')), Code(Char('z'))],
-        label: "p z",
-        what: "freeze / resume display",
-        command: Command::Freeze,
-    },
-    Binding {
-        keys: &[Code(Char('+')), Code(Char('='))],
-        label: "+",
-        what: "longer interval",
-        command: Command::Slower,
-    },
-    Binding {
-        keys: &[Code(Char('-')), Code(Char('_'))],
-        label: "-",
-        what: "shorter interval",
-        command: Command::Faster,
-    },
-    Binding {
-        keys: &[Code(Char('?')), Code(KeyCode::F(1))],
-        label: "? F1",
-        what: "this help",
-        command: Command::Help,
-    },
-    Binding {
-        keys: &[Code(KeyCode::Esc)],
-        label: "Esc",
-        what: "close pane or help; quit",
-        command: Command::Back,
-    },
-    Binding {
-        keys: &[Code(Char('q')), Ctrl('c'), Code(KeyCode::F(10))],
-        label: "q Ctrl-C F10",
-        what: "quit",
-        command: Command::Quit,
-    },
+    bind(&[Code(KeyCode::Up), Code(Char('k'))], "↑ k", "previous row", Command::Up),
+    bind(&[Code(KeyCode::Down), Code(Char('j'))], "↓ j", "next row", Command::Down),
+    bind(&[Code(KeyCode::PageUp), Ctrl('b')], "PgUp Ctrl-B", "page up", Command::PageUp),
+    bind(&[Code(KeyCode::PageDown), Ctrl('f')], "PgDn Ctrl-F", "page down", Command::PageDown),
+    bind(&[Code(KeyCode::Home), Code(Char('g'))], "Home g", "first row", Command::Home),
+    bind(&[Code(KeyCode::End), Code(Char('G'))], "End G", "last row", Command::End),
+    bind(&[Code(KeyCode::Enter)], "Enter", "detail pane on/off", Command::Detail),
+    bind(&[Code(Char('K'))], "K", "scroll detail up", Command::DetailUp),
+    bind(&[Code(Char('J'))], "J", "scroll detail down", Command::DetailDown),
+    bind(&[Code(Char('<')), Code(Char(','))], "< ,", "sort: column to the left", Command::SortPrev),
+    bind(&[Code(Char('>')), Code(Char('.')), Code(KeyCode::F(6))], "> . F6", "sort: column to the right", Command::SortNext),
+    bind(&[Code(Char('r')), Code(Char('I'))], "r I", "reverse the sort order", Command::Reverse),
+    bind(&[Code(Char('/')), Code(KeyCode::F(4))], "/ F4", "filter names and paths", Command::Filter),
+    bind(&[Code(Char('t')), Code(KeyCode::F(5))], "t F5", "tree / flat list", Command::Tree),
+    bind(&[Code(KeyCode::Left), Code(Char('h'))], "← h", "fold, or go to parent", Command::Collapse),
+    bind(&[Code(KeyCode::Right), Code(Char('l'))], "→ l", "unfold (tree)", Command::Expand),
+    bind(&[Code(Char(' '))], "Space", "fold / unfold (tree)", Command::ToggleFold),
+    bind(&[Code(Char('i'))], "i", "hide / show idle cgroups", Command::HideIdle),
+    bind(&[Code(Char('p')), Code(Char('z'))], "p z", "freeze / resume display", Command::Freeze),
+    bind(&[Code(Char('+')), Code(Char('='))], "+", "longer interval", Command::Slower),
+    bind(&[Code(Char('-')), Code(Char('_'))], "-", "shorter interval", Command::Faster),
+    bind(&[Code(Char('?')), Code(KeyCode::F(1))], "? F1", "this help", Command::Help),
+    bind(&[Code(KeyCode::Esc)], "Esc", "close pane or help; quit", Command::Back),
+    bind(&[Code(Char('q')), Ctrl('c'), Code(KeyCode::F(10))], "q Ctrl-C F10", "quit", Command::Quit),
 ];
 
 /// Keys of `cgtrace replay` (listed in the help when replaying; `p` pauses the player there).
+#[rustfmt::skip] // A table: one binding a line.
 pub const REPLAY_BINDINGS: &[Binding] = &[
-    Binding {
-        keys: &[Code(Char('n'))],
-        label: "n",
-        what: "next window (pauses)",
-        command: Command::StepForward,
-    },
-    Binding {
-        keys: &[Code(Char('N')), Code(Char('b'))],
-        label: "N b",
-        what: "previous window (pauses)",
-        command: Command::StepBack,
-    },
-    Binding {
-        keys: &[Code(Char(']'))],
-        label: "]",
-        what: "play faster (×2)",
-        command: Command::PlayFaster,
-    },
-    Binding {
-        keys: &[Code(Char('['))],
-        label: "[",
-        what: "play slower (÷2)",
-        command: Command::PlaySlower,
-    },
-    Binding {
-        keys: &[Code(Char('T'))],
-        label: "T",
-        what: "next throttle episode",
-        command: Command::NextThrottle,
-    },
-    Binding {
-        keys: &[Code(Char('R'))],
-        label: "R",
-        what: "next slow read",
-        command: Command::NextRead,
-    },
-    Binding {
-        keys: &[Code(Char('E'))],
-        label: "E",
-        what: "next single event",
-        command: Command::NextEvent,
-    },
-    Binding {
-        keys: &[Code(Char(':'))],
-        label: ":",
-        what: "jump to a time",
-        command: Command::Seek,
-    },
+    bind(&[Code(Char('n'))], "n", "next window (pauses)", Command::StepForward),
+    bind(&[Code(Char('N')), Code(Char('b'))], "N b", "previous window (pauses)", Command::StepBack),
+    bind(&[Code(Char(']'))], "]", "play faster (×2)", Command::PlayFaster),
+    bind(&[Code(Char('['))], "[", "play slower (÷2)", Command::PlaySlower),
+    bind(&[Code(Char('T'))], "T", "next throttle episode", Command::NextThrottle),
+    bind(&[Code(Char('R'))], "R", "next slow read", Command::NextRead),
+    bind(&[Code(Char('E'))], "E", "next single event", Command::NextEvent),
+    bind(&[Code(Char(':'))], ":", "jump to a time", Command::Seek),
 ];
 
 /// Keys of the seek prompt, for the help overlay.

@@ -16,8 +16,6 @@ use crate::top::{
 
 pub struct Runq;
 
-/// Wait kinds in display order, as named in the stream.
-
 fn active(cg: &CgroupWindow) -> Option<&HistSummary> {
     (cg.runq.all.count > 0).then_some(&cg.runq.all)
 }
