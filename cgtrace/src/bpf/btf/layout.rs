@@ -88,18 +88,29 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
 /// scheduler did since it updated the clock — a throttle, a lock — and a preempted vCPU can
 /// stretch that to milliseconds), and the kernel-stamps mode needs it. All or none.
 fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
-    let (Some(se_cfs_rq), Some(cfs_rq_rq), Some(clock), Some(cpu)) = (
-        btf.field_path("task_struct", "se.cfs_rq"),
-        btf.field("cfs_rq", "rq"),
-        btf.field("rq", "clock"),
-        btf.field("rq", "cpu"),
-    ) else {
-        return;
-    };
-    layout.task_se_cfs_rq = se_cfs_rq.offset;
-    layout.cfs_rq_rq = cfs_rq_rq.offset;
-    layout.rq_clock = clock.offset;
-    layout.rq_cpu = cpu.offset;
+    if let Some([se_cfs_rq, cfs_rq_rq, clock, cpu]) = all_offsets(
+        btf,
+        [
+            ("task_struct", "se.cfs_rq"),
+            ("cfs_rq", "rq"),
+            ("rq", "clock"),
+            ("rq", "cpu"),
+        ],
+    ) {
+        layout.task_se_cfs_rq = se_cfs_rq;
+        layout.cfs_rq_rq = cfs_rq_rq;
+        layout.rq_clock = clock;
+        layout.rq_cpu = cpu;
+    }
+}
+
+/// The offsets of every `(struct, dotted field path)`, or none if one is missing.
+fn all_offsets<const N: usize>(btf: &Btf, fields: [(&str, &str); N]) -> Option<[u32; N]> {
+    let mut out = [0; N];
+    for (o, (strukt, path)) in out.iter_mut().zip(fields) {
+        *o = btf.field_path(strukt, path)?.offset;
+    }
+    Some(out)
 }
 
 /// What waits need to be read from the kernel's own stamps (`sched_info`, see
@@ -107,16 +118,18 @@ fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
 /// ([`resolve_rq_clock`]): the task's `sched_info.run_delay` and `.last_queued`
 /// (`CONFIG_SCHED_INFO`) and its `nivcsw`. All or none.
 fn resolve_kernel_stamps(btf: &Btf, layout: &mut Layout) {
-    let (Some(run_delay), Some(last_queued), Some(nivcsw)) = (
-        btf.field_path("task_struct", "sched_info.run_delay"),
-        btf.field_path("task_struct", "sched_info.last_queued"),
-        btf.field("task_struct", "nivcsw"),
-    ) else {
-        return;
-    };
-    layout.task_run_delay = run_delay.offset;
-    layout.task_last_queued = last_queued.offset;
-    layout.task_nivcsw = nivcsw.offset;
+    if let Some([run_delay, last_queued, nivcsw]) = all_offsets(
+        btf,
+        [
+            ("task_struct", "sched_info.run_delay"),
+            ("task_struct", "sched_info.last_queued"),
+            ("task_struct", "nivcsw"),
+        ],
+    ) {
+        layout.task_run_delay = run_delay;
+        layout.task_last_queued = last_queued;
+        layout.task_nivcsw = nivcsw;
+    }
 }
 
 /// Kernel functions the tracepoint-only throttle mode recognises by address.
