@@ -132,6 +132,11 @@ pub struct Metrics {
     host: host::Host,
 }
 
+/// Each cgroup's labels with one family's part of its series.
+fn parts<'a, T>(series: &[&'a Series], part: fn(&'a Series) -> &'a T) -> Vec<(&'a Labels, &'a T)> {
+    series.iter().map(|s| (&s.labels, part(s))).collect()
+}
+
 /// A cgroup's Kubernetes/container labels, from the structured parts of its name.
 fn name_labels(c: &CgroupWindow) -> Vec<(&'static str, String)> {
     [
@@ -233,28 +238,9 @@ impl Metrics {
             series.push(&self.other);
         }
         let mut out = Vec::with_capacity(32);
-        family::runq::metrics::families(
-            &series
-                .iter()
-                .map(|s| (&s.labels, &s.runq))
-                .collect::<Vec<_>>(),
-            &mut out,
-        );
-        family::throttle::metrics::families(
-            &series
-                .iter()
-                .map(|s| (&s.labels, &s.throttle))
-                .collect::<Vec<_>>(),
-            &mut out,
-        );
-        family::reads::metrics::families(
-            &series
-                .iter()
-                .map(|s| (&s.labels, &s.reads))
-                .collect::<Vec<_>>(),
-            &self.reads_host,
-            &mut out,
-        );
+        family::runq::metrics::families(&parts(&series, |s| &s.runq), &mut out);
+        family::throttle::metrics::families(&parts(&series, |s| &s.throttle), &mut out);
+        family::reads::metrics::families(&parts(&series, |s| &s.reads), &self.reads_host, &mut out);
         let mut f = MetricFamily::new(
             "cgtrace_flagged_windows",
             Kind::Counter,

@@ -144,27 +144,16 @@ fn histogram_is_cumulative_and_exact_at_powers_of_two() {
     m.update(&window(2, 2000, vec![cgroup(7, "/a\"b", &[2000])]));
     let t = m.render();
     let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
-    assert!(
-        t.contains(&format!(
-            "cgtrace_runq_wait_seconds_bucket{{le=\"0.000001024\",{l}}} 2\n"
-        )),
-        "{t}"
-    );
-    assert!(t.contains(&format!(
-        "cgtrace_runq_wait_seconds_bucket{{le=\"0.000002048\",{l}}} 4\n"
-    )));
-    assert!(t.contains(&format!(
-        "cgtrace_runq_wait_seconds_bucket{{le=\"0.000004096\",{l}}} 4\n"
-    )));
-    assert!(
-        t.contains(&format!(
-            "cgtrace_runq_wait_seconds_bucket{{le=\"34.359738368\",{l}}} 5\n"
-        )),
-        "{t}"
-    );
-    assert!(t.contains(&format!(
-        "cgtrace_runq_wait_seconds_bucket{{le=\"+Inf\",{l}}} 6\n"
-    )));
+    for (le, n) in [
+        ("0.000001024", 2),
+        ("0.000002048", 4),
+        ("0.000004096", 4),
+        ("34.359738368", 5),
+        ("+Inf", 6),
+    ] {
+        let want = format!("cgtrace_runq_wait_seconds_bucket{{le=\"{le}\",{l}}} {n}\n");
+        assert!(t.contains(&want), "{want} not in\n{t}");
+    }
     assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
     assert!(t.contains("cgtrace_events_seen_total 20\n"));
     assert!(t.ends_with("# EOF\n"));
