@@ -251,53 +251,58 @@ mod tests {
         }
     }
 
+    /// In QoS class `qos`: each of `pods` names pod [`UID`], each of `containers` its container
+    /// [`CID`].
+    fn k8s(qos: &str, pods: &[String], containers: &[String]) {
+        for p in pods {
+            assert_eq!(n(p), pod(UID, qos), "{p}");
+        }
+        for p in containers {
+            assert_eq!(n(p), pod_container(UID, qos, CID), "{p}");
+        }
+    }
+
     #[test]
     fn k8s_cgroupfs_guaranteed_pod_and_container() {
-        derives(&[
-            (&format!("/kubepods/pod{UID}"), pod(UID, "guaranteed")),
-            (
-                &format!("/kubepods/pod{UID}/{CID}"),
-                pod_container(UID, "guaranteed", CID),
-            ),
-        ]);
+        k8s(
+            "guaranteed",
+            &[format!("/kubepods/pod{UID}")],
+            &[format!("/kubepods/pod{UID}/{CID}")],
+        );
     }
 
     #[test]
     fn k8s_cgroupfs_burstable_and_besteffort() {
-        derives(&[
-            (
-                &format!("/kubepods/burstable/pod{UID}/{CID}"),
-                pod_container(UID, "burstable", CID),
-            ),
-            (
-                &format!("/kubepods/besteffort/pod{UID}"),
-                pod(UID, "besteffort"),
-            ),
-        ]);
-        // crio with the cgroupfs driver prefixes the id.
-        derives(&[(
-            &format!("/kubepods/besteffort/pod{UID}/crio-{CID}"),
-            pod_container(UID, "besteffort", CID),
-        )]);
+        k8s(
+            "burstable",
+            &[],
+            &[format!("/kubepods/burstable/pod{UID}/{CID}")],
+        );
+        k8s(
+            "besteffort",
+            &[format!("/kubepods/besteffort/pod{UID}")],
+            // crio with the cgroupfs driver prefixes the id.
+            &[format!("/kubepods/besteffort/pod{UID}/crio-{CID}")],
+        );
     }
 
     #[test]
     fn k8s_cgroupfs_under_a_prefix_and_static_pod() {
         // kubelet --cgroup-root, or kind/k3s nodes running inside Docker.
-        derives(&[
-            (
-                &format!("/kubelet/kubepods/burstable/pod{UID}/{CID}"),
-                pod_container(UID, "burstable", CID),
-            ),
-            (
-                &format!("/docker/{CID2}/kubepods/pod{UID}/{CID}"),
-                pod_container(UID, "guaranteed", CID),
-            ),
-            (
-                &format!("/kubepods/burstable/pod{STATIC_UID}"),
-                pod(STATIC_UID, "burstable"),
-            ),
-        ]);
+        k8s(
+            "burstable",
+            &[],
+            &[format!("/kubelet/kubepods/burstable/pod{UID}/{CID}")],
+        );
+        k8s(
+            "guaranteed",
+            &[],
+            &[format!("/docker/{CID2}/kubepods/pod{UID}/{CID}")],
+        );
+        derives(&[(
+            &format!("/kubepods/burstable/pod{STATIC_UID}"),
+            pod(STATIC_UID, "burstable"),
+        )]);
     }
 
     #[test]
@@ -305,35 +310,31 @@ mod tests {
         let base = format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice"
         );
-        derives(&[(&base, pod(UID, "burstable"))]);
-        for runtime in ["cri-containerd", "crio", "docker"] {
-            assert_eq!(
-                n(&format!("{base}/{runtime}-{CID}.scope")),
-                pod_container(UID, "burstable", CID),
-                "{runtime}"
-            );
-        }
-        derives(&[
-            (
-                &format!("/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-{CID}.scope"),
-                pod_container(UID, "guaranteed", CID),
-            ),
-            (
-                &format!(
-                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice"
-                ),
-                pod(UID, "besteffort"),
-            ),
-        ]);
-        // kind node with the systemd driver, nested in a Docker container.
-        derives(&[(
-            &format!(
+        let runtimes = ["cri-containerd", "crio", "docker"];
+        k8s(
+            "burstable",
+            std::slice::from_ref(&base),
+            &runtimes.map(|r| format!("{base}/{r}-{CID}.scope")),
+        );
+        k8s(
+            "guaranteed",
+            &[],
+            &[format!(
+                "/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-{CID}.scope"
+            )],
+        );
+        k8s(
+            "besteffort",
+            &[format!(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}.slice"
+            )],
+            // kind node with the systemd driver, nested in a Docker container.
+            &[format!(
                 "/system.slice/docker-{CID2}.scope/kubelet.slice/kubelet-kubepods.slice/\
                  kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{UID_US}.slice/\
                  cri-containerd-{CID}.scope"
-            ),
-            pod_container(UID, "besteffort", CID),
-        )]);
+            )],
+        );
     }
 
     #[test]
