@@ -26,8 +26,6 @@ pub mod encode;
 mod host;
 mod http;
 pub mod otlp;
-#[cfg(test)]
-mod tests;
 
 pub use encode::OTHER;
 use encode::{Kind, Labels, MetricFamily};
@@ -264,3 +262,6 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;

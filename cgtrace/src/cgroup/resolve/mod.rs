@@ -20,8 +20,6 @@ use super::Error;
 
 mod handle;
 mod lru;
-#[cfg(test)]
-mod tests;
 mod walk;
 
 use handle::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, fstatfs_type, proc_fd_path};
@@ -287,3 +285,6 @@ impl Resolver {
         self.mode = Mode::Walk;
     }
 }
+
+#[cfg(test)]
+mod tests;
