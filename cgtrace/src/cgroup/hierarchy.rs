@@ -5,15 +5,14 @@
 //! hierarchy id of 0 means the controller is on cgroup2 or unbound).
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::Error;
+use super::mountinfo::{self, MountEntry};
 
 /// Default location of the mount table.
 pub const PROC_MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -128,7 +127,7 @@ impl Cgroups {
             path: mountinfo.to_path_buf(),
             source,
         })?;
-        let mounts = parse_mountinfo(&String::from_utf8_lossy(&text), mountinfo)?;
+        let mounts = mountinfo::parse(&String::from_utf8_lossy(&text), mountinfo)?;
         let hierarchies = select_hierarchies(&mounts, &subsystems);
 
         let real_v1 = hierarchies.iter().any(|h| {
@@ -236,77 +235,6 @@ fn parse_proc_cgroups(text: &str, path: &Path) -> Result<Vec<Subsys>, Error> {
     Ok(out)
 }
 
-/// The fields of a mountinfo line that matter here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MountEntry {
-    /// `major:minor`; identifies the superblock, hence the hierarchy.
-    dev: String,
-    root: PathBuf,
-    mount_point: PathBuf,
-    fstype: String,
-    super_opts: String,
-}
-
-fn parse_mountinfo(text: &str, path: &Path) -> Result<Vec<MountEntry>, Error> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let err = |reason: &str| Error::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            reason: reason.to_string(),
-        };
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 10 {
-            return Err(err("too few fields"));
-        }
-        let sep = fields[6..]
-            .iter()
-            .position(|f| *f == "-")
-            .map(|p| p + 6)
-            .ok_or_else(|| err("missing '-' separator"))?;
-        if fields.len() < sep + 4 {
-            return Err(err("too few fields after '-'"));
-        }
-        out.push(MountEntry {
-            dev: fields[2].to_string(),
-            root: unescape(fields[3]),
-            mount_point: unescape(fields[4]),
-            fstype: fields[sep + 1].to_string(),
-            super_opts: fields[sep + 3].to_string(),
-        });
-    }
-    Ok(out)
-}
-
-/// Decodes mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134`
-/// backslash).
-fn unescape(field: &str) -> PathBuf {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = b[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-            if let Ok(v) = u8::try_from(v) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    PathBuf::from(OsString::from_vec(out))
-}
-
 /// Picks one visible mount per hierarchy, preferring mounts of the hierarchy's root.
 fn select_hierarchies(mounts: &[MountEntry], subsystems: &[Subsys]) -> Vec<Hierarchy> {
     // A mount is hidden by a later mount on the same mount point.
@@ -392,8 +320,9 @@ fn select_hierarchies(mounts: &[MountEntry], subsystems: &[Subsys]) -> Vec<Hiera
     out
 }
 
-/// Controller names among a v1 mount's super options (`rw,cpu,cpuacct`, `rw,name=systemd`).
-fn v1_controllers(super_opts: &str, subsystems: &[Subsys]) -> Vec<String> {
+/// Controller names among a v1 mount's super options (`rw,cpu,cpuacct`, `rw,name=systemd`):
+/// named hierarchies, the controllers the kernel knows and those `subsystems` lists.
+pub(crate) fn v1_controllers(super_opts: &str, subsystems: &[Subsys]) -> Vec<String> {
     super_opts
         .split(',')
         .filter(|o| {
@@ -576,14 +505,6 @@ mod tests {
         assert_eq!(num_cgroups(&p, "cpu"), Some(1));
         assert_eq!(num_cgroups(&p, "nope"), None);
         assert_eq!(num_cgroups(&f.root().join("missing"), "memory"), None);
-    }
-
-    #[test]
-    fn unescape_octal() {
-        assert_eq!(unescape(r"/a\040b"), Path::new("/a b"));
-        assert_eq!(unescape(r"/a\011b\012c\134d"), Path::new("/a\tb\nc\\d"));
-        assert_eq!(unescape(r"/a\04"), Path::new(r"/a\04"));
-        assert_eq!(unescape(r"/a\999"), Path::new(r"/a\999"));
     }
 
     #[test]

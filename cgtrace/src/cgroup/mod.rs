@@ -10,6 +10,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub mod hierarchy;
+pub(crate) mod mountinfo;
 pub mod name;
 pub mod resolve;
 

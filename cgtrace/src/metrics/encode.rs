@@ -5,8 +5,15 @@
 //!
 //! The text is `prometheus-client`'s (label values are cgroup paths and container names a tenant
 //! chooses: it escapes them; `tests::tenant_label_values_are_escaped` checks it).
+//!
+//! A leaf: the families' series (`family::<name>::metrics`) import this module, and
+//! [`super::Metrics`] imports the families, never the other way round.
 
 use crate::hist::HistSummary;
+
+/// Label value of the series past a cap: the cgroups past `max_series`, a cgroup's neighbours
+/// past `MAX_NEIGHBOUR_SERIES`.
+pub const OTHER: &str = "other";
 
 /// `le` bounds: 2^10 ns (1.024 µs) to 2^35 ns (34.4 s), the last power of two below cgtrace's
 /// open-ended top bucket (60.1 s and up), so every bound is exact.
@@ -101,6 +108,19 @@ impl MetricFamily {
             help,
             samples: Vec::new(),
         }
+    }
+
+    /// A family of one series without labels.
+    pub fn single(
+        name: &'static str,
+        kind: Kind,
+        unit: &'static str,
+        help: &'static str,
+        v: f64,
+    ) -> Self {
+        let mut f = Self::new(name, kind, unit, help);
+        f.num(&Labels::new(), None, v);
+        f
     }
 
     /// `base` labels plus `extra`, with a number.

@@ -78,7 +78,6 @@ pub fn families(series: &[(&Labels, &Series)], host: &Host, out: &mut Vec<Metric
         }
         out.push(f);
     }
-    let none = Labels::new();
     let mut f = MetricFamily::new(
         "cgtrace_dying_memcgs",
         Kind::Gauge,
@@ -86,23 +85,16 @@ pub fn families(series: &[(&Labels, &Series)], host: &Host, out: &mut Vec<Metric
         "Removed memory cgroups the kernel still holds (each slows memory.stat reads)",
     );
     if let Some(d) = host.dying {
-        f.num(&none, None, d as f64);
+        f.num(&Labels::new(), None, d as f64);
     }
     out.push(f);
-    let mut f = MetricFamily::new(
-        "cgtrace_cgroups_created",
-        Kind::Counter,
-        "",
-        "Cgroups created (mkdir)",
-    );
-    f.num(&none, None, host.created as f64);
-    out.push(f);
-    let mut f = MetricFamily::new(
-        "cgtrace_cgroups_removed",
-        Kind::Counter,
-        "",
-        "Cgroups removed (rmdir)",
-    );
-    f.num(&none, None, host.removed as f64);
-    out.push(f);
+    #[rustfmt::skip]
+    let churn = [
+        ("cgtrace_cgroups_created", "Cgroups created (mkdir)", host.created),
+        ("cgtrace_cgroups_removed", "Cgroups removed (rmdir)", host.removed),
+    ];
+    for (name, help, v) in churn {
+        let f = MetricFamily::single(name, Kind::Counter, "", help, v as f64);
+        out.push(f);
+    }
 }

@@ -1,6 +1,7 @@
 //! `reads` in the daemon: pseudo-file reads per (reader cgroup, comm, file), memcg targets with
-//! their flush cost, dying memcgs and cgroup churn. [`collect`] reads the kernel's maps; here are
-//! the family's model types, records (slow reads, churn) and diagnoses.
+//! their flush cost, dying memcgs and cgroup churn. [`collect`] is the live collector: [`reader`]
+//! reads the kernel's maps, `files` names the files read, [`dying`] counts dying memcgs; here
+//! are the family's model types, records (slow reads, churn) and diagnoses.
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
@@ -15,8 +16,11 @@ use crate::{
 
 pub mod attach;
 pub mod collect;
+pub mod dying;
+mod files;
 pub mod metrics;
 pub mod model;
+pub mod reader;
 
 pub use model::{Churn, ChurnActor, DyingMemcgs, FileReads, MemcgTarget, ReadFile, Target};
 
@@ -109,7 +113,7 @@ impl Records {
         }
     }
 
-    /// The slow reads kept for event lines (named by the live reader: [`ReadsReader::slow_read`]).
+    /// The slow reads kept for event lines (named by the live reader: [`reader::ReadsReader::slow_read`]).
     pub fn take_slow_reads(&mut self) -> Vec<SlowReadEvent> {
         std::mem::take(&mut self.slow_reads)
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    metrics::encode::{CumHist, Kind, Labels, MetricFamily},
+    metrics::encode::{CumHist, Kind, Labels, MetricFamily, OTHER},
     model::CgroupWindow,
 };
 
@@ -53,21 +53,19 @@ impl Series {
             }
             for n in &b.neighbours {
                 let label = n.path.clone().unwrap_or_else(|| format!("id:{}", n.id));
-                let named = self.by_neighbour.len()
-                    - usize::from(self.by_neighbour.contains_key(crate::metrics::OTHER));
+                let named =
+                    self.by_neighbour.len() - usize::from(self.by_neighbour.contains_key(OTHER));
                 let key = if self.by_neighbour.contains_key(&label) || named < MAX_NEIGHBOUR_SERIES
                 {
                     label
                 } else {
-                    crate::metrics::OTHER.to_string()
+                    OTHER.to_string()
                 };
                 *self.by_neighbour.entry(key).or_insert(0.0) += n.wait_us / 1e6;
             }
             if b.neighbours_other_us > 0.0 {
-                *self
-                    .by_neighbour
-                    .entry(crate::metrics::OTHER.to_string())
-                    .or_insert(0.0) += b.neighbours_other_us / 1e6;
+                *self.by_neighbour.entry(OTHER.to_string()).or_insert(0.0) +=
+                    b.neighbours_other_us / 1e6;
             }
         }
         if let Some(caused) = &c.caused {

@@ -1,0 +1,131 @@
+//! Human-readable names for cgroup paths.
+//!
+//! [`derive`] recognises the cgroup layouts of Kubernetes (cgroupfs and systemd drivers),
+//! Docker, podman, containerd/nerdctl, LXC and systemd from the path alone (`path`). [`Names`]
+//! adds Kubernetes namespace/pod/container names from kubelet's log directories and Docker
+//! container names from Docker's state directory (`metadata`).
+
+use serde::Serialize;
+
+mod metadata;
+mod path;
+
+pub use metadata::{DEFAULT_MAX_ENTRIES, DEFAULT_REFRESH, Names};
+
+/// What a cgroup belongs to.
+#[derive(Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum NameKind {
+    /// A Kubernetes pod's own cgroup.
+    Pod,
+    /// A container: in a Kubernetes pod (`pod_uid` set), or of podman, containerd, LXC, ...
+    Container,
+    /// A Docker container outside Kubernetes.
+    Docker,
+    /// A systemd unit (service, scope, slice, ...).
+    Systemd,
+    /// A user's login session scope (`session-N.scope`).
+    Session,
+    /// A kind named by a newer cgtrace (read from a recording).
+    #[serde(other)]
+    Unknown,
+}
+
+impl NameKind {
+    /// The stream's name for the kind (the same as its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::Container => "container",
+            Self::Docker => "docker",
+            Self::Systemd => "systemd",
+            Self::Session => "session",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The name of a cgroup.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Name {
+    pub kind: NameKind,
+    /// Short label: `nginx.service`, `session-3.scope`, `user@1000/foo.service`, a 12-hex
+    /// container id, `pod<uid>`; enriched by [`Names`]: `ns/pod`, `ns/pod/container`, the
+    /// Docker container name.
+    pub display: String,
+    pub pod_uid: Option<String>,
+    /// Full container id (64 hex) when known.
+    pub container_id: Option<String>,
+    /// Kubernetes QoS class: `guaranteed`, `burstable` or `besteffort`.
+    pub qos: Option<String>,
+    /// What the name is made of, as metadata gave it (Kubernetes namespace and pod, the
+    /// container's name): labels for metrics, never split out of `display`.
+    #[serde(skip)]
+    pub parts: Parts,
+    /// A Kubernetes container whose pod kubelet's logs named but whose own log link was not
+    /// there (yet): kubelet makes the link after the container, so its cgroup is often seen
+    /// first. Named again until the link shows (a sandbox never has one: one rescan per refresh
+    /// interval at most).
+    #[serde(skip)]
+    pub container_unmatched: bool,
+}
+
+impl Name {
+    /// A Kubernetes pod or container that kubelet's logs have not named yet (a container: not
+    /// by its own name).
+    pub fn awaits_metadata(&self) -> bool {
+        matches!(self.kind, NameKind::Pod | NameKind::Container)
+            && self.pod_uid.is_some()
+            && (self.parts.pod.is_none() || self.container_unmatched)
+    }
+
+    /// Metric labels: the structured parts, or for a container or pod without metadata its
+    /// short name as `container` or `pod`.
+    pub fn labels(&self) -> Parts {
+        let mut p = self.parts.clone();
+        match self.kind {
+            NameKind::Container | NameKind::Docker if p.container.is_none() => {
+                p.container = Some(self.display.clone());
+            }
+            NameKind::Pod if p.pod.is_none() => p.pod = Some(self.display.clone()),
+            _ => {}
+        }
+        p
+    }
+
+    /// A name of `kind` shown as `display`, nothing else known (yet).
+    fn of(kind: NameKind, display: String) -> Name {
+        Name {
+            kind,
+            display,
+            pod_uid: None,
+            container_id: None,
+            qos: None,
+            parts: Parts::default(),
+            container_unmatched: false,
+        }
+    }
+}
+
+/// The structured parts of a name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Parts {
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+}
+
+/// Derives a name from a cgroup path relative to its hierarchy's mount (e.g.
+/// `/system.slice/nginx.service`). `None` for the root and unrecognised paths.
+pub fn derive(path: &str) -> Option<Name> {
+    path::parse(path).map(|p| p.name)
+}
+
+/// The ids the tests of both halves name.
+#[cfg(test)]
+mod test_ids {
+    pub const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    pub const CID2: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    pub const UID: &str = "5f3c2a1e-9b8d-4c7f-a6e5-d4c3b2a19f80";
+    pub const UID_US: &str = "5f3c2a1e_9b8d_4c7f_a6e5_d4c3b2a19f80";
+}

@@ -1,0 +1,287 @@
+//! The exported state: series per cgroup, the cap and `other`, expiry, and the host series.
+
+use super::*;
+use crate::{
+    hist::Hist,
+    model::{EventCounts, RunqWindow},
+};
+
+fn window(seq: u64, end_ms: u64, cgroups: Vec<CgroupWindow>) -> Window {
+    Window {
+        kind: "window".into(),
+        seq,
+        end_unix_ms: end_ms,
+        duration_ms: 1000,
+        events: EventCounts {
+            seen: 10,
+            dropped: 1,
+            counters: BTreeMap::new(),
+        },
+        cgroups_tracked: cgroups.len(),
+        cgroups,
+        ..Window::default()
+    }
+}
+
+fn cgroup(id: u64, path: &str, waits_ns: &[u64]) -> CgroupWindow {
+    let mut h = Hist::default();
+    for &w in waits_ns {
+        h.record(w);
+    }
+    let mut kinds = BTreeMap::new();
+    kinds.insert("wakeup".to_string(), h.summary());
+    CgroupWindow {
+        id,
+        hierarchy: "cpu".into(),
+        path: Some(path.into()),
+        name: Some("default/web-0/nginx".into()),
+        name_kind: Some(crate::cgroup::name::NameKind::Container),
+        namespace: Some("default".into()),
+        pod: Some("web-0".into()),
+        container: Some("nginx".into()),
+        runq: RunqWindow {
+            all: h.summary(),
+            kinds,
+            blame: None,
+        },
+        ..CgroupWindow::default()
+    }
+}
+
+#[test]
+fn quota_usage_reads_dying_memcgs_and_own_cost_are_series() {
+    let mut c = cgroup(1, "/kubepods/pod-a/c1", &[5_000]);
+    c.throttle = Some(crate::family::throttle::model::ThrottleWindow {
+        quota_cores: Some(0.5),
+        usage_us: Some(400_000.0),
+        nr_periods: 10,
+        ..Default::default()
+    });
+    let file = |fs: &str, us: f64| crate::family::reads::FileReads {
+        comm: "kubelet".into(),
+        pid: 1,
+        file: "/sys/fs/cgroup/memory/memory.stat".into(),
+        fs: fs.into(),
+        target: None,
+        count: 3,
+        total_us: us,
+        flush_us: us / 2.0,
+        lock_wait_us: 0.0,
+        flushed_reads: 3,
+        flush_locks: 3,
+        contended: 0,
+        bytes: 100,
+        dying_memcgs: None,
+        latency: Default::default(),
+    };
+    c.reads = Some(vec![file("cgroup", 300.0), file("proc", 100.0)]);
+    let mut w = window(1, 2000, vec![c.clone()]);
+    w.dying_memcgs = Some(crate::family::reads::DyingMemcgs {
+        total: 42,
+        source: "proc_cgroups".into(),
+    });
+    let mut m = Metrics::new(MetricsOptions::default());
+    m.update(&w);
+    m.update(&window(2, 3000, vec![c]));
+    let t = m.render();
+    let l = r#"{cgroup="/kubepods/pod-a/c1",namespace="default",pod="web-0",container="nginx"}"#;
+    for want in [
+        format!("cgtrace_cpu_quota_cores{l} 0.5\n"),
+        format!("cgtrace_cpu_usage_seconds_total{l} 0.8\n"),
+        "cgtrace_read_seconds_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"cgroup\"} 0.0006\n".into(),
+        "cgtrace_reads_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"proc\"} 6\n".into(),
+        "cgtrace_dying_memcgs 42\n".into(),
+        "cgtrace_process_cpu_seconds_total ".into(),
+        "cgtrace_process_resident_memory_bytes ".into(),
+    ] {
+        assert!(t.contains(&want), "{want} not in\n{t}");
+    }
+}
+
+#[test]
+fn own_programs_are_counted_across_windows() {
+    let mut m = Metrics::new(MetricsOptions::default());
+    for seq in 1..=2 {
+        let mut w = window(seq, seq * 1000, vec![]);
+        w.self_cost = Some(crate::model::SelfCost {
+            bpf_stats: true,
+            programs: vec![crate::model::ProgramCost {
+                name: "sched_switch".into(),
+                runs: 1000,
+                run_us: 350.0,
+                ns_per_run: Some(350.0),
+                recursion_misses: seq,
+            }],
+            bpf_cpu_pct: 0.035,
+            daemon_cpu_pct: 1.0,
+            rss_kib: 20_000,
+        });
+        m.update(&w);
+    }
+    let t = m.render();
+    for want in [
+        "cgtrace_bpf_runs_total{program=\"sched_switch\"} 2000\n",
+        "cgtrace_bpf_run_seconds_total{program=\"sched_switch\"} 0.0007\n",
+        "cgtrace_bpf_recursion_misses_total{program=\"sched_switch\"} 3\n",
+    ] {
+        assert!(t.contains(want), "{want} not in\n{t}");
+    }
+}
+
+#[test]
+fn histogram_is_cumulative_and_exact_at_powers_of_two() {
+    let mut m = Metrics::new(MetricsOptions::default());
+    // 500 ns and 1000 ns are below 1.024 µs; 1024 ns is in the next bound; 3 ms; 100 s overflow.
+    m.update(&window(
+        1,
+        1000,
+        vec![cgroup(
+            7,
+            "/a\"b",
+            &[500, 1000, 1024, 3_000_000, 100_000_000_000],
+        )],
+    ));
+    m.update(&window(2, 2000, vec![cgroup(7, "/a\"b", &[2000])]));
+    let t = m.render();
+    let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
+    for (le, n) in [
+        ("0.000001024", 2),
+        ("0.000002048", 4),
+        ("0.000004096", 4),
+        ("34.359738368", 5),
+        ("+Inf", 6),
+    ] {
+        let want = format!("cgtrace_runq_wait_seconds_bucket{{le=\"{le}\",{l}}} {n}\n");
+        assert!(t.contains(&want), "{want} not in\n{t}");
+    }
+    assert!(t.contains(&format!("cgtrace_runq_wait_seconds_count{{{l}}} 6\n")));
+    assert!(t.contains("cgtrace_events_seen_total 20\n"));
+    assert!(t.ends_with("# EOF\n"));
+}
+
+#[test]
+fn diagnoses_are_counted_per_window() {
+    let mut m = Metrics::new(MetricsOptions::default());
+    for seq in 1..=2 {
+        let mut c = cgroup(7, "/slow", &[5000]);
+        c.flags.push(crate::model::Flag {
+            family: "runq".into(),
+            code: "runq_long_waits".into(),
+            message: String::new(),
+            suggestion: String::new(),
+        });
+        m.update(&window(seq, seq * 1000, vec![c]));
+    }
+    let t = m.render();
+    assert!(
+        t.contains(r#"cgtrace_flagged_windows_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits"} 2"#),
+        "{t}"
+    );
+}
+
+#[test]
+fn blame_parts_neighbours_and_caused_are_counters() {
+    use crate::family::runq::model::{Blame, Caused, Party};
+    let party = |id: u64, us: f64| Party {
+        id,
+        path: Some(format!("/n{id}")),
+        name: None,
+        wait_us: us,
+    };
+    let mut m = Metrics::new(MetricsOptions::default());
+    // Two windows; in each the victim is delayed by 12 neighbours (5 named, 7 summed) and
+    // its named neighbours differ, so that more than MAX_NEIGHBOUR_SERIES are seen.
+    for seq in 1..=3u64 {
+        let mut c = cgroup(7, "/slow", &[5000]);
+        c.runq.blame = Some(Blame {
+            throttled_own_us: 1e6,
+            throttled_ancestor_us: 0.0,
+            siblings_us: 5e5,
+            neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
+            neighbours_other_us: 2e5,
+            unattributed_us: 1e5,
+        });
+        let mut culprit = cgroup(8, "/noisy", &[]);
+        culprit.caused = Some(Caused {
+            wait_us: 2e6,
+            victims: vec![party(7, 2e6)],
+        });
+        m.update(&window(seq, seq * 1000, vec![c, culprit]));
+    }
+    let t = m.render();
+    // The value of the one series whose line starts with `prefix`.
+    let value = |prefix: &str| -> f64 {
+        let l: Vec<&str> = t.lines().filter(|l| l.starts_with(prefix)).collect();
+        assert_eq!(l.len(), 1, "{prefix} in\n{t}");
+        l[0].rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    let blame = r#"cgtrace_runq_wait_blame_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",part="#;
+    let near = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+    near(value(&format!("{blame}\"throttled_own\"}}")), 3.0);
+    near(value(&format!("{blame}\"siblings\"}}")), 1.5);
+    // 5 named (0.1 s each) + 0.2 s summed, three times.
+    near(value(&format!("{blame}\"neighbours\"}}")), 2.1);
+    near(value(&format!("{blame}\"unattributed\"}}")), 0.3);
+    let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",neighbour="#;
+    near(value(&format!("{by}\"/n10\"}}")), 0.1);
+    // 15 named neighbours seen: 10 get series, the other 5 and the summed ones are "other".
+    let named = t
+        .lines()
+        .filter(|l| {
+            l.starts_with("cgtrace_runq_wait_by_neighbour_seconds_total{")
+                && l.contains("neighbour=\"/n")
+        })
+        .count();
+    assert_eq!(named, crate::family::runq::metrics::MAX_NEIGHBOUR_SERIES);
+    near(value(&format!("{by}\"other\"}}")), 1.1);
+    near(
+        value(r#"cgtrace_runq_delay_caused_seconds_total{cgroup="/noisy","#),
+        6.0,
+    );
+}
+
+#[test]
+fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
+    let mut m = Metrics::new(MetricsOptions {
+        max_series: 2,
+        ttl: Duration::from_secs(10),
+    });
+    m.update(&window(
+        1,
+        1000,
+        (1..=5)
+            .map(|i| cgroup(i, &format!("/c{i}"), &[5000]))
+            .collect(),
+    ));
+    assert_eq!(m.cgroups(), 2);
+    let t = m.render();
+    assert!(
+        t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other","#),
+        "{t}"
+    );
+    assert!(t.contains(r#"cgroup="other",kind="wakeup"} 3"#), "{t}");
+    assert!(t.contains("cgtrace_series_folded_total 3\n"));
+    // 20 s later only cgroup 9 is active: the others expire, 9 gets its own series.
+    m.update(&window(2, 21_000, vec![cgroup(9, "/c9", &[5000])]));
+    assert_eq!(m.cgroups(), 1);
+    let t = m.render();
+    assert!(
+        t.contains(r#"cgroup="/c9""#) && !t.contains(r#"cgroup="/c1""#),
+        "{t}"
+    );
+    assert!(t.contains("cgtrace_series_expired_total 2\n"));
+    // /c9 removed and made again (another id): the same series goes on.
+    m.update(&window(3, 22_000, vec![cgroup(10, "/c9", &[5000])]));
+    let t = m.render();
+    assert_eq!(
+        t.matches(r#"cgtrace_runq_wait_seconds_count{cgroup="/c9""#)
+            .count(),
+        1
+    );
+    assert!(
+        t.contains(
+            r#"cgroup="/c9",namespace="default",pod="web-0",container="nginx",kind="wakeup"} 2"#
+        ),
+        "{t}"
+    );
+}
