@@ -23,7 +23,7 @@ use crate::{
     model::Window,
     record::reader::{Item, Recording},
     safety::escape::html as esc,
-    units::clock_utc,
+    units::{PeriodIn, clock_utc, period, period_thread},
 };
 
 /// Time columns at most per picture.
@@ -734,21 +734,17 @@ fn throttle(o: &mut String, r: &Report, s: &Series) {
         o.push_str("<h3>Who burned the quota</h3><p class=\"what\">The longest throttle episodes, and the threads that used the quota of the period they ended.</p><div class=\"scroll\"><table><tr><th class=\"n\">episode</th><th class=\"n\">at</th><th>cgroup</th><th>threads that used the quota</th></tr>\n");
         for e in r.longest_episodes.iter().take(super::TOP) {
             let top = e.period.as_ref().map_or(String::new(), |p| {
-                let mut v: Vec<String> = p
-                    .top
-                    .iter()
-                    .map(|t| {
-                        format!(
-                            "<code>{}</code> [{}] {:.1} ms on {} CPU{}",
-                            esc(&t.comm),
-                            t.tid,
-                            t.cpu_ms,
-                            t.cpus,
-                            if t.cpus == 1 { "" } else { "s" }
-                        )
-                    })
-                    .collect();
-                v.insert(0, format!("{} threads, {:.1} ms CPU:", p.threads, p.cpu_ms));
+                let head = period(p.burned_in_ms, p.threads, p.cpu_ms, PeriodIn::Html);
+                let mut v = vec![format!("{head}:")];
+                for t in &p.top {
+                    v.push(period_thread(
+                        &t.comm,
+                        t.tid,
+                        t.cpu_ms,
+                        t.cpus,
+                        PeriodIn::Html,
+                    ));
+                }
                 v.join("<br>")
             });
             let _ = writeln!(

@@ -26,7 +26,7 @@ use crate::{
     model::{CgroupWindow, Window},
     record::reader::{Item, ReadStats, Recording},
     replay::Playback,
-    units::clock_utc,
+    units::{PeriodIn, clock_utc, period, period_thread},
 };
 
 /// How many entries each ranking keeps.
@@ -892,23 +892,12 @@ pub fn render_text(r: &Report) -> String {
                 let top: Vec<String> = p
                     .top
                     .iter()
-                    .map(|t| {
-                        format!(
-                            "{} [{}] {:.1} ms on {} CPUs",
-                            esc(&t.comm),
-                            t.tid,
-                            t.cpu_ms,
-                            t.cpus
-                        )
-                    })
+                    .map(|t| period_thread(&t.comm, t.tid, t.cpu_ms, t.cpus, PeriodIn::Text))
                     .collect();
                 let _ = writeln!(
                     o,
-                    "    quota burned{} by {} threads ({:.1} ms CPU): {}",
-                    p.burned_in_ms
-                        .map_or(String::new(), |b| format!(" in {b:.1} ms")),
-                    p.threads,
-                    p.cpu_ms,
+                    "    {}: {}",
+                    period(p.burned_in_ms, p.threads, p.cpu_ms, PeriodIn::Text),
                     top.join(", ")
                 );
             }
