@@ -1,5 +1,7 @@
-//! What the text report and the page write alike, each in its medium's markup: a cgroup's name.
+//! What the text report and the page write alike: a cgroup's name (each in its medium's
+//! markup), and the warnings above the numbers.
 
+use super::Report;
 use crate::safety::escape;
 
 /// Where the report is read.
@@ -12,6 +14,27 @@ pub(super) enum Medium {
 }
 
 impl Medium {
+    /// What a reader must know before trusting the numbers, a line each: single events the
+    /// recorder could not keep, and damage to the file.
+    pub(super) fn warnings(self, r: &Report) -> Vec<String> {
+        let mut what = Vec::new();
+        if r.recorder_lost > 0 {
+            what.push(format!(
+                "recorder could not keep {} single events (its buffer was full: the disk was too slow)",
+                r.recorder_lost
+            ));
+        }
+        if let Some(w) = r.read.warning() {
+            what.push(format!("file is damaged: {w}"));
+        }
+        what.iter()
+            .map(|w| match self {
+                Self::Text => format!("note: the {w}"),
+                Self::Html => format!("<p class=\"warn\">The {}.</p>", escape::html(w)),
+            })
+            .collect()
+    }
+
     /// A cgroup as the report names it: its name and path (escaped: both are the tenant's), or
     /// its id when it was removed before it was named.
     pub(super) fn who(self, path: &Option<String>, name: &Option<String>, id: u64) -> String {
@@ -37,6 +60,40 @@ impl Medium {
 #[cfg(test)]
 mod tests {
     use super::Medium::{Html, Text};
+    use crate::{record::reader::ReadStats, report::Report, safety::escape};
+
+    /// As the text report and the page wrote them before they shared the sentences.
+    #[test]
+    fn warnings_are_one_list_in_two_media() {
+        let r = Report {
+            recorder_lost: 5,
+            read: ReadStats {
+                truncated: true,
+                ..ReadStats::default()
+            },
+            ..Report::default()
+        };
+        let w = r.read.warning().expect("a truncated file is damaged");
+        let lost = "could not keep 5 single events (its buffer was full: the disk was too slow)";
+        assert_eq!(
+            Text.warnings(&r),
+            [
+                format!("note: the recorder {lost}"),
+                format!("note: the file is damaged: {w}")
+            ]
+        );
+        assert_eq!(
+            Html.warnings(&r),
+            [
+                format!("<p class=\"warn\">The recorder {lost}.</p>"),
+                format!(
+                    "<p class=\"warn\">The file is damaged: {}.</p>",
+                    escape::html(&w)
+                )
+            ]
+        );
+        assert!(Text.warnings(&Report::default()).is_empty());
+    }
 
     #[test]
     fn a_cgroup_is_named_escaped_in_each_medium() {

@@ -11,7 +11,7 @@
 //! Where things are: [`Report`] and its parts here (`--json` is their serde form); `build/` reads
 //! a recording into one ([`build`]), a file per part it sums (latency, throttle, diagnoses, reads,
 //! own cost); `text.rs` writes it for a terminal ([`render_text`]), [`html`] as one page with
-//! pictures; `medium.rs` holds what those two write alike (a cgroup's name).
+//! pictures; `medium.rs` holds what those two write alike (a cgroup's name, the warnings).
 
 mod build;
 pub mod html;
@@ -30,7 +30,7 @@ use crate::{family, family::throttle::burners::ThrottledPeriod, record::reader::
 /// How many entries each ranking keeps.
 const TOP: usize = 10;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Report {
     pub host: String,
     pub kernel: String,
@@ -180,13 +180,14 @@ pub struct Diagnosed {
     pub name: Option<String>,
     pub family: String,
     pub code: String,
-    pub windows: u64,
-    /// The last window's finding and the change it suggests.
-    pub message: String,
-    pub suggestion: String,
+    /// Its windows, finding and suggestion (flat in the JSON, after `code`).
+    #[serde(flatten)]
+    pub seen: FlagSeen,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A flag over the recording: the windows it was raised in, and the last window's finding and
+/// the change it suggests.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct FlagSeen {
     pub windows: u64,
     pub message: String,

@@ -35,15 +35,8 @@ pub fn render_text(r: &Report) -> String {
         r.events_recorded,
         r.events_dropped
     );
-    if r.recorder_lost > 0 {
-        let _ = writeln!(
-            o,
-            "note: the recorder could not keep {} single events (its buffer was full: the disk was too slow)",
-            r.recorder_lost
-        );
-    }
-    if let Some(w) = r.read.warning() {
-        let _ = writeln!(o, "note: the file is damaged: {w}");
+    for w in Text.warnings(r) {
+        let _ = writeln!(o, "{w}");
     }
     if let Some(s) = &r.wait_split {
         let _ = writeln!(
@@ -115,9 +108,9 @@ pub fn render_text(r: &Report) -> String {
                 Text.who(&d.path, &d.name, d.id),
                 d.family,
                 d.code,
-                d.windows,
-                esc(&d.message),
-                esc(&d.suggestion)
+                d.seen.windows,
+                esc(&d.seen.message),
+                esc(&d.seen.suggestion)
             );
         }
     }

@@ -5,9 +5,18 @@ use std::collections::HashMap;
 
 use crate::{
     family,
-    model::CgroupWindow,
-    report::{Diagnosed, TOP},
+    model::{CgroupWindow, Flag},
+    report::{Diagnosed, FlagSeen, TOP},
 };
+
+impl FlagSeen {
+    /// Counts one more window flagged with `f`, keeping its finding and suggestion.
+    pub(super) fn see(&mut self, f: &Flag) {
+        self.windows += 1;
+        self.message.clone_from(&f.message);
+        self.suggestion.clone_from(&f.suggestion);
+    }
+}
 
 /// Counts the windows each (cgroup, code) was flagged in, keeping the last finding.
 #[derive(Default)]
@@ -30,15 +39,11 @@ impl Diagnoses {
                     name: None,
                     family: f.family.clone(),
                     code: f.code.clone(),
-                    windows: 0,
-                    message: String::new(),
-                    suggestion: String::new(),
+                    seen: FlagSeen::default(),
                 });
-            d.windows += 1;
             d.path.clone_from(&c.path);
             d.name.clone_from(&c.name);
-            d.message.clone_from(&f.message);
-            d.suggestion.clone_from(&f.suggestion);
+            d.seen.see(f);
         }
     }
 
@@ -46,8 +51,9 @@ impl Diagnoses {
     pub(super) fn finish(self) -> Vec<Diagnosed> {
         let mut diagnoses: Vec<Diagnosed> = self.0.into_values().collect();
         diagnoses.sort_by(|a, b| {
-            b.windows
-                .cmp(&a.windows)
+            b.seen
+                .windows
+                .cmp(&a.seen.windows)
                 .then(a.id.cmp(&b.id))
                 .then(a.code.cmp(&b.code))
         });

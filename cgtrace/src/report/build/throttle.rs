@@ -3,10 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::{
-    model::CgroupWindow,
-    report::{FlagSeen, ThrottledCgroup},
-};
+use crate::{model::CgroupWindow, report::ThrottledCgroup};
 
 /// Sums the windows' `throttle` family per cgroup id.
 #[derive(Default)]
@@ -39,14 +36,7 @@ impl Throttled {
             e.ours_throttled_us_matched += t.throttled_us;
         }
         for fl in &t.flags {
-            let seen = e.flags.entry(fl.code.clone()).or_insert(FlagSeen {
-                windows: 0,
-                message: String::new(),
-                suggestion: String::new(),
-            });
-            seen.windows += 1;
-            seen.message.clone_from(&fl.message);
-            seen.suggestion.clone_from(&fl.suggestion);
+            e.flags.entry(fl.code.clone()).or_default().see(fl);
         }
     }
 

@@ -32,6 +32,7 @@ pub use series::{MAX_COLS, Series};
 
 use super::{OwnCost, Report, medium::Medium::Html};
 use crate::{
+    family,
     model::Window,
     record::reader::{Item, Recording},
     safety::escape::html as esc,
@@ -143,15 +144,8 @@ fn header(o: &mut String, r: &Report) {
         r.events_recorded,
         r.events_dropped
     );
-    if r.recorder_lost > 0 {
-        let _ = writeln!(
-            o,
-            "<p class=\"warn\">The recorder could not keep {} single events (its buffer was full: the disk was too slow).</p>",
-            r.recorder_lost
-        );
-    }
-    if let Some(w) = r.read.warning() {
-        let _ = writeln!(o, "<p class=\"warn\">The file is damaged: {}.</p>", esc(&w));
+    for w in Html.warnings(r) {
+        let _ = writeln!(o, "{w}");
     }
     if let Some(s) = &r.wait_split {
         let _ = writeln!(
@@ -164,40 +158,34 @@ fn header(o: &mut String, r: &Report) {
     }
 }
 
+/// The diagnoses, one box each: the other families' (most windows first), then `throttle`'s by
+/// throttled cgroup.
 fn flags(o: &mut String, r: &Report) {
+    o.push_str("<h2>Diagnoses</h2>\n<p class=\"what\">What each family found, per cgroup, with the change it suggests.</p>\n");
+    let others = r.diagnoses.iter().map(|d| {
+        let who = Html.who(&d.path, &d.name, d.id);
+        (d.family.as_str(), &d.code, who, &d.seen)
+    });
+    let throttle = r.throttled.iter().flat_map(|t| {
+        let who = Html.who(&t.path, &t.name, t.id);
+        t.flags
+            .iter()
+            .map(move |(code, f)| (family::throttle::INFO.name, code, who.clone(), f))
+    });
     let mut any = false;
-    let mut out = String::new();
-    for d in &r.diagnoses {
+    for (family, code, who, seen) in others.chain(throttle) {
         any = true;
         let _ = writeln!(
-            out,
-            "<div class=\"flag\"><b>{} {}</b> — {} ({} windows)<br>{}<br><span class=\"sug\">→ {}</span></div>",
-            esc(&d.family),
-            esc(&d.code),
-            Html.who(&d.path, &d.name, d.id),
-            d.windows,
-            esc(&d.message),
-            esc(&d.suggestion)
+            o,
+            "<div class=\"flag\"><b>{} {}</b> — {who} ({} windows)<br>{}<br><span class=\"sug\">→ {}</span></div>",
+            esc(family),
+            esc(code),
+            seen.windows,
+            esc(&seen.message),
+            esc(&seen.suggestion)
         );
     }
-    for t in &r.throttled {
-        for (code, f) in &t.flags {
-            any = true;
-            let _ = writeln!(
-                out,
-                "<div class=\"flag\"><b>throttle {}</b> — {} ({} windows)<br>{}<br><span class=\"sug\">→ {}</span></div>",
-                esc(code),
-                Html.who(&t.path, &t.name, t.id),
-                f.windows,
-                esc(&f.message),
-                esc(&f.suggestion)
-            );
-        }
-    }
-    o.push_str("<h2>Diagnoses</h2>\n<p class=\"what\">What each family found, per cgroup, with the change it suggests.</p>\n");
-    if any {
-        o.push_str(&out);
-    } else {
+    if !any {
         o.push_str("<p>None: no cgroup crossed a diagnosis threshold.</p>\n");
     }
 }
