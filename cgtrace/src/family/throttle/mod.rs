@@ -22,6 +22,7 @@ use crate::{
     family::throttle::burners::ThrottledPeriod,
     hist::Hist,
     model::Flag,
+    units::{self, PeriodIn},
 };
 
 pub const INFO: FamilyInfo = FamilyInfo {
@@ -234,17 +235,19 @@ pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
         .filter(|p| p.threads > pool && p.burned_in_ms.is_some_and(|b| b < period_ms / 2.0))
         .max_by_key(|p| p.threads)
     {
-        let names: Vec<&str> = p.top.iter().map(|t| t.comm.as_str()).collect();
+        let flag = PeriodIn::Flag {
+            quota_ms: quota_us as f64 / 1e3,
+        };
+        let names: Vec<String> = p
+            .top
+            .iter()
+            .map(|t| units::period_thread(&t.comm, t.tid, t.cpu_ms, t.cpus, flag))
+            .collect();
+        let burn = units::period(p.burned_in_ms, p.threads, p.cpu_ms, flag);
         out.push(Flag {
             family: INFO.name.into(),
             code: "many_threads_burn".into(),
-            message: format!(
-                "quota of {:.1} ms burned in {:.1} ms by {} threads ({})",
-                quota_us as f64 / 1e3,
-                p.burned_in_ms.unwrap_or(0.0),
-                p.threads,
-                names.join(", ")
-            ),
+            message: format!("{burn} ({})", names.join(", ")),
             suggestion: format!(
                 "size thread pools to the quota ({} CPUs), not the host: e.g. JVM -XX:ActiveProcessorCount={}, Go GOMAXPROCS={}",
                 quota_cores.ceil(),

@@ -13,6 +13,7 @@ use crate::{
         format,
         render::bars,
     },
+    units::{self, PeriodIn},
 };
 
 use super::interface::{Detail, Family, View};
@@ -200,26 +201,16 @@ impl Family for Throttle {
                 theme.dim,
             ));
             for p in t.periods.iter().rev().take(PERIODS_SHOWN) {
-                let burned = p
-                    .burned_in_ms
-                    .map_or(String::new(), |ms| format!("gone after {ms:.1} ms, "));
                 out.push(Line::raw(format!(
-                    "  period: quota {burned}{} threads used {:.1} ms",
-                    p.threads, p.cpu_ms
+                    "  period: {}",
+                    units::period(p.burned_in_ms, p.threads, p.cpu_ms, PeriodIn::View)
                 )));
                 let top: Vec<String> = p
                     .top
                     .iter()
                     .take(THREADS_SHOWN)
                     .map(|th| {
-                        format!(
-                            "{}[{}] {:.1} ms on {} CPU{}",
-                            th.comm,
-                            th.tid,
-                            th.cpu_ms,
-                            th.cpus,
-                            if th.cpus == 1 { "" } else { "s" }
-                        )
+                        units::period_thread(&th.comm, th.tid, th.cpu_ms, th.cpus, PeriodIn::View)
                     })
                     .collect();
                 if !top.is_empty() {

@@ -1,0 +1,134 @@
+//! The families' worst cgroups: each cgroup's histograms merged over the recording (so a p99 is
+//! of every wait, not an average of windows), then ranked by p99 and by max.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use crate::{
+    family,
+    hist::{Hist, HistSummary},
+    model::CgroupWindow,
+    report::{CgroupLatency, FamilyReport, TOP},
+};
+
+/// A family's histogram of one cgroup over the recording.
+#[derive(Default)]
+struct Acc {
+    path: Option<String>,
+    name: Option<String>,
+    hist: Hist,
+    max_at: u64,
+}
+
+/// Per family, per cgroup id, the merged histogram.
+#[derive(Default)]
+pub(super) struct Latency(BTreeMap<String, HashMap<u64, Acc>>);
+
+fn as_hist(v: &Value) -> Option<HistSummary> {
+    let o = v.as_object()?;
+    if !(o.contains_key("count") && o.contains_key("buckets") && o.contains_key("max_us")) {
+        return None;
+    }
+    serde_json::from_value(v.clone()).ok()
+}
+
+impl Latency {
+    /// Adds a cgroup's histograms of one window (ending at `end_ms`): run-queue waits, throttle
+    /// episodes, and those of families this build does not know, found by shape.
+    pub(super) fn add_cgroup(&mut self, c: &CgroupWindow, end_ms: u64) {
+        let (id, path, name) = (c.id, &c.path, &c.name);
+        self.add(family::runq::INFO.name, id, path, name, &c.runq.all, end_ms);
+        // Families this build does not know, by shape: a histogram, or histograms one level down
+        // (e.g. per operation).
+        for (key, v) in &c.other {
+            if let Some(h) = as_hist(v) {
+                self.add(key, id, path, name, &h, end_ms);
+            } else if let Some(o) = v.as_object() {
+                for (sub, sv) in o {
+                    if let Some(h) = as_hist(sv) {
+                        self.add(&format!("{key}.{sub}"), id, path, name, &h, end_ms);
+                    }
+                }
+            }
+        }
+        if let Some(t) = &c.throttle {
+            self.add("throttle.episode", id, path, name, &t.episode, end_ms);
+        }
+    }
+
+    fn add(
+        &mut self,
+        family: &str,
+        id: u64,
+        path: &Option<String>,
+        name: &Option<String>,
+        h: &HistSummary,
+        end_ms: u64,
+    ) {
+        if h.count == 0 {
+            return;
+        }
+        let a = self
+            .0
+            .entry(family.to_string())
+            .or_default()
+            .entry(id)
+            .or_default();
+        a.path.clone_from(path);
+        a.name.clone_from(name);
+        let hist = Hist::from_summary(h);
+        if hist.max_ns > a.hist.max_ns {
+            a.max_at = end_ms;
+        }
+        // Saturating at 2^56 per bucket (no real window comes near): a damaged or forged file
+        // cannot overflow the sums the percentiles take over 140 buckets.
+        const CAP: u64 = 1 << 56;
+        a.hist.count = a.hist.count.saturating_add(hist.count).min(CAP);
+        a.hist.sum_ns = a.hist.sum_ns.saturating_add(hist.sum_ns);
+        a.hist.max_ns = a.hist.max_ns.max(hist.max_ns);
+        for (x, y) in a.hist.buckets.iter_mut().zip(hist.buckets.iter()) {
+            *x = x.saturating_add(*y).min(CAP);
+        }
+    }
+
+    /// Per family, the `TOP` worst cgroups by max, and by p99 among those with 100 waits or more.
+    pub(super) fn finish(self) -> BTreeMap<String, FamilyReport> {
+        self.0
+            .into_iter()
+            .map(|(f, accs)| (f, rank(accs)))
+            .collect()
+    }
+}
+
+fn rank(accs: HashMap<u64, Acc>) -> FamilyReport {
+    let mut all: Vec<CgroupLatency> = accs
+        .into_iter()
+        .filter(|(_, a)| a.hist.count > 0)
+        .map(|(id, a)| {
+            let s = a.hist.summary();
+            CgroupLatency {
+                id,
+                path: a.path,
+                name: a.name,
+                count: s.count,
+                mean_us: s.mean_us,
+                p99_us: s.p99_us,
+                max_us: s.max_us,
+                max_at_unix_ms: a.max_at,
+            }
+        })
+        .collect();
+    let n = all.len();
+    all.sort_by(|a, b| b.max_us.total_cmp(&a.max_us).then(a.id.cmp(&b.id)));
+    let worst_max = all.iter().take(TOP).cloned().collect();
+    // A p99 needs enough waits to mean something.
+    all.retain(|c| c.count >= 100);
+    all.sort_by(|a, b| b.p99_us.total_cmp(&a.p99_us).then(a.id.cmp(&b.id)));
+    all.truncate(TOP);
+    FamilyReport {
+        cgroups: n,
+        worst_p99: all,
+        worst_max,
+    }
+}

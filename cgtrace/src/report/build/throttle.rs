@@ -1,0 +1,57 @@
+//! The throttled cgroups over the recording: periods, throttled time and episodes by our count,
+//! the kernel's own `cpu.stat` next to ours over the same windows, and the `throttle` flags.
+
+use std::collections::HashMap;
+
+use crate::{model::CgroupWindow, report::ThrottledCgroup};
+
+/// Sums the windows' `throttle` family per cgroup id.
+#[derive(Default)]
+pub(super) struct Throttled(HashMap<u64, ThrottledCgroup>);
+
+impl Throttled {
+    /// Adds a cgroup's `throttle` part of one window.
+    pub(super) fn add(&mut self, c: &CgroupWindow) {
+        let (id, path, name) = (c.id, &c.path, &c.name);
+        let Some(t) = &c.throttle else {
+            return;
+        };
+        let e = self.0.entry(id).or_insert_with(|| ThrottledCgroup {
+            id,
+            ..ThrottledCgroup::default()
+        });
+        e.path.clone_from(path);
+        e.name.clone_from(name);
+        e.quota_cores = t.quota_cores.or(e.quota_cores);
+        e.nr_periods = e.nr_periods.saturating_add(t.nr_periods);
+        e.nr_throttled = e.nr_throttled.saturating_add(t.nr_throttled);
+        e.throttled_us += t.throttled_us;
+        e.episodes = e.episodes.saturating_add(t.episodes);
+        e.worst_window_share = e.worst_window_share.max(t.throttled_share);
+        if let Some(k) = &t.kernel {
+            e.kernel_nr_throttled = e.kernel_nr_throttled.saturating_add(k.nr_throttled);
+            e.kernel_throttled_us += k.throttled_us;
+            e.ours_nr_throttled_matched =
+                e.ours_nr_throttled_matched.saturating_add(t.nr_throttled);
+            e.ours_throttled_us_matched += t.throttled_us;
+        }
+        for fl in &t.flags {
+            e.flags.entry(fl.code.clone()).or_default().see(fl);
+        }
+    }
+
+    /// The cgroups that were throttled, most throttled time first.
+    pub(super) fn finish(self) -> Vec<ThrottledCgroup> {
+        let mut throttled: Vec<ThrottledCgroup> = self
+            .0
+            .into_values()
+            .filter(|t| t.nr_throttled > 0 || t.episodes > 0)
+            .collect();
+        throttled.sort_by(|a, b| {
+            b.throttled_us
+                .total_cmp(&a.throttled_us)
+                .then(a.id.cmp(&b.id))
+        });
+        throttled
+    }
+}
