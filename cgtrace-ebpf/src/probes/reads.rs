@@ -19,17 +19,13 @@
 //! Every kernel field is read with `bpf_probe_read_kernel` at offsets from `LAYOUT`.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes},
     macros::{btf_tracepoint, fentry, fexit},
     programs::{BtfTracePointContext, FEntryContext, FExitContext},
 };
 use cgtrace_common::{
     counters,
     event::{EventHeader, KIND_CGROUP_CHURN, KIND_SLOW_READ},
-    hist::{NR_BUCKETS, bucket_of},
     reads::{
         CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, CHURN_MKDIR, CHURN_PATH_LEN, CHURN_RMDIR,
         CgroupChurnEvent, FILE_NAME_HASH, FILE_RSTAT_FLUSH, FUSE_SUPER_MAGIC, FileKey, HOOK_FUSE,
@@ -37,10 +33,9 @@ use cgtrace_common::{
         PROC_SUPER_MAGIC, ReadInflight, ReadKey, ReadStats, SYSFS_MAGIC, SlowReadEvent, name_hash,
     },
 };
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
-    CONFIG,
+    helpers::{atomic_add, bucket_index, config, cpu, current_task, event_header, now, tid},
     kernel::{layout, read, task_cgroup_id},
     maps::{
         EVENTS, READ_FILES, READ_INFLIGHT, READ_LOST_INNER, READ_NAMES_SCRATCH, READ_STATS,
@@ -59,23 +54,6 @@ fn rd<T: Copy>(base: P, off: u32) -> Option<T> {
 }
 
 #[inline(always)]
-fn now() -> u64 {
-    // SAFETY: no preconditions.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
-fn current() -> P {
-    // SAFETY: no preconditions.
-    unsafe { bpf_get_current_task() as P }
-}
-
-#[inline(always)]
-fn tid() -> u32 {
-    bpf_get_current_pid_tgid() as u32
-}
-
-#[inline(always)]
 fn traced_magic(m: u64) -> bool {
     m == CGROUP_SUPER_MAGIC
         || m == CGROUP2_SUPER_MAGIC
@@ -88,9 +66,7 @@ fn traced_magic(m: u64) -> bool {
 fn is_read_syscall(id: u64) -> bool {
     let mut i = 0;
     while i < NR_READ_SYSCALLS {
-        // SAFETY: CONFIG is a plain static in .rodata.
-        let nr = unsafe { core::ptr::read_volatile(&raw const CONFIG.read_syscalls[i]) };
-        if u64::from(nr) == id {
+        if u64::from(config!(read_syscalls[i])) == id {
             return true;
         }
         i += 1;
@@ -176,8 +152,7 @@ fn reader_key(task: P, file: u64, dev: u32) -> ReadKey {
 /// Whether the current thread is cgtrace's own (its reads are not traced).
 #[inline(always)]
 fn is_self() -> bool {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let me = unsafe { core::ptr::read_volatile(&raw const CONFIG.self_tgid) };
+    let me = config!(self_tgid);
     me != 0 && (bpf_get_current_pid_tgid() >> 32) as u32 == me
 }
 
@@ -275,23 +250,12 @@ fn open_read(task: P, file: P, hook: u32) {
     let _ = READ_INFLIGHT.insert(&t, &inflight, 0);
 }
 
-#[inline(always)]
-fn add(p: *mut u64, v: u64) {
-    // SAFETY: `p` points into a live map value; the result is unused, so this is one BPF XADD.
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
-}
-
 /// Counts `ns` in the histogram of `s`.
 #[inline(always)]
 fn add_bucket(s: *mut ReadStats, ns: u64) {
-    // As in `runq`: through black_box, so the bounds check is `reg >= imm` on the loaded value,
-    // which the 5.10 and 6.1 verifiers can decide.
-    let idx = core::hint::black_box(u64::from(bucket_of(ns)));
-    if idx >= NR_BUCKETS as u64 {
-        return;
-    }
-    // SAFETY: `s` points into a live map value; the index is checked above.
-    unsafe { add(&raw mut (*s).buckets[idx as usize], 1) };
+    bucket_index!(let idx = ns, else return);
+    // SAFETY: `s` points into a live map value; the index is checked.
+    unsafe { atomic_add(&raw mut (*s).buckets[idx], 1) };
 }
 
 /// Ends the current thread's read opened by `hook` and accounts it. Returns true when the thread
@@ -376,18 +340,18 @@ fn account(r: &ReadInflight, end: u64, ret: i64) {
             // SAFETY: live map value; counters are added atomically, the rest are last-writer
             // values.
             unsafe {
-                add(&raw mut (*s).count, 1);
-                add(&raw mut (*s).total_ns, duration);
+                atomic_add(&raw mut (*s).count, 1);
+                atomic_add(&raw mut (*s).total_ns, duration);
                 // Most reads flush nothing: skip those atomic adds.
                 if flushed != 0 {
-                    add(&raw mut (*s).flush_ns, flush_ns);
-                    add(&raw mut (*s).lock_wait_ns, r.lock_wait_ns);
-                    add(&raw mut (*s).flush_locks, r.flush_locks);
-                    add(&raw mut (*s).flushed_reads, flushed);
-                    add(&raw mut (*s).contended, r.contended);
+                    atomic_add(&raw mut (*s).flush_ns, flush_ns);
+                    atomic_add(&raw mut (*s).lock_wait_ns, r.lock_wait_ns);
+                    atomic_add(&raw mut (*s).flush_locks, r.flush_locks);
+                    atomic_add(&raw mut (*s).flushed_reads, flushed);
+                    atomic_add(&raw mut (*s).contended, r.contended);
                 }
                 if ret > 0 {
-                    add(&raw mut (*s).bytes, ret as u64);
+                    atomic_add(&raw mut (*s).bytes, ret as u64);
                 }
                 add_bucket(s, duration);
                 if duration > (*s).max_ns {
@@ -401,9 +365,7 @@ fn account(r: &ReadInflight, end: u64, ret: i64) {
         }
         None => count(c, counters::READ_STATS_FULL),
     }
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let min = unsafe { core::ptr::read_volatile(&raw const CONFIG.read_event_min_ns) };
-    if duration < min {
+    if duration < config!(read_event_min_ns) {
         return;
     }
     let Some(mut slot) = EVENTS.reserve::<SlowReadEvent>(0) else {
@@ -413,11 +375,7 @@ fn account(r: &ReadInflight, end: u64, ret: i64) {
     let ev = slot.as_mut_ptr();
     // SAFETY: `ev` points to a reserved, writable record; every field is written before submit.
     unsafe {
-        (*ev).header = EventHeader {
-            kind: KIND_SLOW_READ,
-            cpu: bpf_get_smp_processor_id(),
-            ts_ns: end,
-        };
+        (*ev).header = event_header(KIND_SLOW_READ, end);
         (*ev).key = r.key;
         (*ev).magic = r.magic;
         (*ev).start_ns = r.start_ns;
@@ -448,7 +406,7 @@ pub fn reads_sys_enter(ctx: BtfTracePointContext) -> u32 {
     }
     let regs: P = ctx.arg(0);
     if let Some(file) = syscall_file(regs, id) {
-        open_read(current(), file, HOOK_SYSCALL);
+        open_read(current_task(), file, HOOK_SYSCALL);
     }
     0
 }
@@ -457,18 +415,14 @@ pub fn reads_sys_enter(ctx: BtfTracePointContext) -> u32 {
 #[inline(always)]
 fn syscall_file(regs: P, nr: u64) -> Option<P> {
     // The last slot is sendfile(out_fd, in_fd, ...): the file read is the second argument.
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let sendfile = nr
-        == u64::from(unsafe {
-            core::ptr::read_volatile(&raw const CONFIG.read_syscalls[NR_READ_SYSCALLS - 1])
-        });
+    let sendfile = nr == u64::from(config!(read_syscalls[NR_READ_SYSCALLS - 1]));
     let slot = if sendfile {
         layout!(regs_arg1)
     } else {
         layout!(regs_arg0)
     };
     let fd = rd::<u64>(regs, slot)?;
-    fd_file(current(), fd)
+    fd_file(current_task(), fd)
 }
 
 /// `sys_exit(regs, ret)`: the syscall number is read back from `regs`, so other syscalls cost
@@ -500,7 +454,7 @@ fn iocb_file(iocb: P) -> Option<P> {
 #[inline(always)]
 fn iter_enter(iocb: P, hook: u32) {
     if let Some(file) = iocb_file(iocb) {
-        open_read(current(), file, hook);
+        open_read(current_task(), file, hook);
     }
 }
 
@@ -548,7 +502,7 @@ pub fn reads_proc_iter_exit(ctx: FExitContext) -> u32 {
 
 #[fentry(function = "proc_reg_read")]
 pub fn reads_proc_enter(ctx: FEntryContext) -> u32 {
-    open_read(current(), ctx.arg(0), HOOK_PROC);
+    open_read(current_task(), ctx.arg(0), HOOK_PROC);
     0
 }
 
@@ -595,7 +549,7 @@ fn inflight_or_flush() -> Option<*mut ReadInflight> {
     }
     let mut r = ReadInflight::start(
         now(),
-        reader_key(current(), FILE_RSTAT_FLUSH, 0),
+        reader_key(current_task(), FILE_RSTAT_FLUSH, 0),
         HOOK_FLUSH,
     );
     r.needs_flush = 1;
@@ -767,7 +721,7 @@ pub fn reads_flush_irqsafe_exit(_ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn churn(cgrp: P, path: P, op: u32) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let task = current();
+    let task = current_task();
     let Some(mut slot) = EVENTS.reserve::<CgroupChurnEvent>(0) else {
         count(counters(), counters::RINGBUF_FULL);
         return;
@@ -779,7 +733,7 @@ fn churn(cgrp: P, path: P, op: u32) {
     unsafe {
         (*ev).header = EventHeader {
             kind: KIND_CGROUP_CHURN,
-            cpu: bpf_get_smp_processor_id(),
+            cpu: cpu(),
             ts_ns: now(),
         };
         (*ev).hierarchy_id = rd::<i32>(root, layout!(root_hierarchy_id)).unwrap_or(-1) as u32;

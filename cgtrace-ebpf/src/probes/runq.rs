@@ -9,21 +9,19 @@
 //!
 //! The programs are in `sched.rs` (one `sched_switch`, one `sched_wakeup` entry for every
 //! family); these are the run-queue parts they call.
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_smp_processor_id};
+use aya_ebpf::bindings::BPF_NOEXIST;
 use cgtrace_common::{
     counters::{self, Counters},
-    event::{EventHeader, KIND_RUNQ_WAIT},
-    hist::{NR_BUCKETS, bucket_of},
+    event::KIND_RUNQ_WAIT,
     layout::{ABSENT, THR_CLOCK_NONE},
     runq::{
         BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, NR_WAIT_KINDS,
         RunqEvent, RunqHist, RunqKey, RunqSlot, RunqStart, Slice, SwitchOut, WaitKind,
     },
 };
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
-    CONFIG,
+    helpers::{atomic_add, bucket_index, config, event_header},
     kernel::{
         RqClock, layout, read, read_unchecked, task_cgroup_id, task_comm, task_nivcsw,
         task_rq_clock, task_tgid,
@@ -77,8 +75,7 @@ pub fn start_wait<const DIRECT: bool>(
 /// Whether wait starts are kept in task-local storage (else in the `RUNQ_START` hash).
 #[inline(always)]
 fn task_storage() -> bool {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_start_task) != 0 }
+    config!(runq_start_task) != 0
 }
 
 /// Takes the open wait start of `task` (`pid`), if any, with the task's storage (null: the
@@ -233,8 +230,7 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
 /// The blame ledger's threshold (`u64::MAX`: off).
 #[inline(always)]
 pub fn blame_min_ns() -> u64 {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    unsafe { core::ptr::read_volatile(&raw const CONFIG.blame_min_ns) }
+    config!(blame_min_ns)
 }
 
 /// At a context switch (blame ledger on): the slice the CPU ran until now goes into its ring,
@@ -555,9 +551,7 @@ fn charge<const DIRECT: bool>(
             own,
         );
     }
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let min_ns = unsafe { core::ptr::read_volatile(&raw const CONFIG.runq_event_min_ns) };
-    if wait_ns >= min_ns {
+    if wait_ns >= config!(runq_event_min_ns) {
         emit_event::<DIRECT>(c, next, pid, cgroup_id, kind, wait_ns, now);
     }
 }
@@ -702,14 +696,7 @@ fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
     let Some(hist) = hist_of(c, hists, kind) else {
         return;
     };
-    // Through black_box (a stack spill and fill), so the bounds check below is `reg >= imm` on the
-    // loaded value. Without it LLVM fused bucket_of's clamp into a `const > reg` compare that
-    // the 5.10 and 6.1 verifiers cannot decide, and they then lost the offset's alignment.
-    let idx = core::hint::black_box(u64::from(bucket_of(wait_ns)));
-    if idx >= NR_BUCKETS as u64 {
-        return;
-    }
-    let idx = idx as usize;
+    bucket_index!(let idx = wait_ns, else return);
     // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
     // charge the same cgroup at once.
     unsafe {
@@ -730,13 +717,6 @@ fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
 }
 
 #[inline(always)]
-unsafe fn atomic_add(p: *mut u64, v: u64) {
-    // SAFETY: caller guarantees `p` is a valid, aligned map-value field. The result is unused,
-    // so this is the plain BPF atomic add every kernel supports (no BPF_FETCH, 5.12+).
-    let _ = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
-}
-
-#[inline(always)]
 fn emit_event<const DIRECT: bool>(
     c: *mut Counters,
     next: *const u8,
@@ -747,12 +727,7 @@ fn emit_event<const DIRECT: bool>(
     now: u64,
 ) {
     let ev = RunqEvent {
-        header: EventHeader {
-            kind: KIND_RUNQ_WAIT,
-            // SAFETY: helper without preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            ts_ns: now,
-        },
+        header: event_header(KIND_RUNQ_WAIT, now),
         cgroup_id,
         wait_ns,
         pid,

@@ -4,7 +4,6 @@
 //! two CPUs race on it.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
@@ -18,9 +17,9 @@ use cgtrace_common::{
         ThrottleStats, WATCH_NS,
     },
 };
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use crate::{
+    helpers::{atomic_add, cpu, event_header, now},
     kernel::{layout, read, task_comm, task_tgid},
     maps::{
         EVENTS, THROTTLE_LAST_CLOSE, THROTTLE_MODE, THROTTLE_OPEN, THROTTLE_PERIOD_AT,
@@ -258,8 +257,7 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
     let Some(until) = (unsafe { THROTTLE_WATCH.get(&cgroup_id) }).copied() else {
         return;
     };
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now();
     if now > until {
         return;
     }
@@ -268,8 +266,7 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
     let prev = read::<u64, DIRECT>(task, layout!(task_prev_sum_exec)).unwrap_or(0);
     let runtime = sum.saturating_sub(prev);
     let period = period_of(tg.wrapping_add(layout!(tg_cfs_bandwidth) as usize));
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let cpu = cpu();
     let key = SliceKey {
         cgroup_id,
         tid: pid,
@@ -391,8 +388,7 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
         if (*open).n_open == 0 {
             return;
         }
-        // SAFETY: helper without preconditions.
-        let now = bpf_ktime_get_ns();
+        let now = now();
         for i in 0..MAX_OPEN_PER_CPU {
             let slot = &mut (*open).slots[i];
             if slot.cfs_rq == 0 {
@@ -422,9 +418,11 @@ fn close_unthrottled(c: *mut Counters, closed_by: u32) {
                 continue;
             }
             let ev = ThrottleEvent {
+                // Written out, not `event_header`: through the helper LLVM ordered this loop's
+                // spills differently (one instruction more in a function `sched_switch` calls).
                 header: EventHeader {
                     kind: KIND_THROTTLE,
-                    cpu: bpf_get_smp_processor_id(),
+                    cpu: cpu(),
                     ts_ns: now,
                 },
                 cgroup_id: slot.cgroup_id,
@@ -497,18 +495,12 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
         };
     }
     // Period boundaries of watched groups delimit the slices of each period.
-    // SAFETY: the value is copied out; bpf_ktime_get_ns has no preconditions.
+    // SAFETY: the value is copied out.
     let watched = unsafe { THROTTLE_WATCH.get(&cgroup_id) }.copied();
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now();
     if watched.is_some_and(|until| now <= until) {
         let ev = PeriodEvent {
-            header: EventHeader {
-                kind: KIND_THROTTLE_PERIOD,
-                // SAFETY: helper without preconditions.
-                cpu: unsafe { bpf_get_smp_processor_id() },
-                ts_ns: now,
-            },
+            header: event_header(KIND_THROTTLE_PERIOD, now),
             cgroup_id,
             throttled: u32::from(throttled),
             period: period_of(cfs_b),
@@ -585,14 +577,8 @@ fn period_exit(timer: *const u8) {
         let (d_periods, d_throttled) = (u64::from(d_periods), u64::from(d_throttled));
         (*stats).last_periods = periods;
         (*stats).last_throttled = throttled;
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-            &raw mut (*stats).nr_periods,
-            d_periods,
-        );
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-            &raw mut (*stats).nr_throttled,
-            d_throttled,
-        );
+        atomic_add(&raw mut (*stats).nr_periods, d_periods);
+        atomic_add(&raw mut (*stats).nr_throttled, d_throttled);
     }
 }
 

@@ -13,7 +13,6 @@
 //! enqueue): there an episode's duration is the advance of that clock, the kernel's own count.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
@@ -25,6 +24,7 @@ use cgtrace_common::{
 };
 
 use crate::{
+    helpers::{cpu, now},
     kernel::{layout, read},
     maps::{THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, count, counters, emit},
     probes::{
@@ -65,8 +65,7 @@ fn throttled<const DIRECT: bool>(cfs_rq: *const u8) {
 /// Opens the episode of `cfs_rq` (unless one is open).
 #[inline(always)]
 fn open<const DIRECT: bool>(cfs_rq: *const u8) {
-    // SAFETY: helpers without preconditions.
-    let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
+    let (now, cpu) = (now(), cpu());
     let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
     let cgroup_id = tg_cgroup_id::<DIRECT>(tg).unwrap_or(0);
     let ep = HookEpisode {
@@ -109,11 +108,10 @@ fn unthrottle_entry<const DIRECT: bool>(cfs_rq: *const u8) {
         return;
     };
     let before = kernel_throttled_time::<DIRECT>(cfs_rq);
-    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode. The helper has no
-    // preconditions.
+    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode.
     unsafe {
         (*ep).kernel_before = before;
-        (*ep).unthrottle_ns = bpf_ktime_get_ns();
+        (*ep).unthrottle_ns = now();
     }
 }
 
@@ -129,8 +127,7 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         return;
     }
     let _ = THROTTLE_EPISODES.remove(&key);
-    // SAFETY: helpers without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now();
     // The cfs_rq must still be the group's that opened the episode, and the episode not stale.
     let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
     if (ep.cgroup_id != 0 && tg_cgroup_id::<DIRECT>(tg).unwrap_or(0) != ep.cgroup_id)
