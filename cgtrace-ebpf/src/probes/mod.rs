@@ -15,4 +15,3 @@ pub mod reads;
 pub mod runq;
 pub mod sched;
 pub mod throttle;
-pub mod throttle_hooks;

@@ -5,8 +5,8 @@
 //! since 5.8 and `void` before, and may decline to throttle); that opens the episode. Around
 //! `unthrottle_cfs_rq` the change of `tg->cfs_bandwidth.throttled_time` is the kernel's own
 //! accounting of the episode, reported next to ours (a group-wide counter: unthrottles running at
-//! the same moment on other CPUs add to it too). Periods are still counted by the
-//! `hrtimer_expire_entry` program of `probes::throttle`.
+//! the same moment on other CPUs add to it too). Periods are still counted by the timer
+//! programs of `periods.rs`.
 //!
 //! Kernels that keep `throttled_clock_self_time` (6.7–6.17) leave out of `cpu.stat` the time a
 //! cfs_rq is throttled with no task on it (throttled as its last task blocked, until the next
@@ -23,14 +23,12 @@ use cgtrace_common::{
     throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent},
 };
 
+use super::{cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
 use crate::{
     helpers::{cpu, now},
     kernel::{layout, read},
     maps::{THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, count, counters, emit},
-    probes::{
-        runq::thr_clock,
-        throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id, watch},
-    },
+    probes::runq::thr_clock,
 };
 
 /// The cfs_rq's throttled-with-tasks clock, on kernels with `throttled_clock_self_time`.
