@@ -1,5 +1,15 @@
 //! One module per event family; the same names as `cgtrace-common` and the daemon.
 //!
+//! - `sched.rs`: the scheduler tracepoints (`sched_switch`, `sched_wakeup`): one entry that
+//!   calls the run-queue and throttle parts;
+//! - `runq/`: run-queue latency per cgroup and wait kind, and the blame ledger;
+//! - `throttle/`: CFS bandwidth throttle episodes, periods, and who burned the quota;
+//! - `reads/`: pseudo-file reads, the rstat flush work inside them, and cgroup churn;
+//! - `capability.rs`: empty programs the loader tries, to learn what the kernel allows.
+//!
+//! Each family's `mod.rs` says which of its files does what. Program names (the functions under
+//! `#[btf_tracepoint]`, `#[fentry]`, ...) are what the daemon attaches by: never rename them.
+//!
 //! # Moving code
 //!
 //! Where a function lives is not free. The order in which rustc hands functions to LLVM follows
