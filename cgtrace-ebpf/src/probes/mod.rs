@@ -25,3 +25,23 @@ pub mod reads;
 pub mod runq;
 pub mod sched;
 pub mod throttle;
+
+/// A BTF tracepoint program in its two variants, direct field access (`function::<true>`, the
+/// loader tries it first) and probe reads (`function::<false>`, the `_probe` fallback):
+/// `twice!(tracepoint, name, name_probe, function[::<more const arguments>], ctx => arguments)`.
+macro_rules! twice {
+    ($tp:literal, $direct:ident, $probe:ident, $f:ident $(:: <$($g:tt),*>)?, $ctx:ident => $($arg:expr),*) => {
+        #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
+        pub fn $direct($ctx: aya_ebpf::programs::BtfTracePointContext) -> u32 {
+            $f::<true $($(, $g)*)?>($($arg),*);
+            0
+        }
+
+        #[aya_ebpf::macros::btf_tracepoint(function = $tp)]
+        pub fn $probe($ctx: aya_ebpf::programs::BtfTracePointContext) -> u32 {
+            $f::<false $($(, $g)*)?>($($arg),*);
+            0
+        }
+    };
+}
+pub(crate) use twice;

@@ -6,7 +6,6 @@
 //! Every program exists twice: reading kernel fields directly through BTF-typed pointers (the
 //! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback); and
 //! `sched_switch` once more for kernels before 5.18, whose tracepoint has no `prev_state`.
-use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use cgtrace_common::{
     counters,
     runq::{STATE_UNKNOWN, SwitchOut, WaitKind},
@@ -16,26 +15,8 @@ use crate::{
     helpers::now,
     kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
     maps::{count, counters},
-    probes::{runq, throttle},
+    probes::{runq, throttle, twice},
 };
-
-/// A BTF tracepoint program in its two variants, direct field access and probe reads:
-/// `twice!(tracepoint, name, name_probe, function[::<more const arguments>], ctx => arguments)`.
-macro_rules! twice {
-    ($tp:literal, $direct:ident, $probe:ident, $f:ident $(:: <$($g:tt),*>)?, $ctx:ident => $($arg:expr),*) => {
-        #[btf_tracepoint(function = $tp)]
-        pub fn $direct($ctx: BtfTracePointContext) -> u32 {
-            $f::<true $($(, $g)*)?>($($arg),*);
-            0
-        }
-
-        #[btf_tracepoint(function = $tp)]
-        pub fn $probe($ctx: BtfTracePointContext) -> u32 {
-            $f::<false $($(, $g)*)?>($($arg),*);
-            0
-        }
-    };
-}
 
 twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(0));
 twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));

@@ -26,48 +26,47 @@ fn iter_enter(iocb: P, hook: u32) {
     }
 }
 
-#[fentry(function = "kernfs_fop_read_iter")]
-pub fn reads_kernfs_enter(ctx: FEntryContext) -> u32 {
-    iter_enter(ctx.arg(0), HOOK_KERNFS);
-    0
+/// The fentry/fexit pair on a read function `f(struct kiocb *, struct iov_iter *)`:
+/// `iter_hooks!(function, entry program, exit program, hook)`.
+macro_rules! iter_hooks {
+    ($function:literal, $enter:ident, $exit:ident, $hook:expr) => {
+        #[fentry(function = $function)]
+        pub fn $enter(ctx: FEntryContext) -> u32 {
+            iter_enter(ctx.arg(0), $hook);
+            0
+        }
+
+        #[fexit(function = $function)]
+        pub fn $exit(ctx: FExitContext) -> u32 {
+            if close_read($hook, ctx.arg(2)) {
+                lost_read($hook, iocb_file(ctx.arg(0)));
+            }
+            0
+        }
+    };
 }
 
-#[fexit(function = "kernfs_fop_read_iter")]
-pub fn reads_kernfs_exit(ctx: FExitContext) -> u32 {
-    if close_read(HOOK_KERNFS, ctx.arg(2)) {
-        lost_read(HOOK_KERNFS, iocb_file(ctx.arg(0)));
-    }
-    0
-}
+iter_hooks!(
+    "kernfs_fop_read_iter",
+    reads_kernfs_enter,
+    reads_kernfs_exit,
+    HOOK_KERNFS
+);
+iter_hooks!("seq_read_iter", reads_seq_enter, reads_seq_exit, HOOK_SEQ);
+iter_hooks!(
+    "proc_reg_read_iter",
+    reads_proc_iter_enter,
+    reads_proc_iter_exit,
+    HOOK_PROC
+);
+iter_hooks!(
+    "fuse_file_read_iter",
+    reads_fuse_enter,
+    reads_fuse_exit,
+    HOOK_FUSE
+);
 
-#[fentry(function = "seq_read_iter")]
-pub fn reads_seq_enter(ctx: FEntryContext) -> u32 {
-    iter_enter(ctx.arg(0), HOOK_SEQ);
-    0
-}
-
-#[fexit(function = "seq_read_iter")]
-pub fn reads_seq_exit(ctx: FExitContext) -> u32 {
-    if close_read(HOOK_SEQ, ctx.arg(2)) {
-        lost_read(HOOK_SEQ, iocb_file(ctx.arg(0)));
-    }
-    0
-}
-
-#[fentry(function = "proc_reg_read_iter")]
-pub fn reads_proc_iter_enter(ctx: FEntryContext) -> u32 {
-    iter_enter(ctx.arg(0), HOOK_PROC);
-    0
-}
-
-#[fexit(function = "proc_reg_read_iter")]
-pub fn reads_proc_iter_exit(ctx: FExitContext) -> u32 {
-    if close_read(HOOK_PROC, ctx.arg(2)) {
-        lost_read(HOOK_PROC, iocb_file(ctx.arg(0)));
-    }
-    0
-}
-
+/// `proc_reg_read(struct file *, char __user *, size_t, loff_t *)`: the file is the argument.
 #[fentry(function = "proc_reg_read")]
 pub fn reads_proc_enter(ctx: FEntryContext) -> u32 {
     open_read(current_task(), ctx.arg(0), HOOK_PROC);
@@ -78,20 +77,6 @@ pub fn reads_proc_enter(ctx: FEntryContext) -> u32 {
 pub fn reads_proc_exit(ctx: FExitContext) -> u32 {
     if close_read(HOOK_PROC, ctx.arg(4)) {
         lost_read(HOOK_PROC, Some(ctx.arg(0)));
-    }
-    0
-}
-
-#[fentry(function = "fuse_file_read_iter")]
-pub fn reads_fuse_enter(ctx: FEntryContext) -> u32 {
-    iter_enter(ctx.arg(0), HOOK_FUSE);
-    0
-}
-
-#[fexit(function = "fuse_file_read_iter")]
-pub fn reads_fuse_exit(ctx: FExitContext) -> u32 {
-    if close_read(HOOK_FUSE, ctx.arg(2)) {
-        lost_read(HOOK_FUSE, iocb_file(ctx.arg(0)));
     }
     0
 }

@@ -163,39 +163,32 @@ fn flush_exit() {
     }
 }
 
-#[fentry(function = "css_rstat_flush")]
-pub fn reads_flush_enter(_ctx: FEntryContext) -> u32 {
-    flush_enter();
-    0
+/// The fentry/fexit pair on a flush function: `flush_hooks!(function, entry program, exit program)`.
+macro_rules! flush_hooks {
+    ($function:literal, $enter:ident, $exit:ident) => {
+        #[fentry(function = $function)]
+        pub fn $enter(_ctx: FEntryContext) -> u32 {
+            flush_enter();
+            0
+        }
+
+        #[fexit(function = $function)]
+        pub fn $exit(_ctx: FExitContext) -> u32 {
+            flush_exit();
+            0
+        }
+    };
 }
 
-#[fexit(function = "css_rstat_flush")]
-pub fn reads_flush_exit(_ctx: FExitContext) -> u32 {
-    flush_exit();
-    0
-}
-
-/// Kernels before 6.16 (`cgroup_rstat_flush`, and `cgroup_rstat_flush_irqsafe` on 6.1).
-#[fentry(function = "cgroup_rstat_flush")]
-pub fn reads_flush_old_enter(_ctx: FEntryContext) -> u32 {
-    flush_enter();
-    0
-}
-
-#[fexit(function = "cgroup_rstat_flush")]
-pub fn reads_flush_old_exit(_ctx: FExitContext) -> u32 {
-    flush_exit();
-    0
-}
-
-#[fentry(function = "cgroup_rstat_flush_irqsafe")]
-pub fn reads_flush_irqsafe_enter(_ctx: FEntryContext) -> u32 {
-    flush_enter();
-    0
-}
-
-#[fexit(function = "cgroup_rstat_flush_irqsafe")]
-pub fn reads_flush_irqsafe_exit(_ctx: FExitContext) -> u32 {
-    flush_exit();
-    0
-}
+flush_hooks!("css_rstat_flush", reads_flush_enter, reads_flush_exit);
+// Kernels before 6.16 (`cgroup_rstat_flush`, and `cgroup_rstat_flush_irqsafe` on 6.1).
+flush_hooks!(
+    "cgroup_rstat_flush",
+    reads_flush_old_enter,
+    reads_flush_old_exit
+);
+flush_hooks!(
+    "cgroup_rstat_flush_irqsafe",
+    reads_flush_irqsafe_enter,
+    reads_flush_irqsafe_exit
+);

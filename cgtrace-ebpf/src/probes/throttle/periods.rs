@@ -1,7 +1,7 @@
 //! The bandwidth timers: a group's periods and throttled periods, counted from its period
 //! timer's callbacks (`hrtimer_expire_entry`/`hrtimer_expire_exit`) in every mode; and, in
 //! tracepoint mode, the episodes a timer unthrottled closed at its exit.
-use aya_ebpf::{bindings::BPF_NOEXIST, macros::btf_tracepoint, programs::BtfTracePointContext};
+use aya_ebpf::bindings::BPF_NOEXIST;
 use cgtrace_common::{
     counters,
     event::KIND_THROTTLE_PERIOD,
@@ -9,6 +9,7 @@ use cgtrace_common::{
 };
 
 use super::{cpu_episodes::close_unthrottled, tg_cgroup_id};
+use crate::probes::twice;
 use crate::{
     helpers::{atomic_add, event_header, now},
     kernel::{layout, read},
@@ -94,17 +95,7 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
     }
 }
 
-#[btf_tracepoint(function = "hrtimer_expire_entry")]
-pub fn throttle_period(ctx: BtfTracePointContext) -> u32 {
-    period_entry::<true>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "hrtimer_expire_entry")]
-pub fn throttle_period_probe(ctx: BtfTracePointContext) -> u32 {
-    period_entry::<false>(ctx.arg(0));
-    0
-}
+twice!("hrtimer_expire_entry", throttle_period, throttle_period_probe, period_entry, ctx => ctx.arg(0));
 
 /// Period timer exit: count the periods and throttled periods the kernel added to its
 /// `nr_periods`/`nr_throttled` (its own decision, taken under `cfs_b->lock`, overrun included)
@@ -183,14 +174,4 @@ fn timer_exit<const DIRECT: bool>(timer: *const u8) {
     close_unthrottled(counters(), CLOSE_TIMER);
 }
 
-#[btf_tracepoint(function = "hrtimer_expire_exit")]
-pub fn throttle_timer_exit(ctx: BtfTracePointContext) -> u32 {
-    timer_exit::<true>(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "hrtimer_expire_exit")]
-pub fn throttle_timer_exit_probe(ctx: BtfTracePointContext) -> u32 {
-    timer_exit::<false>(ctx.arg(0));
-    0
-}
+twice!("hrtimer_expire_exit", throttle_timer_exit, throttle_timer_exit_probe, timer_exit, ctx => ctx.arg(0));
