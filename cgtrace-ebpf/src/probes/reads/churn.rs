@@ -10,7 +10,7 @@ use cgtrace_common::{
     reads::{CHURN_MKDIR, CHURN_PATH_LEN, CHURN_RMDIR, CgroupChurnEvent},
 };
 
-use super::{P, rd};
+use super::{P, rd, rd_ptr};
 use crate::{
     helpers::{cpu, current_task, now},
     kernel::{layout, task_cgroup_id},
@@ -25,8 +25,8 @@ fn churn(cgrp: P, path: P, op: u32) {
         count(counters(), counters::RINGBUF_FULL);
         return;
     };
-    let root: P = rd(cgrp, layout!(cgroup_root)).unwrap_or(core::ptr::null());
-    let kn: P = rd(cgrp, layout!(cgroup_kn)).unwrap_or(core::ptr::null());
+    let root = rd_ptr(cgrp, layout!(cgroup_root));
+    let kn = rd_ptr(cgrp, layout!(cgroup_kn));
     let ev = slot.as_mut_ptr();
     // SAFETY: `ev` points to a reserved, writable record; every field is written before submit.
     unsafe {

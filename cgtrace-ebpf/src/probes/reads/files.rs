@@ -10,7 +10,7 @@ use cgtrace_common::{
     },
 };
 
-use super::{P, is_self, rd};
+use super::{P, is_self, rd, rd_ptr};
 use crate::{
     kernel::layout,
     maps::{READ_FILES, READ_NAMES_SCRATCH, count, counters},
@@ -57,12 +57,12 @@ pub(super) fn remember_names(key: &FileKey, magic: u64, dentry: P) {
     let mut d = dentry;
     let mut i = 0;
     while i < NAME_DEPTH {
-        let parent: P = rd(d, layout!(dentry_parent)).unwrap_or(core::ptr::null());
+        let parent = rd_ptr(d, layout!(dentry_parent));
         if parent.is_null() || parent == d {
             names.complete = 1;
             break;
         }
-        let name: P = rd(d, layout!(dentry_name)).unwrap_or(core::ptr::null());
+        let name = rd_ptr(d, layout!(dentry_name));
         let slot = &mut names.names[i];
         slot[0] = 0;
         if !name.is_null() {
@@ -75,7 +75,7 @@ pub(super) fn remember_names(key: &FileKey, magic: u64, dentry: P) {
     }
     if i == NAME_DEPTH {
         // Did the walk end exactly at the root?
-        let parent: P = rd(d, layout!(dentry_parent)).unwrap_or(core::ptr::null());
+        let parent = rd_ptr(d, layout!(dentry_parent));
         if parent.is_null() || parent == d {
             names.complete = 1;
         }

@@ -117,12 +117,24 @@ pub fn reads_rstat_unlock(_ctx: BtfTracePointContext) -> u32 {
             (*r).locked_at = 0;
         }
         if (*r).hook == HOOK_FLUSH && (*r).flush_entry_at == 0 {
-            (*r).open = 0;
-            let done = *r;
-            account(&done, t, 0);
+            end_flush_only(r, t);
         }
     }
     0
+}
+
+/// A flush-only entry (`HOOK_FLUSH`) ends at `t` and is accounted as a read of `FILE_RSTAT_FLUSH`.
+///
+/// # Safety
+/// `r` is this thread's live `READ_INFLIGHT` value.
+#[inline(always)]
+unsafe fn end_flush_only(r: *mut ReadInflight, t: u64) {
+    // SAFETY: guaranteed by the caller; copied before it is accounted.
+    let done = unsafe {
+        (*r).open = 0;
+        *r
+    };
+    account(&done, t, 0);
 }
 
 /// fentry mode, kernels without rstat tracepoints: the flush function's span.
@@ -156,9 +168,7 @@ fn flush_exit() {
             (*r).needs_flush = 1;
         }
         if (*r).hook == HOOK_FLUSH {
-            (*r).open = 0;
-            let done = *r;
-            account(&done, t, 0);
+            end_flush_only(r, t);
         }
     }
 }

@@ -12,7 +12,7 @@ use cgtrace_common::{
 use super::{
     HOOK_FLUSH, P,
     files::{remember_names, traced_file},
-    rd, reader_key,
+    rd, rd_ptr, reader_key,
     stats::account,
 };
 use crate::{
@@ -56,21 +56,21 @@ pub(super) fn open_read(task: P, file: P, hook: u32) {
     let start_ns = now();
     let dev: u32 = rd(sb, layout!(sb_dev)).unwrap_or(0);
     let mut file_id: u64 = rd(inode, layout!(inode_ino)).unwrap_or(0);
-    let dentry: P = rd(file, layout!(file_dentry)).unwrap_or(core::ptr::null());
+    let dentry = rd_ptr(file, layout!(file_dentry));
     let mut target_cgroup = 0u64;
     let mut target_dying = 0u32;
     let mut target_cgrp: P = core::ptr::null();
     if magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC {
         // The file's kernfs node, its directory's node, and that directory's `struct cgroup`.
-        let kn: P = rd(inode, layout!(inode_private)).unwrap_or(core::ptr::null());
-        let dir: P = rd(kn, layout!(kn_parent)).unwrap_or(core::ptr::null());
+        let kn = rd_ptr(inode, layout!(inode_private));
+        let dir = rd_ptr(kn, layout!(kn_parent));
         target_cgroup = rd(dir, layout!(kn_id)).unwrap_or(0);
-        target_cgrp = rd(dir, layout!(kn_priv)).unwrap_or(core::ptr::null());
+        target_cgrp = rd_ptr(dir, layout!(kn_priv));
         target_dying = rd::<i32>(target_cgrp, layout!(cgroup_nr_dying)).unwrap_or(0) as u32;
     } else if magic == PROC_SUPER_MAGIC {
         // /proc/<pid>/x and /proc/<pid>/task/<tid>/x: one file per name, not per pid.
-        let parent: P = rd(dentry, layout!(dentry_parent)).unwrap_or(core::ptr::null());
-        let pname: P = rd(parent, layout!(dentry_name)).unwrap_or(core::ptr::null());
+        let parent = rd_ptr(dentry, layout!(dentry_parent));
+        let pname = rd_ptr(parent, layout!(dentry_name));
         let first: u8 = rd(pname, 0).unwrap_or(0);
         if first.is_ascii_digit()
             && let Some(names) = READ_NAMES_SCRATCH.get_ptr_mut(0)
@@ -78,7 +78,7 @@ pub(super) fn open_read(task: P, file: P, hook: u32) {
             // SAFETY: this CPU's scratch slot.
             let slot = unsafe { &mut (*names).names[0] };
             *slot = [0; NAME_LEN];
-            let name: P = rd(dentry, layout!(dentry_name)).unwrap_or(core::ptr::null());
+            let name = rd_ptr(dentry, layout!(dentry_name));
             // SAFETY: the helper checks the address.
             let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, slot) };
             file_id = FILE_NAME_HASH | name_hash(slot);

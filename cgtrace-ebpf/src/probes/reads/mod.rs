@@ -54,6 +54,12 @@ fn rd<T: Copy>(base: P, off: u32) -> Option<T> {
     read::<T, false>(base, off)
 }
 
+/// A pointer field read with `rd`; null where it cannot be read.
+#[inline(always)]
+fn rd_ptr(base: P, off: u32) -> P {
+    rd(base, off).unwrap_or(core::ptr::null())
+}
+
 /// The key of a read of `file` (on `dev`) by the current thread.
 #[inline(always)]
 fn reader_key(task: P, file: u64, dev: u32) -> ReadKey {

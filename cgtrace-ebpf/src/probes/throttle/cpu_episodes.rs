@@ -13,7 +13,7 @@ use cgtrace_common::{
     },
 };
 
-use super::{cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
+use super::{cfs_rq_tg, cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
 use crate::{
     helpers::{cpu, now},
     kernel::{layout, read},
@@ -130,8 +130,7 @@ fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: 
             count(c, counters::THROTTLE_SLOTS_FULL);
             return;
         }
-        let tg: *const u8 =
-            read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+        let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
         let slot = &mut (*open).slots[free];
         slot.cfs_rq = key;
         slot.start_ns = now;
@@ -179,8 +178,7 @@ pub(super) fn close_unthrottled(c: *mut Counters, closed_by: u32) {
             }
             // Closing: the cfs_rq must still be the group's that opened the episode (a group
             // removed while throttled frees it, and another group may reuse the memory).
-            let tg: *const u8 =
-                read::<_, false>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+            let tg = cfs_rq_tg::<false>(cfs_rq);
             if slot.cgroup_id != 0 && tg_cgroup_id::<false>(tg).unwrap_or(0) != slot.cgroup_id {
                 slot.cfs_rq = 0;
                 (*open).n_open = (*open).n_open.saturating_sub(1);

@@ -23,7 +23,7 @@ use cgtrace_common::{
     throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent},
 };
 
-use super::{cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
+use super::{cfs_rq_tg, cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
 use crate::{
     helpers::{cpu, now},
     kernel::{layout, read},
@@ -64,7 +64,7 @@ fn throttled<const DIRECT: bool>(cfs_rq: *const u8) {
 #[inline(always)]
 fn open<const DIRECT: bool>(cfs_rq: *const u8) {
     let (now, cpu) = (now(), cpu());
-    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
     let cgroup_id = tg_cgroup_id::<DIRECT>(tg).unwrap_or(0);
     let ep = HookEpisode {
         start_ns: now,
@@ -127,7 +127,7 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
     let _ = THROTTLE_EPISODES.remove(&key);
     let now = now();
     // The cfs_rq must still be the group's that opened the episode, and the episode not stale.
-    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
     if (ep.cgroup_id != 0 && tg_cgroup_id::<DIRECT>(tg).unwrap_or(0) != ep.cgroup_id)
         || now.saturating_sub(ep.start_ns) > MAX_EPISODE_NS
     {

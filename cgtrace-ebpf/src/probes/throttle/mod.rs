@@ -38,6 +38,12 @@ fn cfs_rq_throttled<const DIRECT: bool>(cfs_rq: *const u8) -> bool {
     }
 }
 
+/// The task group of `cfs_rq` (`cfs_rq->tg`; null where it cannot be read).
+#[inline(always)]
+fn cfs_rq_tg<const DIRECT: bool>(cfs_rq: *const u8) -> *const u8 {
+    read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null())
+}
+
 /// `kernfs_node.id` of a task group's cgroup (`tg->css.cgroup->kn->id`).
 #[inline(always)]
 fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {

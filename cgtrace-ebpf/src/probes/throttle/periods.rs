@@ -16,6 +16,30 @@ use crate::{
     maps::{THROTTLE_PERIOD_AT, THROTTLE_STATS, THROTTLE_WATCH, count, counters, emit},
 };
 
+/// The kernel's count of the group's periods (`cfs_b->nr_periods`; 0 where unreadable).
+/// `cfs_b` comes from a timer or a map, not a BTF-typed argument: always read with the helper.
+#[inline(always)]
+fn nr_periods(cfs_b: *const u8) -> u32 {
+    read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32
+}
+
+/// The kernel's count of the group's throttled periods (`cfs_b->nr_throttled`), as above.
+#[inline(always)]
+fn nr_throttled(cfs_b: *const u8) -> u32 {
+    read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32
+}
+
+/// The bandwidth (`struct cfs_bandwidth`) and task group a period timer belongs to:
+/// `container_of(timer, struct cfs_bandwidth, period_timer)`, then of the `task_group`.
+#[inline(always)]
+fn period_timer_owner(timer: *const u8) -> (*const u8, *const u8) {
+    let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
+    (
+        cfs_b,
+        cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize),
+    )
+}
+
 /// At a group's throttle: if its period counters are not kept yet, start them from the kernel's
 /// `nr_periods`/`nr_throttled` now, so the period-timer callback that counts this throttle is
 /// counted even when it is the first one seen and its entry was missed.
@@ -32,8 +56,8 @@ pub(super) fn seed_period_counts(tg: *const u8, cgroup_id: u64) {
     let seed = ThrottleStats {
         nr_periods: 0,
         nr_throttled: 0,
-        last_periods: read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32,
-        last_throttled: read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32,
+        last_periods: nr_periods(cfs_b),
+        last_throttled: nr_throttled(cfs_b),
     };
     // An entry made meanwhile by the period timer wins (NOEXIST).
     let _ = THROTTLE_STATS.insert(&cgroup_id, &seed, u64::from(BPF_NOEXIST));
@@ -42,7 +66,7 @@ pub(super) fn seed_period_counts(tg: *const u8, cgroup_id: u64) {
 /// The period of the group whose bandwidth is `cfs_b` (see `SliceSum::period`).
 #[inline(always)]
 pub(super) fn period_of(cfs_b: *const u8) -> u32 {
-    (read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32).wrapping_add(1)
+    nr_periods(cfs_b).wrapping_add(1)
 }
 
 #[inline(always)]
@@ -57,10 +81,8 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
     if period_fn == 0 || timer_function::<DIRECT>(timer) != period_fn {
         return;
     }
-    // container_of(timer, struct cfs_bandwidth, period_timer), then of the task_group: these
-    // pointers are not BTF-typed, so everything from here is read with the helper.
-    let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
-    let tg = cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize);
+    // These pointers are not BTF-typed: everything from here is read with the helper.
+    let (cfs_b, tg) = period_timer_owner(timer);
     let Some(cgroup_id) = tg_cgroup_id::<false>(tg) else {
         return;
     };
@@ -69,16 +91,9 @@ fn period_entry<const DIRECT: bool>(timer: *const u8) {
     let throttled = next != list as u64;
     // Counted at the exit, from the kernel's own counters: remember them now.
     if let Some(at) = THROTTLE_PERIOD_AT.get_ptr_mut(0) {
-        let periods = read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0);
-        let throttled_n = read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0);
+        let (periods, throttled_n) = (nr_periods(cfs_b), nr_throttled(cfs_b));
         // SAFETY: per-CPU slot; hrtimer callbacks do not nest on a CPU.
-        unsafe {
-            *at = [
-                timer as u64,
-                periods as u32 as u64,
-                throttled_n as u32 as u64,
-            ]
-        };
+        unsafe { *at = [timer as u64, u64::from(periods), u64::from(throttled_n)] };
     }
     // Period boundaries of watched groups delimit the slices of each period.
     // SAFETY: the value is copied out.
@@ -112,13 +127,12 @@ fn period_exit(timer: *const u8) {
         // SAFETY: as above.
         unsafe { (*at)[0] = 0 };
     }
-    let cfs_b = timer.wrapping_sub(layout!(cfs_b_period_timer) as usize);
-    let tg = cfs_b.wrapping_sub(layout!(tg_cfs_bandwidth) as usize);
+    let (cfs_b, tg) = period_timer_owner(timer);
     let Some(cgroup_id) = tg_cgroup_id::<false>(tg) else {
         return;
     };
-    let periods = read::<i32, false>(cfs_b, layout!(cfs_b_nr_periods)).unwrap_or(0) as u32;
-    let throttled = read::<i32, false>(cfs_b, layout!(cfs_b_nr_throttled)).unwrap_or(0) as u32;
+    let periods = nr_periods(cfs_b);
+    let throttled = nr_throttled(cfs_b);
     let Some(stats) = THROTTLE_STATS.get_ptr_mut(&cgroup_id) else {
         // First sight of this group: the change across this callback, if its entry was seen.
         if !entry_seen {

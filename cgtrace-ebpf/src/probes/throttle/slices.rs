@@ -8,7 +8,7 @@ use cgtrace_common::{
     throttle::{SLICE_CPU_BITS, SLICE_ONE, SliceEvent, SliceKey, SliceSum},
 };
 
-use super::{periods::period_of, tg_cgroup_id};
+use super::{cfs_rq_tg, periods::period_of, tg_cgroup_id};
 use crate::{
     helpers::{cpu, now},
     kernel::{layout, read, task_comm, task_tgid},
@@ -54,7 +54,7 @@ pub fn slice_out<const DIRECT: bool>(c: *mut Counters, task: *const u8, pid: u32
     if !found {
         return;
     }
-    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
     let Some(cgroup_id) = tg_cgroup_id::<DIRECT>(tg) else {
         return;
     };
