@@ -2,8 +2,10 @@
 //! header of a record for the daemon, `CONFIG` reads, the atomic add on a map value, and the
 //! checked index of a histogram bucket.
 //!
-//! All `#[inline(always)]`: each compiles to the helper call or instruction it wraps, so the
-//! verifier sees the same program as with the call written out.
+//! All `#[inline(always)]` (or macros): each compiles to the helper call or instruction it
+//! wraps. That is not always enough for the same program as with the call written out (see
+//! `bucket_index!`, and "Moving code" in `probes/mod.rs`): compare the object after using one in
+//! a new place.
 use aya_ebpf::helpers::{
     bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };

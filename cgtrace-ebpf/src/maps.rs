@@ -123,7 +123,7 @@ pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1,
 #[map]
 pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
 
-/// Open throttle episodes of this CPU (see `probes::throttle`).
+/// Open throttle episodes of this CPU (tracepoint mode, see `probes::throttle::cpu_episodes`).
 #[map]
 pub static THROTTLE_OPEN: PerCpuArray<OpenEpisodes> = PerCpuArray::with_max_entries(1, 0);
 

@@ -47,8 +47,10 @@ use crate::{
 /// `READ_INFLIGHT::hook` of a flush seen outside any traced read.
 const HOOK_FLUSH: u32 = 0;
 
+/// An untyped kernel pointer.
 type P = *const u8;
 
+/// A field at `base + off`, always through `bpf_probe_read_kernel` (see above).
 #[inline(always)]
 fn rd<T: Copy>(base: P, off: u32) -> Option<T> {
     read::<T, false>(base, off)

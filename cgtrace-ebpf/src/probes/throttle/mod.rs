@@ -14,11 +14,12 @@ mod hooks;
 mod periods;
 mod slices;
 
+use cgtrace_common::throttle::WATCH_NS;
+
 use crate::{
     kernel::{layout, read},
     maps::THROTTLE_WATCH,
 };
-use cgtrace_common::throttle::WATCH_NS;
 
 pub use cpu_episodes::{close_late, switched_out_runnable};
 pub use slices::slice_out;

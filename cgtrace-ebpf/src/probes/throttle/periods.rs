@@ -9,11 +9,11 @@ use cgtrace_common::{
 };
 
 use super::{cpu_episodes::close_unthrottled, tg_cgroup_id};
-use crate::probes::twice;
 use crate::{
     helpers::{atomic_add, event_header, now},
     kernel::{layout, read},
     maps::{THROTTLE_PERIOD_AT, THROTTLE_STATS, THROTTLE_WATCH, count, counters, emit},
+    probes::twice,
 };
 
 /// The kernel's count of the group's periods (`cfs_b->nr_periods`; 0 where unreadable).
