@@ -7,9 +7,10 @@
 #![feature(core_intrinsics)]
 #![expect(
     internal_features,
-    reason = "atomic_xadd: the BPF target has no AtomicU64::fetch_add"
+    reason = "atomic_xadd (helpers::atomic_add): the BPF target has no AtomicU64::fetch_add"
 )]
 
+mod helpers;
 mod kernel;
 mod maps;
 mod probes;

@@ -123,7 +123,7 @@ pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1,
 #[map]
 pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
 
-/// Open throttle episodes of this CPU (see `probes::throttle`).
+/// Open throttle episodes of this CPU (tracepoint mode, see `probes::throttle::cpu_episodes`).
 #[map]
 pub static THROTTLE_OPEN: PerCpuArray<OpenEpisodes> = PerCpuArray::with_max_entries(1, 0);
 
@@ -204,9 +204,7 @@ pub static READ_LOST_INNER: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entrie
 /// timer), so its own wakeups cannot feed back into the events it reads.
 #[inline(always)]
 pub fn wakeup_flags() -> u64 {
-    // SAFETY: CONFIG is a plain static in .rodata.
-    let threshold =
-        unsafe { core::ptr::read_volatile(&raw const crate::CONFIG.ringbuf_wakeup_bytes) };
+    let threshold = crate::helpers::config!(ringbuf_wakeup_bytes);
     if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {
         u64::from(BPF_RB_FORCE_WAKEUP)
     } else {

@@ -6,35 +6,17 @@
 //! Every program exists twice: reading kernel fields directly through BTF-typed pointers (the
 //! loader tries these first) and through `bpf_probe_read_kernel` (`*_probe`, the fallback); and
 //! `sched_switch` once more for kernels before 5.18, whose tracepoint has no `prev_state`.
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::btf_tracepoint, programs::BtfTracePointContext};
 use cgtrace_common::{
     counters,
     runq::{STATE_UNKNOWN, SwitchOut, WaitKind},
 };
 
 use crate::{
+    helpers::now,
     kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
     maps::{count, counters},
-    probes::{runq, throttle},
+    probes::{runq, throttle, twice},
 };
-
-/// A BTF tracepoint program in its two variants, direct field access and probe reads:
-/// `twice!(tracepoint, name, name_probe, function[::<more const arguments>], ctx => arguments)`.
-macro_rules! twice {
-    ($tp:literal, $direct:ident, $probe:ident, $f:ident $(:: <$($g:tt),*>)?, $ctx:ident => $($arg:expr),*) => {
-        #[btf_tracepoint(function = $tp)]
-        pub fn $direct($ctx: BtfTracePointContext) -> u32 {
-            $f::<true $($(, $g)*)?>($($arg),*);
-            0
-        }
-
-        #[btf_tracepoint(function = $tp)]
-        pub fn $probe($ctx: BtfTracePointContext) -> u32 {
-            $f::<false $($(, $g)*)?>($($arg),*);
-            0
-        }
-    };
-}
 
 twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(0));
 twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));
@@ -54,13 +36,12 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
     let c = counters();
     count(c, counters::SCHED_WAKEUP);
     if let Some(pid) = task_pid::<DIRECT>(p).filter(|&pid| pid != 0) {
-        // SAFETY: helper without preconditions.
         runq::start_wait::<DIRECT>(
             c,
             p,
             pid,
             WaitKind::Wakeup,
-            unsafe { bpf_ktime_get_ns() },
+            now(),
             // The run queue it was just queued on, whose clock the enqueue updated.
             task_rq_cpu_clock::<DIRECT>(p),
             0,
@@ -79,8 +60,7 @@ fn switch<const DIRECT: bool, const STAMPS: bool>(
     count(c, counters::SCHED_SWITCH);
     // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
     // any other work so a wait is not lengthened by what this program does first.
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now();
     throttle::close_late::<DIRECT>(c);
     // This CPU's run queue and its clock as the scheduler stamped the switch with (own stamps
     // only): prev and next are both on it, and prev leads to it even when it is the idle task

@@ -5,15 +5,14 @@
 //! since 5.8 and `void` before, and may decline to throttle); that opens the episode. Around
 //! `unthrottle_cfs_rq` the change of `tg->cfs_bandwidth.throttled_time` is the kernel's own
 //! accounting of the episode, reported next to ours (a group-wide counter: unthrottles running at
-//! the same moment on other CPUs add to it too). Periods are still counted by the
-//! `hrtimer_expire_entry` program of `probes::throttle`.
+//! the same moment on other CPUs add to it too). Periods are still counted by the timer
+//! programs of `periods.rs`.
 //!
 //! Kernels that keep `throttled_clock_self_time` (6.7–6.17) leave out of `cpu.stat` the time a
 //! cfs_rq is throttled with no task on it (throttled as its last task blocked, until the next
 //! enqueue): there an episode's duration is the advance of that clock, the kernel's own count.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
@@ -24,13 +23,12 @@ use cgtrace_common::{
     throttle::{CLOSE_UNTHROTTLE, HookEpisode, MAX_EPISODE_NS, ThrottleEvent},
 };
 
+use super::{cfs_rq_tg, cfs_rq_throttled, periods::seed_period_counts, tg_cgroup_id, watch};
 use crate::{
+    helpers::{cpu, now},
     kernel::{layout, read},
     maps::{THROTTLE_ARG, THROTTLE_EPISODES, THROTTLE_LAST_CLOSE, count, counters, emit},
-    probes::{
-        runq::thr_clock,
-        throttle::{cfs_rq_throttled, seed_period_counts, tg_cgroup_id, watch},
-    },
+    probes::runq::thr_clock,
 };
 
 /// The cfs_rq's throttled-with-tasks clock, on kernels with `throttled_clock_self_time`.
@@ -65,9 +63,8 @@ fn throttled<const DIRECT: bool>(cfs_rq: *const u8) {
 /// Opens the episode of `cfs_rq` (unless one is open).
 #[inline(always)]
 fn open<const DIRECT: bool>(cfs_rq: *const u8) {
-    // SAFETY: helpers without preconditions.
-    let (now, cpu) = unsafe { (bpf_ktime_get_ns(), bpf_get_smp_processor_id()) };
-    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let (now, cpu) = (now(), cpu());
+    let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
     let cgroup_id = tg_cgroup_id::<DIRECT>(tg).unwrap_or(0);
     let ep = HookEpisode {
         start_ns: now,
@@ -109,11 +106,10 @@ fn unthrottle_entry<const DIRECT: bool>(cfs_rq: *const u8) {
         return;
     };
     let before = kernel_throttled_time::<DIRECT>(cfs_rq);
-    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode. The helper has no
-    // preconditions.
+    // SAFETY: live map value; this cfs_rq's rq lock serialises its episode.
     unsafe {
         (*ep).kernel_before = before;
-        (*ep).unthrottle_ns = bpf_ktime_get_ns();
+        (*ep).unthrottle_ns = now();
     }
 }
 
@@ -129,10 +125,9 @@ fn unthrottled<const DIRECT: bool>(cfs_rq: *const u8) {
         return;
     }
     let _ = THROTTLE_EPISODES.remove(&key);
-    // SAFETY: helpers without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = now();
     // The cfs_rq must still be the group's that opened the episode, and the episode not stale.
-    let tg: *const u8 = read::<_, DIRECT>(cfs_rq, layout!(cfs_rq_tg)).unwrap_or(core::ptr::null());
+    let tg = cfs_rq_tg::<DIRECT>(cfs_rq);
     if (ep.cgroup_id != 0 && tg_cgroup_id::<DIRECT>(tg).unwrap_or(0) != ep.cgroup_id)
         || now.saturating_sub(ep.start_ns) > MAX_EPISODE_NS
     {

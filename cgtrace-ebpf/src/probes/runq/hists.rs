@@ -1,0 +1,173 @@
+//! The latency histograms a wait is added to, per (cgroup, wait kind): with task storage, slots
+//! of the memory-mapped `RUNQ_SLOTS` array, cached in the task's storage; without, entries of
+//! the `RUNQ_HIST` hash.
+use aya_ebpf::bindings::BPF_NOEXIST;
+use cgtrace_common::{
+    counters::{self, Counters},
+    runq::{NR_WAIT_KINDS, RunqHist, RunqKey, RunqSlot, RunqStart},
+};
+
+use crate::{
+    helpers::{atomic_add, bucket_index},
+    maps::{EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, ZERO_HIST, count},
+};
+
+/// Where a wait's histograms are.
+#[derive(Clone, Copy)]
+pub(super) enum Hists {
+    /// Task storage: `RUNQ_SLOTS`, through the slots cached in this storage.
+    Slots(*mut RunqStart, u64),
+    /// No task storage: `RUNQ_HIST`, keyed by this cgroup id.
+    Hash(u64),
+}
+
+/// The histograms of `cgroup_id` for a wait of the task whose storage is `storage` (null: the
+/// hash is used).
+#[inline(always)]
+pub(super) fn hists_of(storage: *mut RunqStart, cgroup_id: u64) -> Hists {
+    if storage.is_null() {
+        Hists::Hash(cgroup_id)
+    } else {
+        Hists::Slots(storage, cgroup_id)
+    }
+}
+
+/// The histogram of `kind` in `hists` (`None`: no room, counted as `runq_hist_full`).
+#[inline(always)]
+fn hist_of(c: *mut Counters, hists: Hists, kind: u32) -> Option<*mut RunqHist> {
+    let (storage, cgroup_id) = match hists {
+        Hists::Hash(cgroup_id) => return hash_hist(c, cgroup_id, kind),
+        Hists::Slots(storage, cgroup_id) => (storage, cgroup_id),
+    };
+    if kind as usize >= NR_WAIT_KINDS {
+        return None;
+    }
+    let key = RunqKey {
+        cgroup_id,
+        kind,
+        _pad: 0,
+    };
+    // The slot cached in the task's storage: an array index, checked against the slot's owner.
+    // SAFETY: the task's own storage value (see `start_wait`); the slot is a live map value.
+    unsafe {
+        let cached = match kind {
+            0 => (*storage).slot_wakeup,
+            1 => (*storage).slot_preempt,
+            _ => (*storage).slot_throttled,
+        };
+        if (*storage).slot_cgroup == cgroup_id
+            && let Some(slot) = RUNQ_SLOTS.get_ptr_mut(cached)
+            && (*slot).owner.cgroup_id == cgroup_id
+            && (*slot).owner.kind == kind
+        {
+            return Some(&raw mut (*slot).hist);
+        }
+    }
+    // The task's first wait of this kind in this cgroup.
+    let Some((index, slot)) = slot_of(&key) else {
+        count(c, counters::RUNQ_HIST_FULL);
+        return None;
+    };
+    // SAFETY: as above.
+    unsafe {
+        if (*storage).slot_cgroup != cgroup_id {
+            (*storage).slot_cgroup = cgroup_id;
+            (*storage).slot_wakeup = 0;
+            (*storage).slot_preempt = 0;
+            (*storage).slot_throttled = 0;
+        }
+        match kind {
+            0 => (*storage).slot_wakeup = index,
+            1 => (*storage).slot_preempt = index,
+            _ => (*storage).slot_throttled = index,
+        }
+        Some(&raw mut (*slot).hist)
+    }
+}
+
+/// The slot of `key`: the one mapped to it, or a free one taken and mapped now.
+#[inline(always)]
+fn slot_of(key: &RunqKey) -> Option<(u32, *mut RunqSlot)> {
+    // SAFETY: the value is copied out.
+    let index = match unsafe { RUNQ_SLOT_OF.get(key) }.copied() {
+        Some(index) => index,
+        None => {
+            let Ok(Some(index)) = RUNQ_FREE_SLOTS.pop() else {
+                return None;
+            };
+            // Always there: the loader queues the array's own indices.
+            let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
+            // Owned before it is mapped, so a mapped slot never shows another owner.
+            // SAFETY: a live map value; a free slot is written by no one else.
+            unsafe {
+                (*slot).owner.kind = key.kind;
+                (*slot).owner.cgroup_id = key.cgroup_id;
+            }
+            if RUNQ_SLOT_OF
+                .insert(key, &index, u64::from(BPF_NOEXIST))
+                .is_ok()
+            {
+                return Some((index, slot));
+            }
+            // Another CPU mapped one for it meanwhile: this one goes back.
+            // SAFETY: as above.
+            unsafe { (*slot).owner.cgroup_id = 0 };
+            let _ = RUNQ_FREE_SLOTS.push(&index, 0);
+            // SAFETY: the value is copied out.
+            unsafe { RUNQ_SLOT_OF.get(key) }.copied()?
+        }
+    };
+    let slot = RUNQ_SLOTS.get_ptr_mut(index)?;
+    // A mapping the daemon is taking back (its cgroup was removed) has lost its owner.
+    // SAFETY: a live map value.
+    let owned =
+        unsafe { (*slot).owner.cgroup_id == key.cgroup_id && (*slot).owner.kind == key.kind };
+    owned.then_some((index, slot))
+}
+
+/// The `RUNQ_HIST` entry of (`cgroup_id`, `kind`), inserted if new (`None`: the map is full,
+/// counted).
+#[inline(always)]
+fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHist> {
+    let key = RunqKey {
+        cgroup_id,
+        kind,
+        _pad: 0,
+    };
+    if let Some(h) = RUNQ_HIST.get_ptr_mut(&key) {
+        return Some(h);
+    }
+    let zero = ZERO_HIST.get_ptr(0)?;
+    // SAFETY: `zero` points at a map value of the right type.
+    let _ = RUNQ_HIST.insert(&key, unsafe { &*zero }, u64::from(BPF_NOEXIST));
+    let h = RUNQ_HIST.get_ptr_mut(&key);
+    if h.is_none() {
+        count(c, counters::RUNQ_HIST_FULL);
+    }
+    h
+}
+
+#[inline(always)]
+pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
+    let Some(hist) = hist_of(c, hists, kind) else {
+        return;
+    };
+    bucket_index!(let idx = wait_ns, else return);
+    // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
+    // charge the same cgroup at once.
+    unsafe {
+        atomic_add(&raw mut (*hist).sum_ns, wait_ns);
+        atomic_add(&raw mut (*hist).buckets[idx], 1);
+        // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
+        // raising the same cgroup's max at the same instant can keep the smaller of the two.
+        let epoch = EPOCH.get(0).copied().unwrap_or(0);
+        let slot = (epoch & 1) as usize;
+        if (*hist).max_epoch[slot] != epoch {
+            (*hist).max_epoch[slot] = epoch;
+            (*hist).max_ns[slot] = wait_ns;
+        } else if wait_ns > (*hist).max_ns[slot] {
+            (*hist).max_ns[slot] = wait_ns;
+        }
+    }
+    count(c, counters::RUNQ_WAITS);
+}

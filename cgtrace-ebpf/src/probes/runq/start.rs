@@ -1,0 +1,93 @@
+//! Where the start of a task's open wait is kept: in the task's own storage (6.1+, see
+//! `Config::runq_start_task`), or in the `RUNQ_START` hash (kernels before 6.1).
+use cgtrace_common::{
+    counters::{self, Counters},
+    runq::{RunqStart, WaitKind},
+};
+
+use super::thr_clock::thr_clock_of_task;
+use crate::{
+    helpers::config,
+    kernel::RqClock,
+    maps::{RUNQ_START, RUNQ_START_TASK, count},
+};
+
+/// A wait of `pid` (`task`) starts now, on the run queue `rq`.
+#[inline(always)]
+pub fn start_wait<const DIRECT: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    pid: u32,
+    kind: WaitKind,
+    now: u64,
+    rq: RqClock,
+    throttle_cfs_rq: u64,
+) {
+    let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
+    if task_storage() {
+        let p = RUNQ_START_TASK.get(task, true);
+        if p.is_null() {
+            count(c, counters::RUNQ_START_FULL);
+            return;
+        }
+        // SAFETY: the task's own storage value, written under the rq lock that serializes this
+        // task's wakeup, switch-out and switch-in. Field by field, the slot cache left as it is:
+        // a whole-struct store became a byte-wise memmove call the verifier refuses (a partial
+        // fill of a spilled register).
+        unsafe {
+            (*p).ts_ns = now;
+            (*p).kind = kind as u32;
+            (*p).throttle_cfs_rq = throttle_cfs_rq;
+            (*p).leaf_cfs_rq = leaf_cfs_rq;
+            (*p).thr_clock = thr_clock;
+            (*p).rq_cpu = rq.cpu as u32;
+            (*p).rq_clock_lo = rq.clock as u32;
+        }
+        return;
+    }
+    let start = RunqStart::new(now, kind as u32, throttle_cfs_rq, leaf_cfs_rq, thr_clock)
+        .on_rq(rq.cpu as u32, rq.clock as u32);
+    if RUNQ_START.insert(&pid, &start, 0).is_err() {
+        count(c, counters::RUNQ_START_FULL);
+    }
+}
+
+/// Whether wait starts are kept in task-local storage (else in the `RUNQ_START` hash).
+#[inline(always)]
+pub(super) fn task_storage() -> bool {
+    config!(runq_start_task) != 0
+}
+
+/// Takes the open wait start of `task` (`pid`), if any, with the task's storage (null: the
+/// hash is used).
+#[inline(always)]
+pub(super) fn take_start(task: *const u8, pid: u32) -> Option<(RunqStart, *mut RunqStart)> {
+    if task_storage() {
+        let p = RUNQ_START_TASK.get(task, false);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: as in `start_wait`; copied out, then marked closed.
+        unsafe {
+            let ts_ns = (*p).ts_ns;
+            if ts_ns == 0 {
+                return None;
+            }
+            (*p).ts_ns = 0;
+            let start = RunqStart::new(
+                ts_ns,
+                (*p).kind,
+                (*p).throttle_cfs_rq,
+                (*p).leaf_cfs_rq,
+                (*p).thr_clock,
+            )
+            .on_rq((*p).rq_cpu, (*p).rq_clock_lo);
+            Some((start, p))
+        }
+    } else {
+        // SAFETY: the value is copied out before the entry is removed.
+        let start = (unsafe { RUNQ_START.get(&pid) }).copied()?;
+        let _ = RUNQ_START.remove(&pid);
+        Some((start, core::ptr::null_mut()))
+    }
+}
