@@ -68,8 +68,8 @@ pub struct PrometheusArgs {
 }
 
 impl PrometheusArgs {
-    pub fn get(&self) -> cgtrace::metrics::Outputs {
-        cgtrace::metrics::Outputs {
+    pub fn get(&self) -> cgtrace::metrics::outputs::Outputs {
+        cgtrace::metrics::outputs::Outputs {
             prometheus: self.prometheus,
             otlp: self.otlp.clone(),
             opts: self.options(),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::Error;
+use super::error::Error;
 use super::mountinfo::{self, MountEntry};
 
 /// Default location of the mount table.

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use super::Error;
+use super::error::Error;
 
 /// The fields of a mountinfo line that matter here.
 #[derive(Debug, Clone, PartialEq, Eq)]

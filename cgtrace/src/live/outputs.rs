@@ -7,7 +7,7 @@ use crate::{
         driver::{self, Control, Sink},
         session::Pump,
     },
-    metrics::{Exporter, otlp::Pusher},
+    metrics::{http::Exporter, otlp::Pusher},
 };
 
 /// Runs `pump` into `sinks` (in order), then the exporter and the pusher, until `control` stops

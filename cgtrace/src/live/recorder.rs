@@ -45,7 +45,7 @@ pub struct RecordOptions {
     /// Also print the NDJSON stream to stdout (with these event lines).
     pub stream: Option<EventSelection>,
     /// `--prometheus` and `--otlp`.
-    pub metrics: crate::metrics::Outputs,
+    pub metrics: crate::metrics::outputs::Outputs,
 }
 
 /// The recorder sink: after every turn the ring-buffer records exactly as they came out, the names

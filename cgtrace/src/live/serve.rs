@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::{
     live::driver,
     live::session::{Pump, SessionOptions},
-    metrics::Outputs,
+    metrics::outputs::Outputs,
 };
 
 pub async fn run(

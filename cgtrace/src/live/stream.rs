@@ -12,7 +12,7 @@ use crate::{
     family::select::EventSelection,
     live::driver::{self, Flow, Sink, Turn},
     live::session::{Pump, SessionOptions},
-    metrics::Exporter,
+    metrics::http::Exporter,
     model::Hello,
     model::ndjson::emit_line,
 };
@@ -106,7 +106,7 @@ pub async fn run(
     duration: Option<Duration>,
     summary: bool,
     events: EventSelection,
-    metrics: crate::metrics::Outputs,
+    metrics: crate::metrics::outputs::Outputs,
 ) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let mut pump = Pump::start(&opts)?;

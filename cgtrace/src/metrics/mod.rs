@@ -18,53 +18,22 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::SocketAddr,
     time::Duration,
 };
 
 pub mod encode;
 mod host;
-mod http;
+pub mod http;
 pub mod otlp;
+pub mod outputs;
 
 pub use encode::OTHER;
 use encode::{Kind, Labels, MetricFamily};
-pub use http::{Exporter, Exposition};
 
 use crate::{
     family,
     model::{CgroupWindow, Window},
 };
-
-/// Where the metrics go: served for Prometheus, pushed as OTLP, or both.
-#[derive(Clone, Debug, Default)]
-pub struct Outputs {
-    pub prometheus: Option<SocketAddr>,
-    pub otlp: Option<hyper::Uri>,
-    pub opts: MetricsOptions,
-}
-
-impl Outputs {
-    pub fn is_empty(&self) -> bool {
-        self.prometheus.is_none() && self.otlp.is_none()
-    }
-
-    /// Binds the Prometheus port and makes the OTLP pusher, as asked.
-    pub async fn start(
-        &self,
-        host: &str,
-    ) -> anyhow::Result<(Option<Exporter>, Option<otlp::Pusher>)> {
-        let exporter = match self.prometheus {
-            Some(addr) => Some(Exporter::start(addr, self.opts).await?),
-            None => None,
-        };
-        let pusher = self
-            .otlp
-            .clone()
-            .map(|u| otlp::Pusher::new(u, self.opts, host.to_string()));
-        Ok((exporter, pusher))
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct MetricsOptions {

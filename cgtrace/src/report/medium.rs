@@ -1,7 +1,7 @@
 //! What the text report and the page write alike: a cgroup's name (each in its medium's
 //! markup), and the warnings above the numbers.
 
-use super::Report;
+use super::model::Report;
 use crate::safety::escape;
 
 /// Where the report is read.
@@ -60,7 +60,7 @@ impl Medium {
 #[cfg(test)]
 mod tests {
     use super::Medium::{Html, Text};
-    use crate::{record::reader::ReadStats, report::Report, safety::escape};
+    use crate::{record::reader::ReadStats, report::model::Report, safety::escape};
 
     /// As the text report and the page wrote them before they shared the sentences.
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, TOP, medium::Medium::Text};
+use super::{medium::Medium::Text, model::Report, model::TOP};
 use crate::{
     safety::escape::terminal as esc,
     units::{PeriodIn, clock_utc, period, period_thread},

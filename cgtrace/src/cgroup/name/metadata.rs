@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{
-    Name, NameKind, Parts,
+    model::{Name, NameKind, Parts},
     path::{Parsed, is_container_id, is_pod_uid, parse},
 };
 

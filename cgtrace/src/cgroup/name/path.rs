@@ -2,7 +2,7 @@
 //! drivers, crio's `conmon`), containers of Docker, podman, containerd/nerdctl and LXC, and
 //! systemd units and sessions. The first of these that recognises the path names it.
 
-use super::{Name, NameKind};
+use super::model::{Name, NameKind};
 
 /// A derived name plus what enrichment needs to know.
 pub(super) struct Parsed {

@@ -9,10 +9,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use super::{Lookup, Resolver};
 
 /// `FILEID_KERNFS` from `include/linux/exportfs.h`: the handle is the 64-bit kernfs node id.
 const FILEID_KERNFS: i32 = 0xfe;
@@ -28,50 +26,58 @@ struct KernfsHandle {
     f_handle: [u8; 8],
 }
 
-impl Resolver {
-    /// Opens cgroup `id` (`O_PATH`) by its kernfs file handle, relative to the mount.
-    pub(super) fn open_handle(&self, id: u64) -> io::Result<OwnedFd> {
-        let mut handle = KernfsHandle {
-            handle_bytes: 8,
-            handle_type: FILEID_KERNFS,
-            // The kernel reads the id as a native-endian u64 (little-endian on x86/arm64).
-            f_handle: id.to_ne_bytes(),
-        };
-        // SAFETY: `handle` is a valid `struct file_handle` with `handle_bytes` bytes of payload
-        // and outlives the call; the returned fd is owned by nobody else.
-        let fd = unsafe {
-            libc::open_by_handle_at(
-                self.mount_fd.as_raw_fd(),
-                (&raw mut handle).cast::<libc::file_handle>(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by the kernel and is not owned elsewhere.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
+/// What reading an opened cgroup's path back gave.
+pub(super) enum Lookup {
+    Found(Arc<str>),
+    /// Deleted, or not below the mount (a bind mount of a sub-cgroup).
+    Gone,
+    /// Transient failure; do not cache.
+    Unknown,
+}
 
-    /// Reads back the path of a directory opened by handle, relative to the mount.
-    pub(super) fn read_back(&self, fd: &OwnedFd, id: u64) -> Lookup {
-        let Ok(link) = fs::read_link(proc_fd_path(fd.as_raw_fd())) else {
-            return Lookup::Unknown;
-        };
-        let link = link.as_os_str().as_bytes();
-        let Some(rel) = strip_mount_prefix(link, &self.fd_prefix) else {
-            return Lookup::Gone;
-        };
-        if rel.ends_with(DELETED_SUFFIX) {
-            // Either removed, or really named "... (deleted)": only the latter is found by
-            // name with the same inode.
-            let abs = self.mount.join(OsStr::from_bytes(&rel[1..]));
-            if !fs::symlink_metadata(abs).is_ok_and(|md| md.ino() == id) {
-                return Lookup::Gone;
-            }
-        }
-        Lookup::Found(Arc::from(String::from_utf8_lossy(rel).as_ref()))
+/// Opens cgroup `id` (`O_PATH`) by its kernfs file handle, relative to the mount (`mount_fd`).
+pub(super) fn open_handle(mount_fd: &File, id: u64) -> io::Result<OwnedFd> {
+    let mut handle = KernfsHandle {
+        handle_bytes: 8,
+        handle_type: FILEID_KERNFS,
+        // The kernel reads the id as a native-endian u64 (little-endian on x86/arm64).
+        f_handle: id.to_ne_bytes(),
+    };
+    // SAFETY: `handle` is a valid `struct file_handle` with `handle_bytes` bytes of payload
+    // and outlives the call; the returned fd is owned by nobody else.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&raw mut handle).cast::<libc::file_handle>(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: `fd` was just returned by the kernel and is not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads back the path of a directory opened by handle, relative to the mount (`mount`, whose
+/// descriptor's link reads `fd_prefix`).
+pub(super) fn read_back(fd: &OwnedFd, id: u64, fd_prefix: &[u8], mount: &Path) -> Lookup {
+    let Ok(link) = fs::read_link(proc_fd_path(fd.as_raw_fd())) else {
+        return Lookup::Unknown;
+    };
+    let link = link.as_os_str().as_bytes();
+    let Some(rel) = strip_mount_prefix(link, fd_prefix) else {
+        return Lookup::Gone;
+    };
+    if rel.ends_with(DELETED_SUFFIX) {
+        // Either removed, or really named "... (deleted)": only the latter is found by
+        // name with the same inode.
+        let abs = mount.join(OsStr::from_bytes(&rel[1..]));
+        if !fs::symlink_metadata(abs).is_ok_and(|md| md.ino() == id) {
+            return Lookup::Gone;
+        }
+    }
+    Lookup::Found(Arc::from(String::from_utf8_lossy(rel).as_ref()))
 }
 
 pub(super) fn proc_fd_path(fd: i32) -> PathBuf {

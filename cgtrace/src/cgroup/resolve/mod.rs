@@ -16,13 +16,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Error;
+use super::error::Error;
 
 mod handle;
 mod lru;
 mod walk;
 
-use handle::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, fstatfs_type, proc_fd_path};
+use handle::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, Lookup, fstatfs_type, proc_fd_path};
 use lru::Lru;
 use walk::walk;
 
@@ -37,15 +37,6 @@ enum Mode {
     Handles,
     /// Directory walks only.
     Walk,
-}
-
-/// What reading an opened cgroup's path back gave.
-enum Lookup {
-    Found(Arc<str>),
-    /// Deleted, or not below the mount (a bind mount of a sub-cgroup).
-    Gone,
-    /// Transient failure; do not cache.
-    Unknown,
 }
 
 /// Resolves cgroup ids of one hierarchy to paths relative to its mount.
@@ -75,6 +66,16 @@ pub struct Resolver {
 }
 
 impl Resolver {
+    /// Opens cgroup `id` (`O_PATH`) by its kernfs file handle, relative to the mount.
+    fn open_handle(&self, id: u64) -> io::Result<std::os::fd::OwnedFd> {
+        handle::open_handle(&self.mount_fd, id)
+    }
+
+    /// Reads back the path of a directory opened by handle, relative to the mount.
+    fn read_back(&self, fd: &std::os::fd::OwnedFd, id: u64) -> Lookup {
+        handle::read_back(fd, id, &self.fd_prefix, &self.mount)
+    }
+
     /// Opens `mount` (a hierarchy's mount point, or any directory tree for the walk fallback)
     /// with a cache of at most `capacity` paths (at least 1).
     pub fn new(mount: PathBuf, capacity: usize) -> Result<Resolver, Error> {

@@ -20,7 +20,6 @@ pub mod dying;
 mod files;
 pub mod metrics;
 pub mod model;
-pub mod reader;
 
 pub use model::{Churn, ChurnActor, DyingMemcgs, FileReads, MemcgTarget, ReadFile, Target};
 
@@ -113,7 +112,7 @@ impl Records {
         }
     }
 
-    /// The slow reads kept for event lines (named by the live reader: [`reader::ReadsReader::slow_read`]).
+    /// The slow reads kept for event lines (named by the live reader: [`collect::reader::ReadsReader::slow_read`]).
     pub fn take_slow_reads(&mut self) -> Vec<SlowReadEvent> {
         std::mem::take(&mut self.slow_reads)
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::{
     family,
     model::{CgroupWindow, Flag},
-    report::{Diagnosed, FlagSeen, TOP},
+    report::{model::Diagnosed, model::FlagSeen, model::TOP},
 };
 
 impl FlagSeen {

@@ -9,7 +9,7 @@ use crate::{
     family,
     hist::{Hist, HistSummary},
     model::CgroupWindow,
-    report::{CgroupLatency, FamilyReport, TOP},
+    report::{model::CgroupLatency, model::FamilyReport, model::TOP},
 };
 
 /// A family's histogram of one cgroup over the recording.

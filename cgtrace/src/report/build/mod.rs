@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{Episode, Report, TOP, Wait};
+use super::{model::Episode, model::Report, model::TOP, model::Wait};
 use crate::{
     family::select::EventSelection,
     family::{self, EventLine},

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     model::Window,
-    report::{OwnCost, ProgramTotal},
+    report::{model::OwnCost, model::ProgramTotal},
 };
 
 /// Sums the windows' `self` objects as they come.

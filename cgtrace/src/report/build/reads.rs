@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     model::Window,
-    report::{FileReadsSeen, MemcgSeen, TOP},
+    report::{model::FileReadsSeen, model::MemcgSeen, model::TOP},
 };
 
 /// Sums the windows' `reads` family as they come.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::{model::CgroupWindow, report::ThrottledCgroup};
+use crate::{model::CgroupWindow, report::model::ThrottledCgroup};
 
 /// Sums the windows' `throttle` family per cgroup id.
 #[derive(Default)]

@@ -30,7 +30,7 @@ use throttle::{throttle, throttle_series_only};
 
 pub use series::{MAX_COLS, Series};
 
-use super::{OwnCost, Report, medium::Medium::Html};
+use super::{medium::Medium::Html, model::OwnCost, model::Report};
 use crate::{
     family,
     model::Window,
@@ -39,14 +39,15 @@ use crate::{
     units::clock_utc,
 };
 
-/// Cgroups drawn per family.
-const RUNQ_DRAWN: usize = 4;
-const THROTTLE_DRAWN: usize = 6;
-
 /// The page for a recording and its report.
 pub fn render(rec: &Recording, r: &Report) -> String {
     let mut ids: Vec<u64> = runq_ids(r);
-    ids.extend(r.throttled.iter().take(THROTTLE_DRAWN).map(|t| t.id));
+    ids.extend(
+        r.throttled
+            .iter()
+            .take(throttle::THROTTLE_DRAWN)
+            .map(|t| t.id),
+    );
     let mut s = Series::new(rec.windows.len(), ids);
     rec.for_each(|item| {
         if let Item::Window { json, .. } = item
@@ -68,7 +69,7 @@ pub fn render_windows(ws: &[Window]) -> String {
     }
     let mut ids: Vec<(u64, u64)> = busiest.into_iter().collect();
     ids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut s = Series::new(ws.len(), ids.iter().take(RUNQ_DRAWN).map(|x| x.0));
+    let mut s = Series::new(ws.len(), ids.iter().take(runq::RUNQ_DRAWN).map(|x| x.0));
     for w in ws {
         s.add(w);
     }

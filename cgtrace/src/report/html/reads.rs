@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::{series::Series, svg::lines};
 use crate::{
     hist::micros,
-    report::{Report, medium::Medium::Html},
+    report::{medium::Medium::Html, model::Report},
     safety::escape::html as esc,
 };
 

@@ -4,16 +4,18 @@
 use std::{collections::HashMap, fmt::Write as _};
 
 use super::{
-    RUNQ_DRAWN,
     series::{Col, Series},
     svg::{heatmap, lines},
 };
 use crate::{
     hist::micros,
-    report::{Report, TOP, medium::Medium::Html},
+    report::{medium::Medium::Html, model::Report, model::TOP},
     safety::escape::html as esc,
     units::clock_utc,
 };
+
+/// Run-queue cgroups drawn at most.
+pub(super) const RUNQ_DRAWN: usize = 4;
 
 /// The run-queue cgroups drawn: the worst by p99, then by max, [`RUNQ_DRAWN`] at most.
 pub(super) fn runq_ids(r: &Report) -> Vec<u64> {

@@ -5,15 +5,17 @@
 use std::fmt::Write as _;
 
 use super::{
-    THROTTLE_DRAWN,
     series::{Col, Series},
     svg::{lines, throttled_bars},
 };
 use crate::{
     hist::micros,
-    report::{Report, TOP, medium::Medium::Html},
+    report::{medium::Medium::Html, model::Report, model::TOP},
     units::{PeriodIn, clock_utc, period, period_thread},
 };
+
+/// Throttled cgroups drawn at most.
+pub(super) const THROTTLE_DRAWN: usize = 6;
 
 fn throttle_chart(o: &mut String, s: &Series, cols: &[Col]) {
     let usage: Vec<Option<f64>> = cols

@@ -13,7 +13,7 @@ use cgtrace_common::reads::{
     SlowReadEvent,
 };
 
-use super::{
+use crate::family::reads::{
     FileReads, MemcgTarget, ReadFile, SlowRead, Target,
     files::{FileInfo, Mount, file_info, mounts_by_dev},
 };

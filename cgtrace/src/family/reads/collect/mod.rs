@@ -6,13 +6,15 @@ use aya::maps::{HashMap, MapData};
 use cgtrace_common::reads::ReadKey;
 
 pub use super::dying::DyingCounter;
-pub use super::reader::{ReadsReader, ReadsWindow};
+pub mod reader;
+
 use super::{INFO, MemcgTarget, ReadFile};
 use crate::{
     family::collect::{Collector, Start, WindowInput, take_map},
     family::{EventLine, FamilyInfo, Records},
     model::{CgroupWindow, Window},
 };
+pub use reader::{ReadsReader, ReadsWindow};
 
 /// The reads family's collector: its map reader, where dying memcgs are counted, and how churn
 /// events name their hierarchies.

@@ -1,0 +1,199 @@
+//! The report's types: what `report --json` prints, what the text and the page are written from.
+//! A leaf: `build/` fills them, `text.rs` and `html/` read them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{family, family::throttle::burners::ThrottledPeriod, record::reader::ReadStats};
+
+/// How many entries each ranking keeps.
+pub(super) const TOP: usize = 10;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub host: String,
+    pub kernel: String,
+    pub cgtrace: String,
+    pub format: String,
+    pub first_unix_ms: u64,
+    pub last_unix_ms: u64,
+    pub windows: u64,
+    pub events_recorded: u64,
+    /// Kernel-side drops over the recording (`events.dropped` summed).
+    pub events_dropped: u64,
+    /// Records the recorder itself could not keep (its buffer was full).
+    pub recorder_lost: u64,
+    /// What could not be read from the file.
+    pub read: ReadStats,
+    /// Per family: the cgroups with the worst tail latency.
+    pub families: BTreeMap<String, FamilyReport>,
+    /// Diagnoses of the families other than `throttle` (whose flags are in `throttled`), by
+    /// cgroup: most windows flagged first.
+    pub diagnoses: Vec<Diagnosed>,
+    pub throttled: Vec<ThrottledCgroup>,
+    pub longest_episodes: Vec<Episode>,
+    pub slowest_waits: Vec<Wait>,
+    /// The blame ledger (recorded with `--blame`): the cgroups that cost others the most
+    /// run-queue wait, with their victims.
+    pub noisy_neighbours: Vec<family::runq::blame::NoisyNeighbour>,
+    /// `reads`: the (reader cgroup, comm, file) with the slowest reads over the recording.
+    pub slowest_reads: Vec<FileReadsSeen>,
+    /// `reads`: memory cgroups whose stat files were read, most read time first.
+    pub memcgs: Vec<MemcgSeen>,
+    /// `reads`: the host's largest dying memcg count over the recording.
+    pub dying_memcgs_max: Option<u64>,
+    /// `reads`: cgroups created and removed over the recording.
+    pub cgroups_created: u64,
+    pub cgroups_removed: u64,
+    /// Single events per family, and those this cgtrace cannot decode.
+    pub events_by_family: BTreeMap<String, u64>,
+    pub undecoded_events: u64,
+    /// How the recorded kernel split waits into throttled and the rest (absent in recordings
+    /// made before it was reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_split: Option<crate::model::WaitSplit>,
+    /// What cgtrace itself cost the recorded host (the windows' `self`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_cost: Option<OwnCost>,
+}
+
+/// cgtrace's own cost over a recording, from its windows' `self` objects.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct OwnCost {
+    /// Windows with a `self` object, and of those, windows whose programs were timed
+    /// (`--bpf-stats`).
+    pub windows: u64,
+    pub timed_windows: u64,
+    pub mean_daemon_cpu_pct: f64,
+    pub max_daemon_cpu_pct: f64,
+    pub max_rss_kib: u64,
+    /// Time in all programs over the timed windows, in % of one CPU.
+    pub mean_bpf_cpu_pct: f64,
+    /// Per program over the timed windows, most time first.
+    pub programs: Vec<ProgramTotal>,
+}
+
+/// One program's runs and time over a recording's timed windows.
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct ProgramTotal {
+    pub name: String,
+    pub runs: u64,
+    pub run_us: f64,
+    pub ns_per_run: f64,
+}
+
+/// One reader's reads of one file over the recording.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FileReadsSeen {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub comm: String,
+    pub file: String,
+    pub count: u64,
+    pub total_us: f64,
+    pub flush_us: f64,
+    pub max_us: f64,
+    pub max_at_unix_ms: u64,
+    pub dying_memcgs: Option<u64>,
+}
+
+/// A memory cgroup whose stat files were read, over the recording.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemcgSeen {
+    pub hierarchy: String,
+    pub path: String,
+    pub stat_reads: u64,
+    pub read_us: f64,
+    pub flush_us: f64,
+    pub dying_memcgs_max: u64,
+    pub readers: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FamilyReport {
+    pub cgroups: usize,
+    pub worst_p99: Vec<CgroupLatency>,
+    pub worst_max: Vec<CgroupLatency>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CgroupLatency {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub count: u64,
+    pub mean_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// When the largest one happened (end of its window).
+    pub max_at_unix_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ThrottledCgroup {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub quota_cores: Option<f64>,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: f64,
+    pub episodes: u64,
+    pub worst_window_share: f64,
+    /// The kernel's `cpu.stat` deltas over the same windows (those with a reading).
+    pub kernel_nr_throttled: u64,
+    pub kernel_throttled_us: f64,
+    /// Ours over the same windows the kernel figures cover.
+    pub ours_nr_throttled_matched: u64,
+    pub ours_throttled_us_matched: f64,
+    /// Flag code → (windows flagged, the last message and suggestion).
+    pub flags: BTreeMap<String, FlagSeen>,
+}
+
+/// A diagnosis of one cgroup over the recording.
+#[derive(Clone, Debug, Serialize)]
+pub struct Diagnosed {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub family: String,
+    pub code: String,
+    /// Its windows, finding and suggestion (flat in the JSON, after `code`).
+    #[serde(flatten)]
+    pub seen: FlagSeen,
+}
+
+/// A flag over the recording: the windows it was raised in, and the last window's finding and
+/// the change it suggests.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FlagSeen {
+    pub windows: u64,
+    pub message: String,
+    pub suggestion: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Episode {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub at_unix_ms: u64,
+    pub cpu: u32,
+    pub duration_us: f64,
+    pub runnable: u32,
+    pub period: Option<ThrottledPeriod>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Wait {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub at_unix_ms: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub wait_kind: String,
+    pub wait_us: f64,
+}
