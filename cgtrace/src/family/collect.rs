@@ -10,23 +10,20 @@ use crate::{
     model::{CgroupWindow, Window},
 };
 
-/// What a family's collector is started with.
+/// What a family's collector is started with: what every family gets, then each family's own
+/// options (their types live in the family).
 pub struct Start<'a> {
     /// The loaded programs and maps (a collector takes its maps).
     pub ebpf: &'a mut aya::Ebpf,
     pub cgroups: &'a crate::cgroup::Cgroups,
     /// The hierarchy cgroup ids belong to (v1 `cpu`, or cgroup2).
-    pub runq_hierarchy: &'a crate::cgroup::Hierarchy,
+    pub hierarchy: &'a crate::cgroup::Hierarchy,
     /// `--max-cgroups`: what a family's tables may hold.
     pub max_cgroups: usize,
+    pub runq: runq::StartOptions,
     /// `--below-quota-fraction` and the like.
-    pub flag_rules: throttle::FlagRules,
-    /// Cgroup creations and removals are traced.
-    pub churn_traced: bool,
-    /// The blame ledger is on (`--blame`).
-    pub blame: bool,
-    /// Where run-queue wait starts went (and so `runq`'s histograms: slots or a hash).
-    pub runq_start: runq::starts::WaitStarts,
+    pub throttle: throttle::FlagRules,
+    pub reads: reads::StartOptions,
 }
 
 /// Takes a map out of the loaded object.

@@ -144,12 +144,16 @@ impl Session {
             let mut ctx = Start {
                 ebpf: &mut tracer.ebpf,
                 cgroups: &cgroups,
-                runq_hierarchy: hier,
+                hierarchy: hier,
                 max_cgroups: opts.max_cgroups as usize,
-                flag_rules: opts.flag_rules,
-                churn_traced: tracer.churn_traced,
-                blame: opts.blame_min.is_some(),
-                runq_start: tracer.runq_start,
+                runq: crate::family::runq::StartOptions {
+                    blame: opts.blame_min.is_some(),
+                    starts: tracer.runq_start,
+                },
+                throttle: opts.flag_rules,
+                reads: crate::family::reads::StartOptions {
+                    churn_traced: tracer.churn_traced,
+                },
             };
             collectors.push((f.start)(&mut ctx)?);
         }

@@ -33,6 +33,13 @@ pub const INFO: FamilyInfo = FamilyInfo {
     mark: 4,
 };
 
+/// What `reads`' collector is started with.
+#[derive(Clone, Copy, Debug)]
+pub struct StartOptions {
+    /// Cgroup creations and removals are traced, so the v1 directory count follows them.
+    pub churn_traced: bool,
+}
+
 /// A read this slow is worth a flag (the field reports are of seconds).
 const SLOW_READ_US: f64 = 100_000.0;
 /// Time in reads above this share of the window is worth a flag.

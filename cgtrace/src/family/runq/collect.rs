@@ -207,7 +207,7 @@ impl RunqReader {
 
 /// Takes the histogram tables and `EPOCH`.
 pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
-    let source = if ctx.runq_start.task_storage() {
+    let source = if ctx.runq.starts.task_storage() {
         let Map::Array(slots) = take_map(ctx.ebpf, "RUNQ_SLOTS")? else {
             anyhow::bail!("RUNQ_SLOTS is not an array");
         };
@@ -224,7 +224,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     };
     let epoch: Array<MapData, u64> = take_map(ctx.ebpf, "EPOCH")?.try_into()?;
     let mut reader = RunqReader::new(source, epoch)?;
-    if ctx.blame {
+    if ctx.runq.blame {
         let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
         reader.blame = Some(BlameReader::new(blame));
     }

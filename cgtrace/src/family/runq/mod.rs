@@ -29,6 +29,15 @@ pub const INFO: FamilyInfo = FamilyInfo {
     mark: 1,
 };
 
+/// What `runq`'s collector is started with.
+#[derive(Clone, Copy, Debug)]
+pub struct StartOptions {
+    /// The blame ledger is on (`--blame`): its map is read.
+    pub blame: bool,
+    /// Where the wait starts went, and so the histograms: array slots or a hash.
+    pub starts: starts::WaitStarts,
+}
+
 /// Window deltas of one cgroup, by wait kind.
 pub type KindHists = [Hist; cgtrace_common::runq::NR_WAIT_KINDS];
 

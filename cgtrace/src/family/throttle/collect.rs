@@ -132,7 +132,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let stats: HashMap<MapData, u64, _> = take_map(ctx.ebpf, "THROTTLE_STATS")?.try_into()?;
     let episodes: HashMap<MapData, u64, HookEpisode> =
         take_map(ctx.ebpf, "THROTTLE_EPISODES")?.try_into()?;
-    let hier = ctx.runq_hierarchy;
+    let hier = ctx.hierarchy;
     let files = CpuFiles {
         mount: hier.mount.clone(),
         version: hier.version,
@@ -149,7 +149,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let mut t = Throttle::new(
         ThrottleReader::new(stats).with_episodes(episodes),
         Some(files),
-        ctx.flag_rules,
+        ctx.throttle,
         ctx.max_cgroups,
     );
     t.sums = Some(SliceSums::new(sums));

@@ -65,7 +65,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     Ok(Box::new(Reads::new(
         ReadsReader::new(stats, files),
         dying,
-        ctx.churn_traced,
+        ctx.reads.churn_traced,
         cgroups
             .subsystems
             .iter()
