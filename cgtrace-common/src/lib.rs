@@ -2,7 +2,7 @@
 //!
 //! Everything here is `#[repr(C)]` with explicit padding and no `bool`s, so the byte layout is
 //! the same on both sides. Each event family has one name from kernel to screen: `runq` here is
-//! `cgtrace-ebpf/src/probes/runq.rs` in the kernel and `cgtrace/src/family/runq/` in the daemon.
+//! `cgtrace-ebpf/src/probes/runq/` in the kernel and `cgtrace/src/family/runq/` in the daemon.
 #![no_std]
 
 // clap's derive (the `clap` feature, userspace only) names `std`.

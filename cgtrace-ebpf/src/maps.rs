@@ -39,7 +39,7 @@ pub static RUNQ_START_TASK: TaskStorage<RunqStart> = TaskStorage::new();
 
 /// The element type of `TaskStorage`'s map-type array, named so the loader can find that array
 /// in the object's BTF and, on kernels that cannot use task storage from tracing programs, turn
-/// the map into a one-entry hash that the programs never touch (`cgtrace::btfpatch`).
+/// the map into a one-entry hash that the programs never touch (`cgtrace::bpf::btf::patch`).
 #[repr(C)]
 pub struct CgtraceTaskStorageType(u8);
 

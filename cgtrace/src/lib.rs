@@ -1,12 +1,15 @@
 //! cgtrace: per-cgroup run-queue latency, CFS throttling and slow pseudo-file reads, traced with
 //! eBPF.
 //!
-//! Data flows one way (ARCHITECTURE.md has the picture): the kernel programs (`cgtrace-ebpf`)
-//! fill maps and a ring buffer; the [`session`] drains the ring buffer through the [`decode`]r
-//! into each [`family`]'s records and reads each family's maps once per window; the
-//! [`aggregate`] and the families' collectors make a [`model::Window`], which the [`driver`]
-//! hands to its sinks: the [`stream`], the [`recorder`], the [`metrics`] and the [`top`] view.
-//! [`replay`] and [`report`] read recordings through the same decoder and model.
+//! Data flows one way (ARCHITECTURE.md has the picture and a row per folder): the kernel
+//! programs (`cgtrace-ebpf`) fill maps and a ring buffer, which [`bpf`] loads, attaches and
+//! reads; the live [`session`](live::session) turns ring-buffer bytes into records through the
+//! [`decode`]r and each [`family`]'s records, reads each family's maps once per window, and the
+//! [`aggregate`](live::aggregate)or makes a [`model::Window`], which the
+//! [`driver`](live::driver) hands to its sinks: the [`stream`](live::stream), the
+//! [`recorder`](live::recorder), the [`metrics`] and the [`top`] view. Offline, [`replay`] and
+//! [`report`] read [`record`]ings through the same decoder, families and model. [`cgroup`]
+//! names cgroups; [`safety`] escapes tenant text, drops privileges and creates files safely.
 
 pub mod bpf;
 pub mod cgroup;

@@ -40,7 +40,7 @@ pub struct Hello {
     /// How histogram buckets are laid out.
     pub hist: HistSpec,
     /// Capabilities the daemon keeps once attached (every other one is dropped; see
-    /// `privilege.rs`). Absent in recordings made before cgtrace dropped them.
+    /// `safety/privilege.rs`). Absent in recordings made before cgtrace dropped them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_capabilities: Vec<String>,
     /// How run-queue waits are split into their throttled part and the rest on this kernel.

@@ -1,6 +1,6 @@
 //! The recording file: its layout ([`format`]), writing it ([`writer`]) and reading it back
 //! whatever state it is in ([`reader`]). The live recorder that fills it is
-//! [`crate::recorder`]; `replay`, `report` and the view's player read it.
+//! [`crate::live::recorder`]; `replay`, `report` and the view's player read it.
 
 pub mod format;
 pub mod reader;

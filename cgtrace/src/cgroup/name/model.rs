@@ -41,7 +41,7 @@ impl NameKind {
 pub struct Name {
     pub kind: NameKind,
     /// Short label: `nginx.service`, `session-3.scope`, `user@1000/foo.service`, a 12-hex
-    /// container id, `pod<uid>`; enriched by [`Names`]: `ns/pod`, `ns/pod/container`, the
+    /// container id, `pod<uid>`; enriched by [`Names`](super::Names): `ns/pod`, `ns/pod/container`, the
     /// Docker container name.
     pub display: String,
     pub pod_uid: Option<String>,

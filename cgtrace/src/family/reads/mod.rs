@@ -1,6 +1,6 @@
 //! `reads` in the daemon: pseudo-file reads per (reader cgroup, comm, file), memcg targets with
-//! their flush cost, dying memcgs and cgroup churn. [`collect`] is the live collector: [`reader`]
-//! reads the kernel's maps, `files` names the files read, [`dying`] counts dying memcgs; here
+//! their flush cost, dying memcgs and cgroup churn. [`collect`] is the live collector: its
+//! [`reader`](collect::reader) reads the kernel's maps, `files` names the files read, [`dying`] counts dying memcgs; here
 //! are the family's model types, records (slow reads, churn) and diagnoses.
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
