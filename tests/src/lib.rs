@@ -24,6 +24,20 @@ pub fn reap(child: &mut std::process::Child, grace: std::time::Duration) {
     let _ = child.wait();
 }
 
+/// Sends `sig` to process `pid`; fails, saying why, when kill(2) does.
+pub fn signal(pid: u32, sig: i32) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    anyhow::ensure!(
+        rc == 0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
 /// Set to `1` by the test command (`scripts/setup.sh test`): every privileged test must run, so
 /// a lost privilege, BTF or tool fails the suite instead of passing it silently.
 pub const REQUIRE: &str = "CGTRACE_REQUIRE_PRIVILEGED";
