@@ -69,6 +69,19 @@ pub fn can_trace() -> bool {
     true
 }
 
+/// [`can_trace`], on at least `n` CPUs: says why not (see [`skip`]), `reason` when the CPUs are
+/// too few.
+pub fn can_trace_on_cpus(n: usize, reason: &str) -> bool {
+    if !can_trace() {
+        return false;
+    }
+    if workload::cpus() < n {
+        skip(reason);
+        return false;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -4,7 +4,7 @@
 use std::{thread::sleep, time::Duration};
 
 use cgtrace_tests::{
-    can_trace,
+    can_trace, can_trace_on_cpus,
     cgroup::{TestCgroup, runq_mount},
     stream::{Stream, blame_parts_us, merge, sum_counter},
     workload::{self, Task, cpus},
@@ -19,11 +19,7 @@ const SIGTERM: i32 = 15;
 /// within microseconds even next to spinners (measured: p50 3 µs crowded vs 4 µs quiet).
 #[test]
 fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("")?;
@@ -400,11 +396,7 @@ fn wait_starts_match_run_delay(
     env: (&str, &str),
     detail_has: &str,
 ) -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene(prefix)?;
@@ -544,11 +536,7 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
 /// other (siblings).
 #[test]
 fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("blame-")?;
@@ -677,11 +665,7 @@ fn stop_and_run_delay_us(tasks: &[&Task]) -> f64 {
 /// summed over the windows is the kernel's `run_delay` of the threads within 3 %.
 #[test]
 fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let own = TestCgroup::new("blame-own")?;
@@ -740,11 +724,7 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
 #[test]
 fn blame_reaches_the_report_and_prometheus() -> anyhow::Result<()> {
     use cgtrace_tests::record::{cgtrace, free_port, scrape};
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("blame-out-")?;

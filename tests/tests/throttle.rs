@@ -6,7 +6,7 @@
 use std::{process::Command, thread::sleep, time::Duration};
 
 use cgtrace_tests::{
-    can_trace,
+    can_trace, can_trace_on_cpus,
     cgroup::TestCgroup,
     stream::{Stream, merge, sum_counter},
     workload::{self, Task, cpus},
@@ -205,11 +205,7 @@ fn run_under_quota(
 /// alignment a whole period sees 200 ms of demand against 100 ms of quota.
 #[test]
 fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs for a burst to outrun a 1-CPU quota");
+    if !can_trace_on_cpus(2, "needs 2 CPUs for a burst to outrun a 1-CPU quota") {
         return Ok(());
     }
     let bursty = TestCgroup::new("bursty")?;
