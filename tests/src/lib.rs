@@ -7,6 +7,7 @@ pub mod memcg;
 pub mod node;
 pub mod record;
 pub mod runqlat;
+pub mod scratch;
 pub mod strace;
 pub mod stream;
 pub mod workload;

@@ -49,6 +49,17 @@ pub fn windows(lines: &[Value]) -> Vec<&Value> {
     lines.iter().filter(|l| l["type"] == "window").collect()
 }
 
+/// The sum over `windows` (window lines) of the count at `pointer` (a JSON pointer:
+/// `/runq/count`) in cgroup `path`'s entries; a missing count is 0.
+pub fn cgroup_sum(windows: &[&Value], path: &str, pointer: &str) -> u64 {
+    windows
+        .iter()
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+        .filter(|c| c["path"] == path)
+        .map(|c| c.pointer(pointer).and_then(Value::as_u64).unwrap_or(0))
+        .sum()
+}
+
 /// `GET http://ADDR/metrics` with curl: (Content-Type, body).
 pub fn scrape(addr: &str) -> Result<(String, String)> {
     let out = Command::new("curl")

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
-    record::{lines, windows},
+    record::{cgroup_sum, lines, windows},
     workload::{self, cpus},
 };
 
@@ -68,12 +68,7 @@ fn the_image_traces_host_cgroups_from_its_own_cgroup_namespace() -> Result<()> {
         host.trim(),
         "--uts=host: the node's name"
     );
-    let waits: u64 = windows(&stream)
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == busy.rel.as_str())
-        .map(|c| c["runq"]["count"].as_u64().unwrap_or(0))
-        .sum();
+    let waits = cgroup_sum(&windows(&stream), &busy.rel, "/runq/count");
     eprintln!("{}: {waits} waits seen from the container", busy.rel);
     assert!(
         waits > 100,

@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
-    record::{cgtrace, free_port, lines, windows},
+    record::{cgroup_sum, cgtrace, free_port, lines, windows},
     workload::{self, cpus},
 };
 use serde_json::Value;
@@ -62,12 +62,7 @@ fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() 
     let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
     assert_eq!(code, 0, "{err}");
     let stream = lines(&stdout)?;
-    let waits: u64 = windows(&stream)
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == busy.rel.as_str())
-        .map(|c| c["runq"]["count"].as_u64().unwrap_or(0))
-        .sum();
+    let waits = cgroup_sum(&windows(&stream), &busy.rel, "/runq/count");
     assert!(waits > 100, "{waits} waits in the stream");
 
     let got: Vec<Value> = fs::read_to_string(&out)

@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, HashSet},
     fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Stdio},
     sync::mpsc,
     thread::sleep,
@@ -17,39 +17,14 @@ use cgtrace_tests::{
     can_trace,
     cgroup::{TestCgroup, runq_mount},
     record::{
-        cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_with_parser,
+        cgroup_sum, cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_with_parser,
         replay_stream, scrape, windows,
     },
+    scratch::{Scratch, path_str as s},
     stream::{Stream, cgtrace_bin},
     workload::{self, cpus},
 };
 use serde_json::Value;
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Result<Self> {
-        let d = std::env::temp_dir().join(format!("cgtrace-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d)?;
-        Ok(Self(d))
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// Per-cgroup run-queue totals over windows: path → (count, sum_us, merged buckets).
 fn runq_totals(lines: &[&Value]) -> BTreeMap<String, (u64, f64, BTreeMap<u64, u64>)> {
@@ -159,12 +134,7 @@ fn a_recorded_minute_replays_and_reports_what_the_live_stream_printed() -> Resul
         assert!(l.0 > 0, "{} has waits", cg.rel);
         assert_eq!(l, r, "{}", cg.rel);
     }
-    let thr_live: u64 = lw
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == throttled.rel.as_str())
-        .map(|c| c["throttle"]["nr_throttled"].as_u64().unwrap_or(0))
-        .sum();
+    let thr_live = cgroup_sum(&lw, &throttled.rel, "/throttle/nr_throttled");
     assert!(thr_live > 100, "throttled {thr_live} periods in a minute");
 
     // The report: the throttled cgroup with our counters and the kernel's, its episodes with the
