@@ -7,7 +7,7 @@ use cgtrace_tests::{
     can_trace, can_trace_on_cpus,
     cgroup::{TestCgroup, runq_mount},
     stream::{Stream, blame_parts_us, merge, sum_counter},
-    workload::{self, Task, cpus},
+    workload::{self, CrowdedScene, Task, cpus},
 };
 
 const SIGINT: i32 = 2;
@@ -400,7 +400,7 @@ fn wait_starts_match_run_delay(
         return Ok(());
     }
     let scene = workload::crowded_scene(prefix)?;
-    let mut s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
+    let s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
         .unwrap_or_default()
@@ -412,15 +412,7 @@ fn wait_starts_match_run_delay(
         detail.contains("waits timed in the run queue's clock"),
         "{detail}"
     );
-    let first = s.windows(1)?.remove(0);
-    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
-    s.windows(4)?;
-    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
-    let (_, lines) = s.stop(SIGINT)?;
-    let windows: Vec<_> = lines
-        .into_iter()
-        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
-        .collect();
+    let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
     let wait: f64 = windows
         .iter()
         .filter_map(|w| w["cgroups"].as_array())
@@ -428,7 +420,6 @@ fn wait_starts_match_run_delay(
         .filter(|c| c["path"] == scene.crowded.rel.as_str())
         .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
         .sum();
-    let kernel = delay_to - delay_from;
     eprintln!(
         "crowded ({}={}): wait {wait:.0} µs, run_delay {kernel:.0} µs",
         env.0, env.1
@@ -541,17 +532,8 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     }
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
-    let mut s = Stream::start(&["--interval", "1000", "--blame"])?;
-    let first = s.windows(1)?.remove(0);
-    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
-    s.windows(4)?;
-    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
-    let (_, lines) = s.stop(SIGINT)?;
-    // The windows after the first (the kernel's count is sampled as it arrives).
-    let windows: Vec<_> = lines
-        .into_iter()
-        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
-        .collect();
+    let s = Stream::start(&["--interval", "1000", "--blame"])?;
+    let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
     let of = |path: &str| {
         windows
             .iter()
@@ -578,7 +560,6 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
                 .sum()
         });
     }
-    let kernel = delay_to - delay_from;
     eprintln!(
         "crowded: wait {wait:.0} µs, parts {parts:.0}, charged to busy {by_busy:.0}, run_delay {kernel:.0} µs"
     );
@@ -642,6 +623,26 @@ fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::
         }
     }
     out
+}
+
+/// The crowded scene's run under `s`: the first window, then the crowded sleeper's `run_delay`
+/// sampled, four windows more, the sleeper stopped and its `run_delay` sampled again, the stream
+/// stopped (SIGINT). Returns the windows after the first (the kernel's count is sampled as it
+/// arrives) and the sleeper's `run_delay` between the two samples (µs).
+fn crowded_sleeper_run(
+    mut s: Stream,
+    scene: &CrowdedScene,
+) -> anyhow::Result<(Vec<serde_json::Value>, f64)> {
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
+    s.windows(4)?;
+    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    Ok((windows, delay_to - delay_from))
 }
 
 /// Stops (SIGSTOP) the tasks so that they wait no more, and returns their threads' `run_delay`
