@@ -123,6 +123,28 @@ pub fn bursts(threads: u64, burst_ms: u64, every_ms: u64, spin: fn(std::time::In
     }
 }
 
+/// A test cgroup kept busy by spinners (see [`busy`]); derefs to the cgroup.
+pub struct Busy {
+    /// The spinners. Dropped first: they leave before the cgroup is removed.
+    pub task: Task,
+    pub cg: crate::cgroup::TestCgroup,
+}
+
+impl std::ops::Deref for Busy {
+    type Target = crate::cgroup::TestCgroup;
+
+    fn deref(&self) -> &Self::Target {
+        &self.cg
+    }
+}
+
+/// A new test cgroup `name` with `threads` spinners in it ([`spin`], on any CPU).
+pub fn busy(name: &str, threads: usize) -> Result<Busy> {
+    let cg = crate::cgroup::TestCgroup::new(name)?;
+    let task = spin(threads, &cg.procs_file(), None)?;
+    Ok(Busy { task, cg })
+}
+
 /// Number of online CPUs.
 pub fn cpus() -> usize {
     std::thread::available_parallelism()

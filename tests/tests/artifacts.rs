@@ -346,8 +346,7 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_says_w
     let file = scratch.file("r.cgtr");
     let target = scratch.file("precious");
     fs::write(&target, b"precious\n")?;
-    let busy = TestCgroup::new("rot-busy")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rot-busy", cpus() + 1)?;
     let child = Command::new(cgtrace_bin())
         .args([
             "record",

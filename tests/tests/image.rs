@@ -7,7 +7,6 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
-    cgroup::TestCgroup,
     record::{cgroup_sum, lines, windows},
     workload::{self, cpus},
 };
@@ -27,8 +26,7 @@ fn the_image_traces_host_cgroups_from_its_own_cgroup_namespace() -> Result<()> {
         exists.success(),
         "{IMAGE} is not built: run scripts/setup.sh image"
     );
-    let busy = TestCgroup::new("image-busy")?;
-    let _spin = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let busy = workload::busy("image-busy", cpus() + 1)?;
     // This development VM forbids raising RLIMIT_NOFILE/NPROC, which podman's default ulimits
     // do: they are turned off here (a node does not need this).
     let conf = std::env::temp_dir().join(format!("cgtrace-containers-{}.conf", std::process::id()));

@@ -12,7 +12,6 @@ use std::{
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
-    cgroup::TestCgroup,
     record::{cgroup_sum, cgtrace, free_port, lines, windows},
     workload::{self, cpus},
 };
@@ -56,8 +55,7 @@ fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() 
         anyhow::ensure!(Instant::now() < deadline, "the receiver did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let busy = TestCgroup::new("otlp-busy")?;
-    let _spin = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let busy = workload::busy("otlp-busy", cpus() + 1)?;
     let url = format!("http://127.0.0.1:{port}/v1/metrics");
     let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
     assert_eq!(code, 0, "{err}");

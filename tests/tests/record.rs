@@ -231,9 +231,8 @@ fn kill_9_loses_at_most_the_last_second() -> Result<()> {
     }
     let scratch = Scratch::new("record-kill")?;
     let file = scratch.file("killed.cgtr");
-    let busy = TestCgroup::new("rec-kill")?;
     // More spinners than CPUs: a steady flow of waits of a millisecond and more.
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-kill", cpus() + 2)?;
     let mut rec = Recorder::start(&["-o", s(&file), "--event-min-ms", "1"])?;
     let printed = rec.windows(5)?;
     // Mid-window, mid-chunk.
@@ -285,8 +284,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
     }
     let scratch = Scratch::new("record-bad")?;
     let good = scratch.file("good.cgtr");
-    let busy = TestCgroup::new("rec-bad")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-bad", cpus() + 1)?;
     let (code, _, err) = cgtrace(&[
         "record",
         "-o",
@@ -451,8 +449,7 @@ fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
         }
     }
     let _unmount = Unmount(mnt.clone());
-    let busy = TestCgroup::new("rec-full")?;
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-full", cpus() + 2)?;
     let file = mnt.join("full.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
@@ -484,8 +481,7 @@ fn max_size_rotates_or_stops_and_says_which() -> Result<()> {
         return Ok(());
     }
     let scratch = Scratch::new("record-size")?;
-    let busy = TestCgroup::new("rec-size")?;
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-size", cpus() + 2)?;
     let f = scratch.file("rot.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
@@ -600,8 +596,7 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
             "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
         );
     };
-    let busy = TestCgroup::new("prom-busy")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let busy = workload::busy("prom-busy", cpus() + 1)?;
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
     const MAX: usize = 50;
