@@ -12,6 +12,16 @@ pub mod strace;
 pub mod stream;
 pub mod workload;
 
+/// A child process, killed and reaped on drop.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits up to `grace` for `child` to exit (it was asked to), then kills it; reaps it either way.
 pub fn reap(child: &mut std::process::Child, grace: std::time::Duration) {
     let deadline = std::time::Instant::now() + grace;

@@ -5,13 +5,13 @@
 use std::{
     fs,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
 use cgtrace_tests::{
-    can_trace,
+    Killed, can_trace,
     record::{cgroup_sum, cgtrace, free_port, lines, windows},
     workload::{self, cpus},
 };
@@ -19,15 +19,6 @@ use serde_json::Value;
 
 /// The Python with opentelemetry-proto that `scripts/setup.sh` installs.
 const PYTHON: &str = "/opt/cgtrace/otlp-venv/bin/python";
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() -> Result<()> {
