@@ -151,6 +151,14 @@ impl Merged {
         0
     }
 
+    /// The waits summed at their buckets' lower bounds (ns).
+    pub fn lower_bound_sum_ns(&self) -> f64 {
+        self.buckets
+            .iter()
+            .map(|(lo, n)| *lo as f64 * *n as f64)
+            .sum::<f64>()
+    }
+
     /// Re-bucketed to runqlat's log2 µs slots (slot 0 = 0..1 µs, slot k = 2^k..2^(k+1)-1 µs):
     /// each cgtrace bucket goes to the slot of its midpoint (a cgtrace bucket is 25 % wide, so
     /// one that straddles a slot boundary is split by where most of it lies).
