@@ -97,6 +97,16 @@ pub fn python_with_parser() -> Option<&'static str> {
     })
 }
 
+/// [`python_with_parser`], which the suite needs: panics saying how to install it when missing.
+pub fn python_parser() -> &'static str {
+    let Some(python) = python_with_parser() else {
+        panic!(
+            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
+        );
+    };
+    python
+}
+
 /// Parses an OpenMetrics exposition with `prometheus_client`'s parser (which raises on anything
 /// that is not valid OpenMetrics) and returns every sample as
 /// `[{"name", "labels": {…}, "value"}]`.

@@ -17,7 +17,7 @@ use cgtrace_tests::{
     can_trace,
     cgroup::{TestCgroup, runq_mount},
     record::{
-        cgroup_sum, cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_with_parser,
+        cgroup_sum, cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_parser,
         replay_stream, scrape, windows,
     },
     scratch::{Scratch, path_str as s},
@@ -591,11 +591,7 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
     if !can_trace() {
         return Ok(());
     }
-    let Some(python) = python_with_parser() else {
-        panic!(
-            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
-        );
-    };
+    let python = python_parser();
     let busy = workload::busy("prom-busy", cpus() + 1)?;
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
@@ -778,11 +774,7 @@ fn serve_is_headless_and_scrapes_parse() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let Some(python) = python_with_parser() else {
-        panic!(
-            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
-        );
-    };
+    let python = python_parser();
     let (code, out, err) = cgtrace(&["serve", "--duration", "1"])?;
     assert_eq!(code, 1);
     assert!(out.is_empty());
