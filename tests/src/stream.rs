@@ -116,6 +116,15 @@ impl Stream {
         Ok((status.code().unwrap_or(-1), std::mem::take(&mut self.seen)))
     }
 
+    /// Waits for `n` more window lines, stops the stream with SIGINT and checks that it exited 0;
+    /// returns every line it printed.
+    pub fn finish(mut self, n: usize) -> Result<Vec<Value>> {
+        self.windows(n)?;
+        let (code, lines) = self.stop(libc::SIGINT)?;
+        assert_eq!(code, 0);
+        Ok(lines)
+    }
+
     pub fn hello(&self) -> &Value {
         &self.seen[0]
     }

@@ -54,9 +54,7 @@ fn check(
     // Let the last episodes end at the next period, and the timer go idle.
     sleep(Duration::from_millis(1500));
     let (t1, us1) = quota_on.kernel_throttling()?;
-    s.windows(1)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(1)?;
     let (k_thr, k_us) = (t1 - t0, us1 - us0);
     let (o_thr, o_us, episodes) = ours(&lines, &quota_on.rel);
     eprintln!(
@@ -279,9 +277,7 @@ fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
     sleep(Duration::from_millis(1500));
     let (t1, _) = cg.kernel_throttling()?;
     // Two more windows: a period completes one window after its end.
-    s.windows(2)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(2)?;
     let windows: Vec<serde_json::Value> = lines
         .iter()
         .filter(|l| l["type"] == "window")
@@ -388,9 +384,7 @@ fn group_removed_while_throttled_leaves_no_stale_episode() -> anyhow::Result<()>
         cg.remove()?;
     }
     sleep(Duration::from_millis(1500));
-    s.windows(2)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(2)?;
     let stale = sum_counter(&lines, "throttle_stale");
     let episodes: Vec<&serde_json::Value> =
         lines.iter().filter(|l| l["type"] == "throttle").collect();
