@@ -7,9 +7,20 @@ pub mod memcg;
 pub mod node;
 pub mod record;
 pub mod runqlat;
+pub mod scratch;
 pub mod strace;
 pub mod stream;
 pub mod workload;
+
+/// A child process, killed and reaped on drop.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// Waits up to `grace` for `child` to exit (it was asked to), then kills it; reaps it either way.
 pub fn reap(child: &mut std::process::Child, grace: std::time::Duration) {
@@ -22,6 +33,20 @@ pub fn reap(child: &mut std::process::Child, grace: std::time::Duration) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Sends `sig` to process `pid`; fails, saying why, when kill(2) does.
+pub fn signal(pid: u32, sig: i32) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    anyhow::ensure!(
+        rc == 0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
 }
 
 /// Set to `1` by the test command (`scripts/setup.sh test`): every privileged test must run, so
@@ -50,6 +75,19 @@ pub fn can_trace() -> bool {
     }
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
         skip("no kernel BTF");
+        return false;
+    }
+    true
+}
+
+/// [`can_trace`], on at least `n` CPUs: says why not (see [`skip`]), `reason` when the CPUs are
+/// too few.
+pub fn can_trace_on_cpus(n: usize, reason: &str) -> bool {
+    if !can_trace() {
+        return false;
+    }
+    if workload::cpus() < n {
+        skip(reason);
         return false;
     }
     true

@@ -383,11 +383,7 @@ impl Node {
     /// kubelet/cAdvisor: every container's and pod's `cpu.stat`, `memory.stat` and memory usage,
     /// every `stats_every`, from a thread named `cadvisor`.
     fn spawn_stat_reader(&mut self) {
-        let (pods, stop, reads) = (
-            self.pods.clone(),
-            self.stop.clone(),
-            self.stat_reads.clone(),
-        );
+        let (pods, reads) = (self.pods.clone(), self.stat_reads.clone());
         let errors = self.errors.clone();
         let every = self.spec.stats_every;
         let v2 = self.hier[0].v2;
@@ -395,61 +391,47 @@ impl Node {
             .hier
             .iter()
             .position(|h| h.v2 || h.mount.ends_with("memory"));
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("cadvisor".into())
-                .spawn(move || {
-                    let mut next = Instant::now();
-                    while !stop.load(Ordering::Relaxed) {
-                        if Instant::now() < next {
-                            std::thread::sleep(Duration::from_millis(50));
-                            continue;
+        self.spawn_every("cadvisor", "spawning the stat reader", every, move || {
+            let dirs: Vec<(PathBuf, Option<PathBuf>)> = {
+                let p = pods.lock().unwrap();
+                p.iter()
+                    .flat_map(|pod| {
+                        std::iter::once(&pod.dirs).chain(pod.containers.iter().map(|c| &c.dirs))
+                    })
+                    .map(|d| (d[0].clone(), mem.map(|m| d[m].clone())))
+                    .collect()
+            };
+            for (cpu, mem) in dirs {
+                let mut files = vec![cpu.join("cpu.stat")];
+                if let Some(m) = mem {
+                    files.push(m.join("memory.stat"));
+                    files.push(m.join(if v2 {
+                        "memory.current"
+                    } else {
+                        "memory.usage_in_bytes"
+                    }));
+                }
+                for f in files {
+                    match fs::read(&f) {
+                        Ok(_) => {
+                            reads.fetch_add(1, Ordering::Relaxed);
                         }
-                        next += every;
-                        let dirs: Vec<(PathBuf, Option<PathBuf>)> = {
-                            let p = pods.lock().unwrap();
-                            p.iter()
-                                .flat_map(|pod| {
-                                    std::iter::once(&pod.dirs)
-                                        .chain(pod.containers.iter().map(|c| &c.dirs))
-                                })
-                                .map(|d| (d[0].clone(), mem.map(|m| d[m].clone())))
-                                .collect()
-                        };
-                        for (cpu, mem) in dirs {
-                            let mut files = vec![cpu.join("cpu.stat")];
-                            if let Some(m) = mem {
-                                files.push(m.join("memory.stat"));
-                                files.push(m.join(if v2 {
-                                    "memory.current"
-                                } else {
-                                    "memory.usage_in_bytes"
-                                }));
-                            }
-                            for f in files {
-                                match fs::read(&f) {
-                                    Ok(_) => {
-                                        reads.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    // The pod went between the listing and the read.
-                                    Err(_) if !f.parent().is_some_and(Path::exists) => {}
-                                    Err(e) => errors
-                                        .lock()
-                                        .unwrap()
-                                        .push(format!("reading {}: {e}", f.display())),
-                                }
-                            }
-                        }
+                        // The pod went between the listing and the read.
+                        Err(_) if !f.parent().is_some_and(Path::exists) => {}
+                        Err(e) => errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("reading {}: {e}", f.display())),
                     }
-                })
-                .expect("spawning the stat reader"),
-        );
+                }
+            }
+        });
     }
 
     /// node_exporter: per-CPU sysfs files, `/proc/stat`, `/proc/meminfo` and the root's
     /// `memory.stat`, every `sysfs_every`, from a thread named `node_exporter`.
     fn spawn_sysfs_reader(&mut self) {
-        let (stop, reads) = (self.stop.clone(), self.sysfs_reads.clone());
+        let reads = self.sysfs_reads.clone();
         let every = self.spec.sysfs_every;
         let mut files: Vec<PathBuf> = vec![
             "/proc/stat".into(),
@@ -470,9 +452,33 @@ impl Node {
                 }
             }
         }
+        self.spawn_every(
+            "node_exporter",
+            "spawning the sysfs reader",
+            every,
+            move || {
+                for f in &files {
+                    if fs::read(f).is_ok() {
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            },
+        );
+    }
+
+    /// Starts a thread named `name` that runs `tick` every `every` (the first at once, then on
+    /// schedule, looking every 50 ms) until the node stops; panics with `what` if it cannot start.
+    fn spawn_every(
+        &mut self,
+        name: &str,
+        what: &str,
+        every: Duration,
+        mut tick: impl FnMut() + Send + 'static,
+    ) {
+        let stop = self.stop.clone();
         self.threads.push(
             std::thread::Builder::new()
-                .name("node_exporter".into())
+                .name(name.into())
                 .spawn(move || {
                     let mut next = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
@@ -481,14 +487,10 @@ impl Node {
                             continue;
                         }
                         next += every;
-                        for f in &files {
-                            if fs::read(f).is_ok() {
-                                reads.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+                        tick();
                     }
                 })
-                .expect("spawning the sysfs reader"),
+                .expect(what),
         );
     }
 

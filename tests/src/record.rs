@@ -49,6 +49,17 @@ pub fn windows(lines: &[Value]) -> Vec<&Value> {
     lines.iter().filter(|l| l["type"] == "window").collect()
 }
 
+/// The sum over `windows` (window lines) of the count at `pointer` (a JSON pointer:
+/// `/runq/count`) in cgroup `path`'s entries; a missing count is 0.
+pub fn cgroup_sum(windows: &[&Value], path: &str, pointer: &str) -> u64 {
+    windows
+        .iter()
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+        .filter(|c| c["path"] == path)
+        .map(|c| c.pointer(pointer).and_then(Value::as_u64).unwrap_or(0))
+        .sum()
+}
+
 /// `GET http://ADDR/metrics` with curl: (Content-Type, body).
 pub fn scrape(addr: &str) -> Result<(String, String)> {
     let out = Command::new("curl")
@@ -84,6 +95,16 @@ pub fn python_with_parser() -> Option<&'static str> {
             .status()
             .is_ok_and(|s| s.success())
     })
+}
+
+/// [`python_with_parser`], which the suite needs: panics saying how to install it when missing.
+pub fn python_parser() -> &'static str {
+    let Some(python) = python_with_parser() else {
+        panic!(
+            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
+        );
+    };
+    python
 }
 
 /// Parses an OpenMetrics exposition with `prometheus_client`'s parser (which raises on anything

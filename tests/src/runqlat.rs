@@ -252,7 +252,7 @@ impl Runqlat {
 
     /// SIGINT, wait for exit, and everything it printed on stdout.
     pub fn stop_text(mut self) -> Result<String> {
-        send_signal(self.pid(), SIGINT)?;
+        crate::signal(self.pid(), SIGINT)?;
         let status = self.wait_exit(EXIT_TIMEOUT)?;
         let stdout = join(self.stdout.take());
         if !status.success() {
@@ -347,21 +347,6 @@ fn catches_signal(pid: u32, sig: i32) -> Result<bool> {
         .context("no SigCgt in /proc/PID/status")?;
     let mask = u64::from_str_radix(mask.trim(), 16).context("SigCgt")?;
     Ok(mask & (1 << (sig - 1)) != 0)
-}
-
-fn send_signal(pid: u32, sig: i32) -> Result<()> {
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    let pid = i32::try_from(pid).context("pid out of range")?;
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    let rc = unsafe { kill(pid, sig) };
-    ensure!(
-        rc == 0,
-        "kill({pid}, {sig}): {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
 }
 
 #[cfg(test)]

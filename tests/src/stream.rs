@@ -116,6 +116,15 @@ impl Stream {
         Ok((status.code().unwrap_or(-1), std::mem::take(&mut self.seen)))
     }
 
+    /// Waits for `n` more window lines, stops the stream with SIGINT and checks that it exited 0;
+    /// returns every line it printed.
+    pub fn finish(mut self, n: usize) -> Result<Vec<Value>> {
+        self.windows(n)?;
+        let (code, lines) = self.stop(libc::SIGINT)?;
+        assert_eq!(code, 0);
+        Ok(lines)
+    }
+
     pub fn hello(&self) -> &Value {
         &self.seen[0]
     }
@@ -149,6 +158,14 @@ impl Merged {
             }
         }
         0
+    }
+
+    /// The waits summed at their buckets' lower bounds (ns).
+    pub fn lower_bound_sum_ns(&self) -> f64 {
+        self.buckets
+            .iter()
+            .map(|(lo, n)| *lo as f64 * *n as f64)
+            .sum::<f64>()
     }
 
     /// Re-bucketed to runqlat's log2 µs slots (slot 0 = 0..1 µs, slot k = 2^k..2^(k+1)-1 µs):

@@ -87,6 +87,64 @@ pub fn sleeper(usec: u64, procs: Option<&Path>, cpu: Option<usize>, setsid: bool
     Task::spawn(cmd, procs, cpu, setsid)
 }
 
+/// Argument `i` of this process as a number, `default` when missing or not a number (for the
+/// fixture binaries).
+pub fn arg(i: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(i)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `threads` threads that call `spin(until)` for `burst_ms` together every `every_ms`
+/// (counted from one start), until the process is killed (the `burst` and `podproc` fixtures).
+pub fn bursts(threads: u64, burst_ms: u64, every_ms: u64, spin: fn(std::time::Instant)) {
+    use std::time::{Duration, Instant};
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                // Runs until killed: a burst every `every_ms` ms.
+                let mut k = 0u64;
+                loop {
+                    let cycle = start + Duration::from_millis(every_ms * k);
+                    let now = Instant::now();
+                    if cycle > now {
+                        std::thread::sleep(cycle - now);
+                    }
+                    spin(cycle + Duration::from_millis(burst_ms));
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+/// A test cgroup kept busy by spinners (see [`busy`]); derefs to the cgroup.
+pub struct Busy {
+    /// The spinners. Dropped first: they leave before the cgroup is removed.
+    pub task: Task,
+    pub cg: crate::cgroup::TestCgroup,
+}
+
+impl std::ops::Deref for Busy {
+    type Target = crate::cgroup::TestCgroup;
+
+    fn deref(&self) -> &Self::Target {
+        &self.cg
+    }
+}
+
+/// A new test cgroup `name` with `threads` spinners in it ([`spin`], on any CPU).
+pub fn busy(name: &str, threads: usize) -> Result<Busy> {
+    let cg = crate::cgroup::TestCgroup::new(name)?;
+    let task = spin(threads, &cg.procs_file(), None)?;
+    Ok(Busy { task, cg })
+}
+
 /// Number of online CPUs.
 pub fn cpus() -> usize {
     std::thread::available_parallelism()

@@ -14,36 +14,11 @@ use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
     record::{cgtrace, lines, replay_stream},
+    scratch::{Scratch, path_str as s},
     stream::cgtrace_bin,
     workload::{self, cpus},
 };
 use serde_json::Value;
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Result<Self> {
-        let d = std::env::temp_dir().join(format!("cgtrace-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d)?;
-        Ok(Self(d))
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// What a tenant may put in a name: a terminal escape (colour, title), a bell, a bidi override.
 const EVIL: &str = "\u{1b}[7m\u{7}\u{202e}";
@@ -371,8 +346,7 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_says_w
     let file = scratch.file("r.cgtr");
     let target = scratch.file("precious");
     fs::write(&target, b"precious\n")?;
-    let busy = TestCgroup::new("rot-busy")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rot-busy", cpus() + 1)?;
     let child = Command::new(cgtrace_bin())
         .args([
             "record",

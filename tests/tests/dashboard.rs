@@ -6,13 +6,13 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 use cgtrace_tests::{
-    can_trace,
+    Killed, can_trace,
     cgroup::{TestCgroup, runq_mount},
     record::free_port,
     stream::cgtrace_bin,
@@ -40,15 +40,6 @@ impl Drop for Planted {
         for p in self.0.iter().rev() {
             let _ = fs::remove_file(p).or_else(|_| fs::remove_dir(p));
         }
-    }
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

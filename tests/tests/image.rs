@@ -7,8 +7,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
-    cgroup::TestCgroup,
-    record::{lines, windows},
+    record::{cgroup_sum, lines, windows},
     workload::{self, cpus},
 };
 
@@ -27,8 +26,7 @@ fn the_image_traces_host_cgroups_from_its_own_cgroup_namespace() -> Result<()> {
         exists.success(),
         "{IMAGE} is not built: run scripts/setup.sh image"
     );
-    let busy = TestCgroup::new("image-busy")?;
-    let _spin = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let busy = workload::busy("image-busy", cpus() + 1)?;
     // This development VM forbids raising RLIMIT_NOFILE/NPROC, which podman's default ulimits
     // do: they are turned off here (a node does not need this).
     let conf = std::env::temp_dir().join(format!("cgtrace-containers-{}.conf", std::process::id()));
@@ -68,12 +66,7 @@ fn the_image_traces_host_cgroups_from_its_own_cgroup_namespace() -> Result<()> {
         host.trim(),
         "--uts=host: the node's name"
     );
-    let waits: u64 = windows(&stream)
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == busy.rel.as_str())
-        .map(|c| c["runq"]["count"].as_u64().unwrap_or(0))
-        .sum();
+    let waits = cgroup_sum(&windows(&stream), &busy.rel, "/runq/count");
     eprintln!("{}: {waits} waits seen from the container", busy.rel);
     assert!(
         waits > 100,

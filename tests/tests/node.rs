@@ -25,6 +25,7 @@ use cgtrace_tests::{
     cgroup::runq_mount,
     memcg::{dying_memcgs, memory_mount},
     node::{self, Driver, Node, Spec},
+    scratch::Scratch,
     stream::Stream,
     workload::bin,
 };
@@ -287,8 +288,8 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     };
     eprintln!("node: {spec:?} for {run:?}");
     let mut node = Node::start(spec.clone())?;
-    let dir = tempdir()?;
-    let file = dir.0.join("node.cgtr");
+    let dir = Scratch::new("node-rec")?;
+    let file = dir.file("node.cgtr");
     let file_arg = file.display().to_string();
     let mut args = vec![
         "record",
@@ -558,19 +559,4 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
         bail!("{} problems:\n{}", problems.len(), problems.join("\n"));
     }
     Ok(())
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempdir() -> Result<TempDir> {
-    let d = std::env::temp_dir().join(format!("cgtrace-node-rec-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d)?;
-    Ok(TempDir(d))
 }

@@ -5,30 +5,20 @@
 use std::{
     fs,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
 use cgtrace_tests::{
-    can_trace,
-    cgroup::TestCgroup,
-    record::{cgtrace, free_port, lines, windows},
+    Killed, can_trace,
+    record::{cgroup_sum, cgtrace, free_port, lines, windows},
     workload::{self, cpus},
 };
 use serde_json::Value;
 
 /// The Python with opentelemetry-proto that `scripts/setup.sh` installs.
 const PYTHON: &str = "/opt/cgtrace/otlp-venv/bin/python";
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() -> Result<()> {
@@ -56,18 +46,12 @@ fn otlp_histograms_decode_with_the_reference_protos_and_carry_the_busy_cgroup() 
         anyhow::ensure!(Instant::now() < deadline, "the receiver did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let busy = TestCgroup::new("otlp-busy")?;
-    let _spin = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let busy = workload::busy("otlp-busy", cpus() + 1)?;
     let url = format!("http://127.0.0.1:{port}/v1/metrics");
     let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
     assert_eq!(code, 0, "{err}");
     let stream = lines(&stdout)?;
-    let waits: u64 = windows(&stream)
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == busy.rel.as_str())
-        .map(|c| c["runq"]["count"].as_u64().unwrap_or(0))
-        .sum();
+    let waits = cgroup_sum(&windows(&stream), &busy.rel, "/runq/count");
     assert!(waits > 100, "{waits} waits in the stream");
 
     let got: Vec<Value> = fs::read_to_string(&out)

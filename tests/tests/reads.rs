@@ -251,9 +251,7 @@ fn a_slow_fuse_file_shows_its_path_reader_and_latency() -> anyhow::Result<()> {
     stream.windows(1)?;
     let slow = fs.path("slow");
     run(&reader_cmd(&slow, 3, "cgt-fusereader", &[&cg.dir]))?;
-    stream.windows(1)?;
-    let (code, lines) = stream.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = stream.finish(1)?;
     let events: Vec<&Value> = lines
         .iter()
         .filter(|l| l["type"] == "slow_read" && l["comm"] == "cgt-fusereader")
@@ -304,9 +302,7 @@ fn lxcfs_meminfo_is_charged_to_the_reader_and_lxcfs_reads_its_memcg() -> anyhow:
         "cgt-lxreader",
         &[&cpu.dir, &mem.dir],
     ))?;
-    stream.windows(1)?;
-    let (code, lines) = stream.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = stream.finish(1)?;
     let mine: u64 = read_lines(&lines, &cpu.rel)
         .iter()
         .filter(|l| l["comm"] == "cgt-lxreader" && l["file"] == meminfo.to_str().unwrap())
@@ -375,9 +371,7 @@ fn reads_evicted_in_flight_are_counted() -> anyhow::Result<()> {
     for mut c in children {
         assert!(c.wait()?.success());
     }
-    stream.windows(2)?;
-    let (code, lines) = stream.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = stream.finish(2)?;
     // Each reader reads to EOF: two read calls.
     let calls = 2 * READERS;
     let timed: u64 = read_lines(&lines, &cg.rel)
@@ -407,10 +401,8 @@ fn cgtraces_own_reads_are_not_traced() -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let mut stream = Stream::start(&["--interval", "300", "--reads-mode", READS_MODE])?;
-    stream.windows(4)?;
-    let (code, lines) = stream.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let stream = Stream::start(&["--interval", "300", "--reads-mode", READS_MODE])?;
+    let lines = stream.finish(4)?;
     let own: Vec<&Value> = lines
         .iter()
         .filter(|l| l["type"] == "window")
@@ -440,12 +432,10 @@ fn reads_modes_off_and_forced() -> anyhow::Result<()> {
     }
     drop(stream);
     // Off: the family says so and no window carries reads.
-    let mut stream = Stream::start(&["--interval", "200", "--reads-mode", "off"])?;
+    let stream = Stream::start(&["--interval", "200", "--reads-mode", "off"])?;
     assert_eq!(stream.hello()["families"]["reads"]["mode"], "off");
     let _ = std::fs::read_to_string("/proc/self/stat")?;
-    stream.windows(2)?;
-    let (code, lines) = stream.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = stream.finish(2)?;
     assert!(
         lines
             .iter()

@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, HashSet},
     fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Stdio},
     sync::mpsc,
     thread::sleep,
@@ -17,39 +17,14 @@ use cgtrace_tests::{
     can_trace,
     cgroup::{TestCgroup, runq_mount},
     record::{
-        cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_with_parser,
+        cgroup_sum, cgtrace, free_port, lines, monotonic_ns, parse_openmetrics, python_parser,
         replay_stream, scrape, windows,
     },
+    scratch::{Scratch, path_str as s},
     stream::{Stream, cgtrace_bin},
     workload::{self, cpus},
 };
 use serde_json::Value;
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Result<Self> {
-        let d = std::env::temp_dir().join(format!("cgtrace-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d)?;
-        Ok(Self(d))
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 /// Per-cgroup run-queue totals over windows: path → (count, sum_us, merged buckets).
 fn runq_totals(lines: &[&Value]) -> BTreeMap<String, (u64, f64, BTreeMap<u64, u64>)> {
@@ -159,12 +134,7 @@ fn a_recorded_minute_replays_and_reports_what_the_live_stream_printed() -> Resul
         assert!(l.0 > 0, "{} has waits", cg.rel);
         assert_eq!(l, r, "{}", cg.rel);
     }
-    let thr_live: u64 = lw
-        .iter()
-        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
-        .filter(|c| c["path"] == throttled.rel.as_str())
-        .map(|c| c["throttle"]["nr_throttled"].as_u64().unwrap_or(0))
-        .sum();
+    let thr_live = cgroup_sum(&lw, &throttled.rel, "/throttle/nr_throttled");
     assert!(thr_live > 100, "throttled {thr_live} periods in a minute");
 
     // The report: the throttled cgroup with our counters and the kernel's, its episodes with the
@@ -261,9 +231,8 @@ fn kill_9_loses_at_most_the_last_second() -> Result<()> {
     }
     let scratch = Scratch::new("record-kill")?;
     let file = scratch.file("killed.cgtr");
-    let busy = TestCgroup::new("rec-kill")?;
     // More spinners than CPUs: a steady flow of waits of a millisecond and more.
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-kill", cpus() + 2)?;
     let mut rec = Recorder::start(&["-o", s(&file), "--event-min-ms", "1"])?;
     let printed = rec.windows(5)?;
     // Mid-window, mid-chunk.
@@ -315,8 +284,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
     }
     let scratch = Scratch::new("record-bad")?;
     let good = scratch.file("good.cgtr");
-    let busy = TestCgroup::new("rec-bad")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-bad", cpus() + 1)?;
     let (code, _, err) = cgtrace(&[
         "record",
         "-o",
@@ -481,8 +449,7 @@ fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
         }
     }
     let _unmount = Unmount(mnt.clone());
-    let busy = TestCgroup::new("rec-full")?;
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-full", cpus() + 2)?;
     let file = mnt.join("full.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
@@ -514,8 +481,7 @@ fn max_size_rotates_or_stops_and_says_which() -> Result<()> {
         return Ok(());
     }
     let scratch = Scratch::new("record-size")?;
-    let busy = TestCgroup::new("rec-size")?;
-    let _busy = workload::spin(cpus() + 2, &busy.procs_file(), None)?;
+    let _busy = workload::busy("rec-size", cpus() + 2)?;
     let f = scratch.file("rot.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
@@ -625,13 +591,8 @@ fn prometheus_matches_the_stream_and_caps_series_under_cgroup_churn() -> Result<
     if !can_trace() {
         return Ok(());
     }
-    let Some(python) = python_with_parser() else {
-        panic!(
-            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
-        );
-    };
-    let busy = TestCgroup::new("prom-busy")?;
-    let _busy = workload::spin(cpus() + 1, &busy.procs_file(), None)?;
+    let python = python_parser();
+    let busy = workload::busy("prom-busy", cpus() + 1)?;
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
     const MAX: usize = 50;
@@ -813,11 +774,7 @@ fn serve_is_headless_and_scrapes_parse() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let Some(python) = python_with_parser() else {
-        panic!(
-            "no prometheus_client parser: run scripts/setup.sh deps (python3-prometheus-client)"
-        );
-    };
+    let python = python_parser();
     let (code, out, err) = cgtrace(&["serve", "--duration", "1"])?;
     assert_eq!(code, 1);
     assert!(out.is_empty());

@@ -4,10 +4,10 @@
 use std::{thread::sleep, time::Duration};
 
 use cgtrace_tests::{
-    can_trace,
+    can_trace, can_trace_on_cpus,
     cgroup::{TestCgroup, runq_mount},
     stream::{Stream, blame_parts_us, merge, sum_counter},
-    workload::{self, Task, cpus},
+    workload::{self, CrowdedScene, Task, cpus},
 };
 
 const SIGINT: i32 = 2;
@@ -19,11 +19,7 @@ const SIGTERM: i32 = 15;
 /// within microseconds even next to spinners (measured: p50 3 µs crowded vs 4 µs quiet).
 #[test]
 fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("")?;
@@ -400,15 +396,11 @@ fn wait_starts_match_run_delay(
     env: (&str, &str),
     detail_has: &str,
 ) -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene(prefix)?;
-    let mut s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
+    let s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
         .unwrap_or_default()
@@ -420,15 +412,7 @@ fn wait_starts_match_run_delay(
         detail.contains("waits timed in the run queue's clock"),
         "{detail}"
     );
-    let first = s.windows(1)?.remove(0);
-    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
-    s.windows(4)?;
-    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
-    let (_, lines) = s.stop(SIGINT)?;
-    let windows: Vec<_> = lines
-        .into_iter()
-        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
-        .collect();
+    let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
     let wait: f64 = windows
         .iter()
         .filter_map(|w| w["cgroups"].as_array())
@@ -436,7 +420,6 @@ fn wait_starts_match_run_delay(
         .filter(|c| c["path"] == scene.crowded.rel.as_str())
         .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
         .sum();
-    let kernel = delay_to - delay_from;
     eprintln!(
         "crowded ({}={}): wait {wait:.0} µs, run_delay {kernel:.0} µs",
         env.0, env.1
@@ -544,26 +527,13 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
 /// other (siblings).
 #[test]
 fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
-    let mut s = Stream::start(&["--interval", "1000", "--blame"])?;
-    let first = s.windows(1)?.remove(0);
-    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
-    s.windows(4)?;
-    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
-    let (_, lines) = s.stop(SIGINT)?;
-    // The windows after the first (the kernel's count is sampled as it arrives).
-    let windows: Vec<_> = lines
-        .into_iter()
-        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
-        .collect();
+    let s = Stream::start(&["--interval", "1000", "--blame"])?;
+    let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
     let of = |path: &str| {
         windows
             .iter()
@@ -590,7 +560,6 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
                 .sum()
         });
     }
-    let kernel = delay_to - delay_from;
     eprintln!(
         "crowded: wait {wait:.0} µs, parts {parts:.0}, charged to busy {by_busy:.0}, run_delay {kernel:.0} µs"
     );
@@ -656,6 +625,26 @@ fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::
     out
 }
 
+/// The crowded scene's run under `s`: the first window, then the crowded sleeper's `run_delay`
+/// sampled, four windows more, the sleeper stopped and its `run_delay` sampled again, the stream
+/// stopped (SIGINT). Returns the windows after the first (the kernel's count is sampled as it
+/// arrives) and the sleeper's `run_delay` between the two samples (µs).
+fn crowded_sleeper_run(
+    mut s: Stream,
+    scene: &CrowdedScene,
+) -> anyhow::Result<(Vec<serde_json::Value>, f64)> {
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
+    s.windows(4)?;
+    let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    Ok((windows, delay_to - delay_from))
+}
+
 /// Stops (SIGSTOP) the tasks so that they wait no more, and returns their threads' `run_delay`
 /// (µs).
 fn stop_and_run_delay_us(tasks: &[&Task]) -> f64 {
@@ -677,11 +666,7 @@ fn stop_and_run_delay_us(tasks: &[&Task]) -> f64 {
 /// summed over the windows is the kernel's `run_delay` of the threads within 3 %.
 #[test]
 fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let own = TestCgroup::new("blame-own")?;
@@ -697,9 +682,7 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
     s.windows(6)?;
     let own_delay = stop_and_run_delay_us(&[&own_task]);
     let child_delay = stop_and_run_delay_us(&[&child_task]);
-    s.windows(2)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(2)?;
     drop((own_task, child_task));
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     for (cg, kernel, part) in [
@@ -740,11 +723,7 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
 #[test]
 fn blame_reaches_the_report_and_prometheus() -> anyhow::Result<()> {
     use cgtrace_tests::record::{cgtrace, free_port, scrape};
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs");
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
     let scene = workload::crowded_scene("blame-out-")?;

@@ -6,7 +6,7 @@
 use std::{process::Command, thread::sleep, time::Duration};
 
 use cgtrace_tests::{
-    can_trace,
+    can_trace, can_trace_on_cpus,
     cgroup::TestCgroup,
     stream::{Stream, merge, sum_counter},
     workload::{self, Task, cpus},
@@ -54,9 +54,7 @@ fn check(
     // Let the last episodes end at the next period, and the timer go idle.
     sleep(Duration::from_millis(1500));
     let (t1, us1) = quota_on.kernel_throttling()?;
-    s.windows(1)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(1)?;
     let (k_thr, k_us) = (t1 - t0, us1 - us0);
     let (o_thr, o_us, episodes) = ours(&lines, &quota_on.rel);
     eprintln!(
@@ -87,15 +85,9 @@ fn episodes_match_cpu_stat_for_1_2_4_8_threads() -> anyhow::Result<()> {
         if threads > 1 || cpus() == 1 {
             assert!(thr.count > 0, "throttled waits recorded");
         }
-        let sum = |m: &cgtrace_tests::stream::Merged| {
-            m.buckets
-                .iter()
-                .map(|(lo, n)| *lo as f64 * *n as f64)
-                .sum::<f64>()
-        };
         if thr.count > 0 {
             assert!(
-                sum(&thr) > sum(&pre),
+                thr.lower_bound_sum_ns() > pre.lower_bound_sum_ns(),
                 "throttled wait dominates for {threads} threads"
             );
         }
@@ -205,11 +197,7 @@ fn run_under_quota(
 /// alignment a whole period sees 200 ms of demand against 100 ms of quota.
 #[test]
 fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()> {
-    if !can_trace() {
-        return Ok(());
-    }
-    if cpus() < 2 {
-        cgtrace_tests::skip("needs 2 CPUs for a burst to outrun a 1-CPU quota");
+    if !can_trace_on_cpus(2, "needs 2 CPUs for a burst to outrun a 1-CPU quota") {
         return Ok(());
     }
     let bursty = TestCgroup::new("bursty")?;
@@ -289,9 +277,7 @@ fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
     sleep(Duration::from_millis(1500));
     let (t1, _) = cg.kernel_throttling()?;
     // Two more windows: a period completes one window after its end.
-    s.windows(2)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(2)?;
     let windows: Vec<serde_json::Value> = lines
         .iter()
         .filter(|l| l["type"] == "window")
@@ -398,9 +384,7 @@ fn group_removed_while_throttled_leaves_no_stale_episode() -> anyhow::Result<()>
         cg.remove()?;
     }
     sleep(Duration::from_millis(1500));
-    s.windows(2)?;
-    let (code, lines) = s.stop(SIGINT)?;
-    assert_eq!(code, 0);
+    let lines = s.finish(2)?;
     let stale = sum_counter(&lines, "throttle_stale");
     let episodes: Vec<&serde_json::Value> =
         lines.iter().filter(|l| l["type"] == "throttle").collect();

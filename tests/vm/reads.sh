@@ -22,6 +22,7 @@ for word in $(cat /proc/cmdline); do
 done
 START_TIMEOUT=60
 OUT=/tmp/reads.ndjson
+. /lib.sh
 
 mkdir "$PARENT" "$READER" || exit 90
 echo +memory >"$PARENT/cgroup.subtree_control" || exit 91
@@ -62,11 +63,5 @@ kill -INT "$cgpid"
 wait "$cgpid"
 rc=$?
 
-read -r printk_saved </proc/sys/kernel/printk
-echo 1 >/proc/sys/kernel/printk
-echo "CGTRACE-KSTAT-AFTER nr_dying_descendants=$dying made=$i"
-echo CGTRACE-STREAM-BEGIN
-cat "$OUT"
-echo CGTRACE-STREAM-END
-echo "$printk_saved" >/proc/sys/kernel/printk
+print_stream "$OUT" "CGTRACE-KSTAT-AFTER nr_dying_descendants=$dying made=$i"
 exit $rc

@@ -73,13 +73,7 @@ wait "$cgpid"
 rc=$?
 echo "runq: cgtrace exit $rc"
 
-read -r printk_saved </proc/sys/kernel/printk
-echo 1 >/proc/sys/kernel/printk
-echo "$rundelay"
-echo CGTRACE-STREAM-BEGIN
-cat "$OUT"
-echo CGTRACE-STREAM-END
-echo "$printk_saved" >/proc/sys/kernel/printk
+print_stream "$OUT" "$rundelay"
 
 # shellcheck disable=SC2086 # word splitting of the pid list is intended
 kill -KILL $pids "$quiet"

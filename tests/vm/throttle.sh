@@ -69,20 +69,6 @@ kstat() {
     ' "$CG/cpu.stat"
 }
 
-print_stream() {
-    # Only emergency kernel messages on the console while printing, so that kernel lines cannot
-    # split an NDJSON line.
-    read -r printk_saved </proc/sys/kernel/printk
-    echo 1 >/proc/sys/kernel/printk
-    [ -n "$before" ] && echo "$before"
-    [ -n "$after" ] && echo "$after"
-    [ -n "$rundelay" ] && echo "$rundelay"
-    echo CGTRACE-STREAM-BEGIN
-    cat "$OUT"
-    echo CGTRACE-STREAM-END
-    echo "$printk_saved" >/proc/sys/kernel/printk
-}
-
 # Makes cgroup $1 with a 5 ms / 100 ms quota, runs a busy loop in it for 300 ms, moves the loop
 # out and (with $2 = gone) removes the group at once, while it is most likely throttled; other
 # groups stay until the end (so that their episodes carry their path).
@@ -153,7 +139,7 @@ until grep -q '^{"type":"window"' "$OUT" 2>/dev/null; do
         wait "$cgpid"
         rc=$?
         echo "throttle: cgtrace exited with $rc before its first window"
-        print_stream
+        print_stream "$OUT" "$before" "$after" "$rundelay"
         remove_cgroup
         [ "$rc" -eq 0 ] && rc=92
         exit $rc
@@ -162,7 +148,7 @@ until grep -q '^{"type":"window"' "$OUT" 2>/dev/null; do
         echo "throttle: no window from cgtrace after ${START_TIMEOUT}s"
         kill -INT "$cgpid"
         wait "$cgpid"
-        print_stream
+        print_stream "$OUT" "$before" "$after" "$rundelay"
         remove_cgroup
         exit 93
     fi
@@ -220,6 +206,6 @@ kill -INT "$cgpid"
 wait "$cgpid"
 rc=$?
 echo "throttle: cgtrace exit $rc"
-print_stream
+print_stream "$OUT" "$before" "$after" "$rundelay"
 remove_cgroup
 exit $rc

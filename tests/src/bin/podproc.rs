@@ -14,12 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-fn arg(i: usize, default: u64) -> u64 {
-    std::env::args()
-        .nth(i)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
+use cgtrace_tests::workload::{arg, bursts};
 
 fn spin_until(until: Instant) {
     let mut x = 0u64;
@@ -55,27 +50,7 @@ fn main() {
         }
         "burst" => {
             let (threads, burst, every) = (arg(2, 1), arg(3, 20), arg(4, 500));
-            let start = Instant::now();
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    std::thread::spawn(move || {
-                        // Runs until killed: a burst every `every` ms.
-                        let mut k = 0u64;
-                        loop {
-                            let cycle = start + Duration::from_millis(every * k);
-                            let now = Instant::now();
-                            if cycle > now {
-                                std::thread::sleep(cycle - now);
-                            }
-                            spin_until(cycle + Duration::from_millis(burst));
-                            k += 1;
-                        }
-                    })
-                })
-                .collect();
-            for h in handles {
-                let _ = h.join();
-            }
+            bursts(threads, burst, every, spin_until);
         }
         "busy" => {
             let handles: Vec<_> = (0..arg(2, 1))

@@ -12,10 +12,9 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 
-use super::{
-    process::signal,
-    windows::{Msg, Window, classify},
-};
+use cgtrace_tests::signal;
+
+use super::windows::{Msg, Window, classify};
 
 /// Bounds for a hung daemon only; nothing is asserted on time.
 const CGTRACE_ATTACH_TIMEOUT: Duration = Duration::from_secs(60);

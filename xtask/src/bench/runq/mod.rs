@@ -14,7 +14,7 @@
 //!
 //! Here the rounds: each configuration's run and its tracer's numbers. Elsewhere: the
 //! configurations and the plan ([`plan`]), perf ([`perf`]), a running `cgtrace stream`
-//! ([`cgtrace`]) and what its lines say ([`windows`]), a process's CPU and signals ([`process`]),
+//! ([`cgtrace`]) and what its lines say ([`windows`]), a process's CPU ([`process`]),
 //! runqlat's per-program cost ([`progcost`]), the medians ([`summary`]), the tables ([`table`])
 //! and the JSON file ([`report`]).
 

@@ -1,8 +1,8 @@
-//! A tracer process from outside: its CPU time from `/proc/PID/stat`, and signals.
+//! A tracer process from outside: its CPU time from `/proc/PID/stat`.
 
 use std::fs;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 
 /// utime + stime of process `pid` (all its threads), in clock ticks.
 pub(super) fn cpu_ticks(pid: u32) -> Result<u64> {
@@ -27,18 +27,6 @@ pub(super) fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 { hz as f64 } else { 100.0 }
-}
-
-pub(super) fn signal(pid: u32, sig: i32) -> Result<()> {
-    let pid = i32::try_from(pid).context("pid out of range")?;
-    // SAFETY: kill(2) takes plain integers.
-    let rc = unsafe { libc::kill(pid, sig) };
-    ensure!(
-        rc == 0,
-        "kill({pid}, {sig}): {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
 }
 
 #[cfg(test)]
