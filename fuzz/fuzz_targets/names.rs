@@ -5,9 +5,9 @@
 
 use cgtrace::{
     cgroup::name::derive,
-    safety::escape::{html, is_unsafe, json_line, terminal},
     family::reads::ReadFile,
     record::NameEntry,
+    safety::escape::{html, is_unsafe, json_line, terminal},
 };
 use libfuzzer_sys::fuzz_target;
 
