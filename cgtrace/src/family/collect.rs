@@ -5,7 +5,6 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    family::info::FamilyInfo,
     family::{EventLine, Records, reads, runq, throttle},
     model::{CgroupWindow, Window},
 };
@@ -36,7 +35,6 @@ pub fn take_map(ebpf: &mut aya::Ebpf, name: &'static str) -> anyhow::Result<aya:
 /// The live side of a family: its kernel maps, read once per window. The session holds one per
 /// attached family and calls them in registry order.
 pub trait Collector: Send {
-    fn info(&self) -> &'static FamilyInfo;
     /// Before the aggregator builds the window: the family's per-cgroup deltas since the last
     /// window (from its maps, and from what its records gathered) go into `input`.
     fn read_window(&mut self, records: &mut Records, input: &mut WindowInput)

@@ -6,10 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use cgtrace_common::{
-    hist::{NR_BUCKETS, SUB_BITS},
-    layout::Config,
-};
+use cgtrace_common::layout::Config;
 use tokio::time::{Instant as TokioInstant, Interval, MissedTickBehavior, interval, interval_at};
 
 use crate::{
@@ -181,11 +178,7 @@ impl Session {
             },
             families: tracer.families.clone(),
             capabilities: tracer.capabilities.clone(),
-            hist: HistSpec {
-                unit: "ns".into(),
-                sub_bits: SUB_BITS,
-                buckets: NR_BUCKETS,
-            },
+            hist: HistSpec::this_build(),
             kept_capabilities: crate::safety::privilege::kept_names(),
             wait_split: Some(crate::bpf::btf::layout::wait_split(&tracer.layout)),
             blame_min_us: opts.blame_min.map(|d| d.as_micros() as u64),

@@ -162,6 +162,17 @@ pub struct HistSpec {
     pub buckets: usize,
 }
 
+impl HistSpec {
+    /// The histograms this build makes (`cgtrace_common::hist`): ns, 4 buckets per power of two.
+    pub fn this_build() -> Self {
+        Self {
+            unit: "ns".into(),
+            sub_bits: cgtrace_common::hist::SUB_BITS,
+            buckets: cgtrace_common::hist::NR_BUCKETS,
+        }
+    }
+}
+
 /// One interval of data.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Window {

@@ -661,11 +661,7 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
             })
             .collect(),
         capabilities: Capabilities::default(),
-        hist: HistSpec {
-            unit: "ns".into(),
-            sub_bits: cgtrace_common::hist::SUB_BITS,
-            buckets: cgtrace_common::hist::NR_BUCKETS,
-        },
+        hist: HistSpec::this_build(),
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,

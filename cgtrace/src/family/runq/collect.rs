@@ -14,12 +14,12 @@ use cgtrace_common::{
 };
 use std::mem::{offset_of, size_of};
 
-use super::{INFO, KindHists};
+use super::KindHists;
 use crate::{
     bpf::maps::batch::WholeHashMap,
     bpf::maps::mmap_array::MappedArray,
+    family::Records,
     family::collect::{Collector, Start, WindowInput, take_map},
-    family::{FamilyInfo, Records},
     hist::Hist,
 };
 
@@ -232,10 +232,6 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
 }
 
 impl Collector for RunqReader {
-    fn info(&self) -> &'static FamilyInfo {
-        &INFO
-    }
-
     fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
         input.runq = RunqReader::read_window(self)?;
         if let Some(b) = &mut self.blame {

@@ -12,12 +12,12 @@ use cgtrace_common::{
     throttle::{HookEpisode, SliceEvent, SliceKey, SliceSum, ThrottleStats},
 };
 
-use super::{FlagRules, INFO, KernelCpu, PeriodDelta};
+use super::{FlagRules, KernelCpu, PeriodDelta};
 use crate::{
     bpf::maps::batch::WholeHashMap,
     cgroup::Version,
+    family::Records,
     family::collect::{Collector, Start, WindowInput, take_map},
-    family::{FamilyInfo, Records},
     model::CgroupWindow,
     units::monotonic_ns,
 };
@@ -226,10 +226,6 @@ impl SliceSums {
 }
 
 impl Collector for Throttle {
-    fn info(&self) -> &'static FamilyInfo {
-        &INFO
-    }
-
     fn read_window(
         &mut self,
         records: &mut Records,

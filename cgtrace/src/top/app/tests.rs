@@ -43,11 +43,7 @@ fn hello(families: &[&str]) -> Hello {
             })
             .collect::<BTreeMap<_, _>>(),
         capabilities: Capabilities::default(),
-        hist: HistSpec {
-            unit: "ns".into(),
-            sub_bits: 2,
-            buckets: 140,
-        },
+        hist: HistSpec::this_build(),
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,

@@ -8,10 +8,10 @@ use cgtrace_common::reads::ReadKey;
 pub use super::dying::DyingCounter;
 pub mod reader;
 
-use super::{INFO, MemcgTarget, ReadFile};
+use super::{MemcgTarget, ReadFile};
 use crate::{
     family::collect::{Collector, Start, WindowInput, take_map},
-    family::{EventLine, FamilyInfo, Records},
+    family::{EventLine, Records},
     model::{CgroupWindow, Window},
 };
 pub use reader::{ReadsReader, ReadsWindow};
@@ -75,10 +75,6 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
 }
 
 impl Collector for Reads {
-    fn info(&self) -> &'static FamilyInfo {
-        &INFO
-    }
-
     fn read_window(
         &mut self,
         records: &mut Records,
