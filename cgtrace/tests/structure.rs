@@ -353,14 +353,17 @@ impl Graph {
             let (imports, rest) = uses(code);
             let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
             let mut targets = Vec::new();
-            // Aliases may refer to each other (`use crate::bpf; use bpf::loader;`): two passes.
-            for _ in 0..2 {
+            // Aliases may refer to each other (`use crate::bpf; use bpf::loader;`): two passes,
+            // the second one with every alias known.
+            for pass in 0..2 {
                 for imp in &imports {
                     if let Some(abs) = resolve(m, &imp.path, &modules, &aliases) {
                         if let Some(a) = &imp.alias {
                             aliases.insert(a.clone(), abs.clone());
                         }
-                        targets.push(abs);
+                        if pass == 1 {
+                            targets.push(abs);
+                        }
                     }
                 }
             }
