@@ -51,9 +51,11 @@ pub(super) fn boot(
     let log = cache.join("logs").join(format!("{label}.log"));
     build_initramfs(&initrd, bins, scenario)?;
     // Under TCG a guest kernel occasionally locks up (soft lockups, RCU stalls) before the
-    // scenario gives a verdict, or dies while booting (an int3 oops in text patching was seen on
-    // 6.12) before /init runs; that says nothing about cgtrace, so such a boot is tried once more.
-    // A guest that dies after /init started is never retried: that could be cgtrace.
+    // scenario gives a verdict, or dies while booting, or of an int3 oops in text patching (seen
+    // on 6.12, twice in a row once: CI failed on 6.12 throttle/tgwalk); that says nothing about
+    // cgtrace, so such a boot is tried up to `BOOT_ATTEMPTS` times, each earlier attempt's console
+    // kept as `<label>.attempt<N>.log`. A guest that dies after /init started of anything else is
+    // never retried: that could be cgtrace.
     let mut attempt = 1;
     let result = loop {
         let child = qemu_command(&kernel.vmlinuz, &initrd, opts)
@@ -68,17 +70,24 @@ pub(super) fn boot(
                     && (o.timed_out
                         || o.booted_after.is_none()
                         || tcg_text_patch_oops(&o.lines))
-                    && attempt == 1 =>
+                    && attempt < BOOT_ATTEMPTS =>
             {
+                let kept = cache
+                    .join("logs")
+                    .join(format!("{label}.attempt{attempt}.log"));
+                let _ = fs::rename(&log, &kept);
                 println!(
-                    "xtask: {label}: the guest {} before a verdict (TCG); booting it once more",
+                    "xtask: {label}: the guest {} before a verdict (TCG); booting it again \
+                     (attempt {} of {BOOT_ATTEMPTS}; console kept in {})",
                     if o.booted_after.is_none() {
                         "died while booting"
                     } else if o.timed_out {
                         "hung"
                     } else {
                         "oopsed on an int3 left by text patching"
-                    }
+                    },
+                    attempt + 1,
+                    kept.display()
                 );
                 attempt += 1;
             }
@@ -90,10 +99,13 @@ pub(super) fn boot(
     result
 }
 
+/// How many times a guest that hung, died while booting or oopsed in text patching is booted.
+const BOOT_ATTEMPTS: u32 = 3;
+
 /// Whether the guest died of an `int3` oops: a vCPU ran a stale translation of a tracepoint or
 /// static-key site that `text_poke_bp` was patching (seen under multi-threaded TCG on 6.12 as
 /// cgtrace attached, in `__hrtimer_run_queues`). A BPF program cannot cause it, so such a boot is
-/// tried once more like one that died while booting.
+/// retried like one that died while booting.
 pub(super) fn tcg_text_patch_oops(lines: &[String]) -> bool {
     lines.iter().any(|l| l.contains("Oops: int3"))
 }
