@@ -86,6 +86,10 @@ pub enum Value {
 pub struct Sample {
     pub labels: Labels,
     pub value: Value,
+    /// Wall clock (Unix ms) since which the value is cumulative, when the series began after
+    /// cgtrace started (a cgroup's series made again after `--series-ttl` restarts from zero);
+    /// `None`: since cgtrace started.
+    pub start_unix_ms: Option<u64>,
 }
 
 /// One metric: the family of its series.
@@ -128,6 +132,7 @@ impl MetricFamily {
         self.samples.push(Sample {
             labels: with(base, extra),
             value: Value::Num(v),
+            start_unix_ms: None,
         });
     }
 
@@ -135,6 +140,7 @@ impl MetricFamily {
         self.samples.push(Sample {
             labels: with(base, extra),
             value: Value::Hist(Box::new(h.clone())),
+            start_unix_ms: None,
         });
     }
 }

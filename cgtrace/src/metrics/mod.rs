@@ -61,6 +61,9 @@ struct Series {
     flagged: BTreeMap<(String, String), u64>,
     /// Wall clock (Unix ms) of the last window with activity.
     last_ms: u64,
+    /// Wall clock (Unix ms) since which the counts are cumulative: the start of the window that
+    /// made the series (a series expired and made again starts from zero, and says so).
+    start_ms: u64,
 }
 
 impl Series {
@@ -154,6 +157,7 @@ impl Metrics {
                     key.clone(),
                     Series {
                         labels,
+                        start_ms: w.end_unix_ms.saturating_sub(w.duration_ms),
                         ..Series::default()
                     },
                 );
@@ -228,6 +232,13 @@ impl Metrics {
             expired: self.expired_total,
         };
         self.host.families(&counts, &mut out);
+        // Each cgroup's samples carry its series' start (OTLP's `start_time_unix_nano`); `other`
+        // and the host's series count since cgtrace started.
+        for s in out.iter_mut().flat_map(|f| f.samples.iter_mut()) {
+            if let Some((_, key)) = s.labels.first().filter(|(k, _)| *k == "cgroup") {
+                s.start_unix_ms = self.series.get(key).map(|x| x.start_ms);
+            }
+        }
         out
     }
 }

@@ -67,7 +67,8 @@ fn unit(u: &str) -> &'static str {
     }
 }
 
-/// The OTLP request for `families` at `now_ns` (Unix), cumulative since `start_ns`.
+/// The OTLP request for `families` at `now_ns` (Unix), each series cumulative since its own
+/// start (a cgroup's series made again after `--series-ttl` restarts from zero) or `start_ns`.
 pub fn request(
     families: &[MetricFamily],
     host: &str,
@@ -80,13 +81,17 @@ pub fn request(
         let attrs = |s: &super::encode::Sample| -> Vec<KeyValue> {
             s.labels.iter().map(|(k, v)| attr(k, v)).collect()
         };
+        let start = |s: &super::encode::Sample| -> u64 {
+            s.start_unix_ms
+                .map_or(start_ns, |ms| ms.saturating_mul(1_000_000))
+        };
         let numbers = || -> Vec<NumberDataPoint> {
             f.samples
                 .iter()
                 .filter_map(|s| match s.value {
                     Value::Num(v) => Some(NumberDataPoint {
                         attributes: attrs(s),
-                        start_time_unix_nano: start_ns,
+                        start_time_unix_nano: start(s),
                         time_unix_nano: now_ns,
                         value: Some(number_data_point::Value::AsDouble(v)),
                         ..Default::default()
@@ -115,7 +120,7 @@ pub fn request(
                             counts.push(h.count().saturating_sub(below));
                             Some(HistogramDataPoint {
                                 attributes: attrs(s),
-                                start_time_unix_nano: start_ns,
+                                start_time_unix_nano: start(s),
                                 time_unix_nano: now_ns,
                                 count: h.count(),
                                 sum: Some(h.sum_seconds()),
@@ -328,6 +333,79 @@ mod tests {
             sum.data_points[0].value,
             Some(number_data_point::Value::AsDouble(3.0))
         );
+    }
+
+    /// The start time and count of `cgroup`'s wakeup histogram point in `families`' request.
+    fn wakeup_point(families: &[MetricFamily], cgroup: &str) -> Option<(u64, u64)> {
+        let req = request(families, "node-1", 7, 8);
+        let m = &req.resource_metrics[0].scope_metrics[0].metrics;
+        let hist = m.iter().find(|m| m.name == "cgtrace_runq_wait_seconds")?;
+        let Some(metric::Data::Histogram(h)) = &hist.data else {
+            return None;
+        };
+        h.data_points
+            .iter()
+            .find(|p| {
+                p.attributes.iter().any(|a| {
+                    a.key == "cgroup"
+                        && a.value.as_ref().and_then(|v| v.value.as_ref())
+                            == Some(&any_value::Value::StringValue(cgroup.into()))
+                })
+            })
+            .map(|p| (p.start_time_unix_nano, p.count))
+    }
+
+    #[test]
+    fn a_series_made_again_after_its_ttl_starts_again() {
+        use crate::{hist::Hist, model::CgroupWindow};
+        let cg = |path: &str, waits: usize| {
+            let mut h = Hist::default();
+            for _ in 0..waits {
+                h.record(5_000);
+            }
+            let mut c = CgroupWindow {
+                path: Some(path.into()),
+                ..CgroupWindow::default()
+            };
+            c.runq.kinds.insert("wakeup".into(), h.summary());
+            c.runq.all = h.summary();
+            c
+        };
+        let window = |end_ms: u64, cgroups| Window {
+            end_unix_ms: end_ms,
+            duration_ms: 1000,
+            cgroups,
+            ..Window::default()
+        };
+        let mut m = Metrics::new(MetricsOptions {
+            max_series: 10,
+            ttl: Duration::from_secs(10),
+        });
+        let ms = 1_000_000u64; // ns in a ms
+        m.update(&window(101_000, vec![cg("/a", 3), cg("/b", 1)]));
+        m.update(&window(102_000, vec![cg("/a", 3), cg("/b", 1)]));
+        assert_eq!(wakeup_point(&m.families(), "/a"), Some((100_000 * ms, 6)));
+        // /a idle past its ttl while /b goes on: /a's series is gone.
+        for t in (103_000..=120_000).step_by(1000) {
+            m.update(&window(t, vec![cg("/b", 1)]));
+        }
+        assert_eq!(wakeup_point(&m.families(), "/a"), None);
+        // Back: counted from zero again, and its start says since when; /b's start is unchanged.
+        m.update(&window(121_000, vec![cg("/a", 2), cg("/b", 1)]));
+        let f = m.families();
+        assert_eq!(wakeup_point(&f, "/a"), Some((120_000 * ms, 2)));
+        assert_eq!(wakeup_point(&f, "/b"), Some((100_000 * ms, 21)));
+        // Series without a cgroup count since cgtrace started (request's start_ns).
+        let req = request(&f, "node-1", 7, 8);
+        let windows = req.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .find(|m| m.name == "cgtrace_windows")
+            .expect("cgtrace_windows");
+        let Some(metric::Data::Sum(s)) = &windows.data else {
+            panic!("{windows:?}")
+        };
+        assert_eq!(s.data_points[0].start_time_unix_nano, 7);
     }
 
     #[test]
