@@ -13,8 +13,8 @@
 //! The house: [`encode`] is the data every metric is made of and its OpenMetrics text (a leaf:
 //! the families' series, `family::<name>::metrics`, build on it); this file keeps the per-cgroup
 //! series (each family's part, the cap, the fold into `other`, expiry); `host` the series
-//! without a cgroup (events, cgtrace's own programs and process); `http` the server;
-//! [`otlp`] the pusher.
+//! without a cgroup (events, cgtrace's own programs and process); `http` the server, `peers` who
+//! may hold a connection to it; [`otlp`] the pusher.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -26,6 +26,7 @@ mod host;
 pub mod http;
 pub mod otlp;
 pub mod outputs;
+pub mod peers;
 
 pub use encode::OTHER;
 use encode::{Kind, Labels, MetricFamily};
