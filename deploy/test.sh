@@ -42,10 +42,21 @@ if case == "privileged":
 else:
     if sc.get("privileged"): fail("privileged by default")
     caps = set(sc["capabilities"]["add"])
-    want = {"BPF", "PERFMON", "SYS_ADMIN", "DAC_READ_SEARCH", "SYS_RESOURCE"}
+    want = {"BPF", "PERFMON", "SYS_ADMIN", "DAC_READ_SEARCH", "SYS_RESOURCE", "SETPCAP"}
     if caps != want: fail(f"capabilities {sorted(caps)}, want {sorted(want)}")
     if sc["capabilities"].get("drop") != ["ALL"]: fail("capabilities not dropped first")
 if not sc.get("readOnlyRootFilesystem"): fail("root filesystem writable")
+if "--require-drop" not in args: fail(f"--require-drop not passed: {args}")
+seccomp = sc.get("seccompProfile") or {}
+if case == "unconfined":
+    if seccomp != {"type": "Unconfined"}: fail(f"seccompProfile {seccomp}, want Unconfined alone")
+elif seccomp != {"type": "Localhost", "localhostProfile": "profiles/cgtrace.json"}:
+    fail(f"seccompProfile {seccomp}, want Localhost profiles/cgtrace.json")
+types = {v["hostPath"]["path"]: v["hostPath"].get("type") for v in pod["volumes"] if "hostPath" in v}
+want_types = {"/sys/fs/cgroup": "Directory", "/sys/kernel": "Directory",
+              "/var/log/pods": "DirectoryOrCreate", "/var/log/containers": "DirectoryOrCreate",
+              "/var/lib/cgtrace": "DirectoryOrCreate"}
+if types != want_types: fail(f"hostPath types {types}, want {want_types}")
 if args[0] != "record" or "--rotate" not in args or "--prometheus" not in args:
     fail(f"not a flight recorder with metrics: {args}")
 if "/var/lib/cgtrace" not in mounts: fail("no recording volume")
@@ -65,6 +76,7 @@ render && check default
 render --set serviceMonitor.enabled=true && check servicemonitor
 render --set securityContext.privileged=true && check privileged
 render --set metrics.otlp=http://collector:4318/v1/metrics && check otlp
+render --set securityContext.seccompProfile.type=Unconfined && check unconfined
 
 if command -v systemd-analyze >/dev/null; then
   # verify wants the binary named in ExecStart to exist: point it at this build's.

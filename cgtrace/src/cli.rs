@@ -240,6 +240,10 @@ pub struct TraceArgs {
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
     #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
     pub ringbuf_kib: u32,
+    /// Exit (status 1, one line) if capabilities cannot be dropped after attach, instead of
+    /// warning and running with more than it needs. Dropping the bounding set needs CAP_SETPCAP.
+    #[arg(long)]
+    pub require_drop: bool,
 }
 
 #[derive(Args)]

@@ -119,6 +119,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    cgtrace::safety::privilege::require(match &cli.command {
+        Command::Stream(a) => a.trace.require_drop,
+        Command::Top(a) => a.trace.require_drop,
+        Command::Record(a) => a.trace.require_drop,
+        Command::Serve(a) => a.trace.require_drop,
+        Command::Replay(_) | Command::Report(_) | Command::Doctor => false,
+    });
     let result = match cli.command {
         Command::Stream(args) => args
             .events

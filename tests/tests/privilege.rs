@@ -137,3 +137,177 @@ fn the_running_daemon_keeps_only_bpf_and_dac_read_search() -> Result<()> {
     );
     Ok(())
 }
+
+/// The chart's capability list (`securityContext.capabilities` in values.yaml), as setpriv
+/// names them.
+fn chart_caps() -> Result<Vec<String>> {
+    let values = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/cgtrace/values.yaml"),
+    )?;
+    let list = values
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("capabilities: ["))
+        .and_then(|l| l.strip_suffix(']'))
+        .context("no `capabilities: [...]` in values.yaml")?;
+    Ok(list.split(',').map(|c| c.trim().to_lowercase()).collect())
+}
+
+/// `cgtrace ARGS` as root with only `caps` (bounding set, hence permitted and effective).
+fn with_caps(caps: &[String], args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!(
+        "--bounding-set=-all,{}",
+        caps.iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    ))
+    .arg("--")
+    .arg(cgtrace_bin())
+    .args(args);
+    c
+}
+
+/// A field of /proc/PID/task/TID/status as a number (hex for the capability sets).
+fn status_field(status: &str, name: &str) -> Result<u64> {
+    let v = status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .with_context(|| format!("no {name}"))?
+        .trim();
+    Ok(if name.starts_with("Cap") {
+        u64::from_str_radix(v, 16)?
+    } else {
+        v.parse()?
+    })
+}
+
+/// Every thread of `pid`: CapBnd, CapPrm and CapEff hold only the kept two, nothing inheritable
+/// or ambient, and NoNewPrivs is set.
+fn assert_locked(pid: u32, what: &str) -> Result<()> {
+    let kept = (1u64 << CAP_BPF) | (1 << CAP_DAC_READ_SEARCH);
+    let mut threads = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let e = e?;
+        let status = std::fs::read_to_string(e.path().join("status"))?;
+        let tid = e.file_name().to_string_lossy().into_owned();
+        for set in ["CapBnd", "CapPrm", "CapEff"] {
+            let v = status_field(&status, set)?;
+            assert_eq!(v & !kept, 0, "{what}: thread {tid} {set} {v:016x}");
+        }
+        for set in ["CapInh", "CapAmb"] {
+            assert_eq!(status_field(&status, set)?, 0, "{what}: thread {tid} {set}");
+        }
+        assert_eq!(
+            status_field(&status, "NoNewPrivs")?,
+            1,
+            "{what}: thread {tid}"
+        );
+        eprintln!(
+            "{what}: thread {tid} CapBnd {:016x} CapEff {:016x} NoNewPrivs 1",
+            status_field(&status, "CapBnd")?,
+            status_field(&status, "CapEff")?
+        );
+        threads += 1;
+    }
+    assert!(threads >= 2, "{what}: {threads} threads");
+    Ok(())
+}
+
+/// Waits until `/metrics` answers on `addr` (the daemon has attached and dropped by then).
+fn serving(child: &mut Child, addr: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((_, body)) = scrape(addr) {
+            return Ok(body);
+        }
+        anyhow::ensure!(child.try_wait()?.is_none(), "cgtrace exited before serving");
+        anyhow::ensure!(Instant::now() < deadline, "no /metrics within 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn serve_and_record_under_the_charts_capabilities_lock_the_bounding_set_and_no_new_privs()
+-> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let caps = chart_caps()?;
+    assert!(caps.contains(&"setpcap".to_string()), "{caps:?}");
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let mut serve = cgtrace_tests::Killed(
+        with_caps(
+            &caps,
+            &[
+                "serve",
+                "--prometheus",
+                &addr,
+                "--require-drop",
+                "--duration",
+                "30",
+            ],
+        )
+        .spawn()?,
+    );
+    let body = serving(&mut serve.0, &addr)?;
+    assert!(body.contains("cgtrace_windows_total"), "{body}");
+    assert_locked(serve.0.id(), "serve")?;
+    drop(serve);
+
+    let dir = std::env::temp_dir().join(format!("cgtrace-priv-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("flight.cgtr");
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let mut record = cgtrace_tests::Killed(
+        with_caps(
+            &caps,
+            &[
+                "record",
+                "-o",
+                file.to_str().context("path")?,
+                "--rotate",
+                "--prometheus",
+                &addr,
+                "--require-drop",
+                "--duration",
+                "30",
+            ],
+        )
+        .spawn()?,
+    );
+    serving(&mut record.0, &addr)?;
+    assert_locked(record.0.id(), "record")?;
+    drop(record);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Without CAP_SETPCAP the bounding set cannot be trimmed: --require-drop exits 1 with one
+    // line that says what to grant.
+    let without: Vec<String> = caps.into_iter().filter(|c| c != "setpcap").collect();
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let out = with_caps(
+        &without,
+        &[
+            "serve",
+            "--prometheus",
+            &addr,
+            "--require-drop",
+            "--duration",
+            "20",
+        ],
+    )
+    .stdout(Stdio::null())
+    .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("without CAP_SETPCAP: {err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("cgtrace: error: serve: could not drop capabilities")
+            && last.contains("CAP_SETPCAP"),
+        "{err}"
+    );
+    assert!(err.ends_with('\n'));
+    Ok(())
+}

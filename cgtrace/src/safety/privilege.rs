@@ -1,7 +1,8 @@
 //! Least privilege: once the programs are attached, the bandwidth files opened and the metrics
 //! port bound, cgtrace keeps only what the running daemon still uses ([`KEPT`]) and drops every
-//! other capability (effective, permitted, inheritable, ambient and bounding sets), so a tracer
-//! that reads tenant-controlled names is never `CAP_SYS_ADMIN` for its whole life.
+//! other capability (effective, permitted, inheritable, ambient and bounding sets) and sets
+//! `no_new_privs`, so a tracer that reads tenant-controlled names is never `CAP_SYS_ADMIN` for its
+//! whole life, and nothing it could be made to execute gets a capability back.
 //!
 //! What the running daemon does: map reads, deletes and iteration on map fds it holds, the ring
 //! buffer, reading cgroup, proc and sys files and kubelet's/Docker's metadata, writing the
@@ -13,6 +14,8 @@
 //! when tracing has started (the driver's, and `top`'s UI thread), before any other is started,
 //! so every later thread inherits the reduced sets. [`threads_with`] checks it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use caps::{CapSet, Capability, CapsHashSet};
 
 /// What the running daemon keeps.
@@ -23,6 +26,29 @@ pub fn kept_names() -> Vec<String> {
     KEPT.iter().map(ToString::to_string).collect()
 }
 
+/// `--require-drop`: a failed drop ends cgtrace instead of being a warning.
+static REQUIRED: AtomicBool = AtomicBool::new(false);
+
+/// Makes a failed drop fatal (`--require-drop`), for the whole process.
+pub fn require(on: bool) {
+    REQUIRED.store(on, Ordering::Relaxed);
+}
+
+/// Why the drop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DropError {
+    #[error("{0}")]
+    Caps(#[from] caps::errors::CapsError),
+    #[error(
+        "the bounding set still holds {held}: grant CAP_SETPCAP too (cgtrace drops it with the rest)"
+    )]
+    Bounding { held: String },
+    #[error("prctl(PR_SET_NO_NEW_PRIVS): {0}")]
+    NoNewPrivs(#[source] std::io::Error),
+    #[error("{set:?} set still holds {held} after the drop")]
+    Kept { set: CapSet, held: String },
+}
+
 /// What dropping did on this thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
@@ -31,9 +57,22 @@ pub struct Dropped {
     pub after: Vec<Capability>,
 }
 
-/// Drops every capability but [`KEPT`] from the calling thread. A process without capabilities
-/// (not root) has nothing to drop; a failure is returned, never half-applied silently.
-pub fn drop_to_kept() -> Result<Dropped, caps::errors::CapsError> {
+fn names(set: &CapsHashSet) -> String {
+    let mut v: Vec<Capability> = set.iter().copied().collect();
+    v.sort_by_key(|c| c.index());
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Drops every capability but [`KEPT`] from the calling thread's effective, permitted,
+/// inheritable, ambient and bounding sets, and sets `no_new_privs` (nothing this thread or a
+/// child executes can gain a capability back). Trimming the bounding set needs `CAP_SETPCAP`,
+/// which is dropped with the rest; without it a bounding set that holds more than is kept is an
+/// error (a process with no capability at all has nothing to lose). The sets are read back and
+/// checked; a failure is returned, never half-applied silently.
+pub fn drop_to_kept() -> Result<Dropped, DropError> {
     let before = caps::read(None, CapSet::Effective)?.len();
     let permitted = caps::read(None, CapSet::Permitted)?;
     let keep: CapsHashSet = KEPT
@@ -41,25 +80,52 @@ pub fn drop_to_kept() -> Result<Dropped, caps::errors::CapsError> {
         .copied()
         .filter(|c| permitted.contains(c))
         .collect();
-    // The bounding set needs CAP_SETPCAP, which goes with the effective set below.
+    let all: CapsHashSet = KEPT.iter().copied().collect();
+    let extra = |set: &CapsHashSet| -> CapsHashSet { set.difference(&all).copied().collect() };
+    let bounding = caps::read(None, CapSet::Bounding)?;
     if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)? {
-        for c in caps::read(None, CapSet::Bounding)? {
-            if !keep.contains(&c) {
-                caps::drop(None, CapSet::Bounding, c)?;
-            }
+        for c in extra(&bounding) {
+            caps::drop(None, CapSet::Bounding, c)?;
         }
+    } else if !permitted.is_empty() && !extra(&bounding).is_empty() {
+        return Err(DropError::Bounding {
+            held: names(&extra(&bounding)),
+        });
+    }
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(DropError::NoNewPrivs(std::io::Error::last_os_error()));
     }
     caps::clear(None, CapSet::Ambient)?;
     caps::set(None, CapSet::Inheritable, &CapsHashSet::new())?;
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;
+    let mut sets = vec![
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Ambient,
+        CapSet::Inheritable,
+    ];
+    if !permitted.is_empty() {
+        sets.push(CapSet::Bounding);
+    }
+    for set in sets {
+        let held = extra(&caps::read(None, set)?);
+        if !held.is_empty() {
+            return Err(DropError::Kept {
+                set,
+                held: names(&held),
+            });
+        }
+    }
     let mut after: Vec<Capability> = caps::read(None, CapSet::Effective)?.into_iter().collect();
     after.sort_by_key(|c| c.index());
     Ok(Dropped { before, after })
 }
 
-/// Drops privileges after start-up, saying so in the log; a failure is a warning (cgtrace still
-/// works, with more privilege than it needs).
+/// Drops privileges after start-up, saying so in the log. A failure is a warning (cgtrace still
+/// works, with more privilege than it needs), or with `--require-drop` ([`require`]) the end of
+/// cgtrace: one line on stderr and exit status 1, before any window is written or served.
 pub fn drop_after_attach(who: &str) {
     match drop_to_kept() {
         Ok(d) => log::info!(
@@ -67,6 +133,12 @@ pub fn drop_after_attach(who: &str) {
             d.before,
             d.after
         ),
+        Err(e) if REQUIRED.load(Ordering::Relaxed) => {
+            eprintln!(
+                "cgtrace: error: {who}: could not drop capabilities after attach: {e} (--require-drop)"
+            );
+            std::process::exit(1);
+        }
         Err(e) => log::warn!("{who}: could not drop capabilities after attach: {e}"),
     }
 }
