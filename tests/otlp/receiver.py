@@ -1,7 +1,7 @@
 """A minimal OTLP/HTTP metrics receiver for the tests, built on the reference protobuf
 definitions (PyPI's opentelemetry-proto): decodes every POST to /v1/metrics as an
 ExportMetricsServiceRequest and appends one JSON line per histogram data point to the file given,
-with the metric name, attributes, count, sum, bounds and bucket counts.
+with the metric name, attributes, count, sum, bounds, bucket counts, start and time.
 
 usage: receiver.py PORT OUT.jsonl
 """
@@ -42,6 +42,7 @@ class Handler(BaseHTTPRequestHandler):
                                     "sum": p.sum, "bounds": list(p.explicit_bounds),
                                     "buckets": list(p.bucket_counts),
                                     "temporality": m.histogram.aggregation_temporality,
+                                    "start": p.start_time_unix_nano, "time": p.time_unix_nano,
                                 })
                         elif kind == "sum":
                             for p in m.sum.data_points:
