@@ -3,7 +3,8 @@
 //! idle, a request line trickled a byte at a time, a body trickled a byte at a time, each
 //! re-opened as soon as the server closes it — first all from one peer (127.0.0.2), then from
 //! eight (127.0.0.2 … 127.0.0.9). The server's own sockets (from /proc/net/tcp) show it held no
-//! more than its per-peer share of each.
+//! more than its per-peer share of each (its
+//! socket fds; not those still in the kernel's accept queue).
 use std::{
     collections::HashMap,
     io::{ErrorKind, Read as _, Write as _},
@@ -131,19 +132,28 @@ fn scrape(addr: SocketAddrV4) -> Result<Duration> {
     Ok(took)
 }
 
-/// The server's established connections on `port`, by peer address (from /proc/net/tcp).
-fn server_conns(port: u16) -> Result<HashMap<Ipv4Addr, usize>> {
+/// The connections the daemon `pid` holds on `port` (its socket fds, matched by inode in
+/// /proc/net/tcp), by peer address. Connections still in the kernel's accept queue are not its.
+fn server_conns(pid: u32, port: u16) -> Result<HashMap<Ipv4Addr, usize>> {
+    let mut inodes = std::collections::HashSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        if let Ok(l) = std::fs::read_link(e.path())
+            && let Some(i) = l.to_string_lossy().strip_prefix("socket:[")
+        {
+            inodes.insert(i.trim_end_matches(']').to_string());
+        }
+    }
     let mut by = HashMap::new();
     for l in std::fs::read_to_string("/proc/net/tcp")?.lines().skip(1) {
         let f: Vec<&str> = l.split_whitespace().collect();
-        let (Some(local), Some(remote), Some(&"01")) = (f.get(1), f.get(2), f.get(3)) else {
+        let (Some(local), Some(remote), Some(inode)) = (f.get(1), f.get(2), f.get(9)) else {
             continue;
         };
         let port_of = |a: &str| {
             a.split_once(':')
                 .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
         };
-        if port_of(local) != Some(port) {
+        if port_of(local) != Some(port) || !inodes.contains(*inode) {
             continue;
         }
         let ip = remote
@@ -172,9 +182,14 @@ fn raise_nofile() -> Result<u64> {
 }
 
 /// Holds `HELD` hostile connections from `peers` for `secs` while another thread scrapes every
-/// 250 ms; returns the slowest scrape and the most connections the server held from one hostile
-/// peer.
-fn under_attack(to: SocketAddrV4, peers: &[Ipv4Addr], secs: u64) -> Result<(Duration, usize)> {
+/// 250 ms; returns the slowest scrape and the most connections the daemon `pid` held from one
+/// hostile peer.
+fn under_attack(
+    pid: u32,
+    to: SocketAddrV4,
+    peers: &[Ipv4Addr],
+    secs: u64,
+) -> Result<(Duration, usize)> {
     let kinds = [Kind::Idle, Kind::SlowHead, Kind::SlowBody];
     let mut hostile: Vec<Hostile> = (0..HELD)
         .map(|i| Hostile {
@@ -194,7 +209,7 @@ fn under_attack(to: SocketAddrV4, peers: &[Ipv4Addr], secs: u64) -> Result<(Dura
             while Instant::now() < end {
                 slowest = slowest.max(scrape(to)?);
                 scrapes += 1;
-                let held = server_conns(to.port())?;
+                let held = server_conns(pid, to.port())?;
                 let from_peers = peers.iter().map(|p| held.get(p).copied().unwrap_or(0));
                 most = most.max(from_peers.max().unwrap_or(0));
                 std::thread::sleep(Duration::from_millis(250));
@@ -256,23 +271,25 @@ fn five_hundred_held_connections_from_one_or_eight_peers_do_not_starve_a_scrape(
         std::thread::sleep(Duration::from_millis(200));
     }
     let one = [Ipv4Addr::new(127, 0, 0, 2)];
-    let (slowest, most) = under_attack(to, &one, 6)?;
+    let (slowest, most) = under_attack(daemon.0.id(), to, &one, 6)?;
     assert!(
         slowest < Duration::from_secs(1),
         "a scrape took {slowest:?}"
     );
-    assert!(most <= PER_PEER, "one peer held {most} connections");
+    // One more than the share at most: a refused connection lives for an instant between accept
+    // and close, and a snapshot from outside may catch it there.
+    assert!(most <= PER_PEER + 1, "one peer held {most} connections");
     assert!(
         most >= PER_PEER / 2,
         "the attack never held the peer's share ({most})"
     );
     let eight: Vec<Ipv4Addr> = (2..=9).map(|i| Ipv4Addr::new(127, 0, 0, i)).collect();
-    let (slowest, most) = under_attack(to, &eight, 6)?;
+    let (slowest, most) = under_attack(daemon.0.id(), to, &eight, 6)?;
     assert!(
         slowest < Duration::from_secs(1),
         "a scrape took {slowest:?}"
     );
-    assert!(most <= PER_PEER, "one peer held {most} connections");
+    assert!(most <= PER_PEER + 1, "one peer held {most} connections");
     assert!(
         daemon.0.try_wait()?.is_none(),
         "serve exited under the attack"
