@@ -427,7 +427,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
 }
 
 #[test]
-fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
+fn a_full_disk_costs_chunks_not_the_run_and_keeps_every_whole_one() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
@@ -456,18 +456,16 @@ fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
         "-o",
         s(&file),
         "--duration",
-        "120",
+        "6",
         "--event-min-ms",
         "1",
     ])?;
     eprintln!("{err}");
-    assert_eq!(code, 1, "{err}");
+    // The run goes on to its end; what did not fit is counted and said.
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
     let last = err.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("No space left on device")
-            && last.contains("kept up to its last whole chunk"),
-        "{last}"
-    );
+    assert!(last.contains("could not be written"), "{last}");
     let (code, lines, rerr) = replay_stream(&file, &[])?;
     assert_eq!(code, 0, "{rerr}");
     assert!(rerr.is_empty(), "cut back to whole chunks: {rerr}");

@@ -355,7 +355,7 @@ fn flush(w: &mut Writer, closing: bool) -> anyhow::Result<Flushed> {
     let r = w.flush(closing)?;
     if r == Flushed::Rotated {
         eprintln!(
-            "cgtrace: {} reached --max-size: rotating (the older part becomes {}.1)",
+            "cgtrace: {} reached --max-size: rotated (the older part is {}.1)",
             w.path().display(),
             w.path().display()
         );
