@@ -290,7 +290,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
         "-o",
         s(&good),
         "--duration",
-        "6",
+        "8",
         "--event-min-ms",
         "1",
     ])?;
@@ -450,13 +450,15 @@ fn a_full_disk_costs_chunks_not_the_run_and_keeps_every_whole_one() -> Result<()
     }
     let _unmount = Unmount(mnt.clone());
     let _busy = workload::busy("rec-full", cpus() + 2)?;
+    // 64 KiB of the 96 taken: the recording fills the rest within seconds.
+    fs::write(mnt.join("filler"), vec![0u8; 64 << 10])?;
     let file = mnt.join("full.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
         "-o",
         s(&file),
         "--duration",
-        "6",
+        "8",
         "--event-min-ms",
         "1",
     ])?;

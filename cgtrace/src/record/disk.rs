@@ -1,13 +1,13 @@
 //! The recorder's writer thread: file writes, `fdatasync` and rotations of a [`Part`] run here,
-//! fed by a bounded queue, so a stalled disk never holds up the thread that traces and answers
-//! `/metrics`. A chunk that finds the queue full is dropped and counted
+//! fed by a queue bounded in bytes ([`QUEUE_BYTES`]), so a stalled disk never holds up the thread
+//! that traces and answers `/metrics`. A chunk that finds the queue full is dropped and counted
 //! ([`DiskCounters::queue_full`]): memory stays bounded however long the disk stalls.
 
 use std::{
     sync::{
         Arc,
-        atomic::Ordering::Relaxed,
-        mpsc::{Receiver, SyncSender, TrySendError, sync_channel},
+        atomic::{AtomicUsize, Ordering::Relaxed},
+        mpsc::{Receiver, Sender, SyncSender, channel, sync_channel},
     },
     thread::JoinHandle,
     time::Duration,
@@ -15,8 +15,9 @@ use std::{
 
 use super::part::{DiskCounters, Part};
 
-/// Chunks waiting for the disk at most (each at most about a megabyte and a quarter).
-pub const QUEUE_CHUNKS: usize = 16;
+/// Bytes of chunks waiting for the disk at most: minutes of a busy node's chunks, well within
+/// the chart's memory limit.
+pub const QUEUE_BYTES: usize = 32 << 20;
 
 /// What the writer thread is asked to do, in order.
 pub enum Job {
@@ -28,24 +29,32 @@ pub enum Job {
 
 /// The writer thread and its queue.
 pub struct DiskThread {
-    tx: Option<SyncSender<Job>>,
+    tx: Option<Sender<Job>>,
+    /// Bytes queued and not yet written.
+    queued: Arc<AtomicUsize>,
+    limit: usize,
     done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<DiskCounters>,
 }
 
 impl DiskThread {
-    /// Moves `part` to a thread of its own.
-    pub fn start(mut part: Part, queue: usize) -> std::io::Result<Self> {
+    /// Moves `part` to a thread of its own, with a queue of at most `limit` bytes.
+    pub fn start(mut part: Part, limit: usize) -> std::io::Result<Self> {
         let counters = part.counters().clone();
-        let (tx, rx) = sync_channel::<Job>(queue);
-        let (done_tx, done) = sync_channel(1);
+        let (tx, rx) = channel::<Job>();
+        let (done_tx, done): (SyncSender<()>, _) = sync_channel(1);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = queued.clone();
         let thread = std::thread::Builder::new()
             .name("cgtrace-writer".into())
             .spawn(move || {
                 for job in rx {
                     match job {
-                        Job::Write { bytes, chunks } => part.write(&bytes, chunks),
+                        Job::Write { bytes, chunks } => {
+                            part.write(&bytes, chunks);
+                            taken.fetch_sub(bytes.len(), Relaxed);
+                        }
                         Job::Rotate { keep, header } => part.rotate(keep, &header),
                     }
                 }
@@ -53,6 +62,8 @@ impl DiskThread {
             })?;
         Ok(Self {
             tx: Some(tx),
+            queued,
+            limit,
             done,
             thread: Some(thread),
             counters,
@@ -63,18 +74,27 @@ impl DiskThread {
         &self.counters
     }
 
-    /// Queues `job`; a full queue drops it and counts it.
+    /// Queues `job`; a write that would take the queue past its bytes is dropped and counted.
     pub fn send(&self, job: Job) {
         let Some(tx) = &self.tx else { return };
-        match tx.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => match job {
+        if let Job::Write { bytes, chunks } = &job {
+            let len = bytes.len();
+            if self.queued.load(Relaxed) + len > self.limit {
+                self.counters.queue_full.fetch_add(*chunks, Relaxed);
+                self.counters.drop_chunks(*chunks, len);
+                return;
+            }
+            self.queued.fetch_add(len, Relaxed);
+        }
+        if let Err(e) = tx.send(job) {
+            // The thread is gone (it panicked): nothing more can be written.
+            match e.0 {
                 Job::Write { bytes, chunks } => {
-                    self.counters.queue_full.fetch_add(chunks, Relaxed);
+                    self.queued.fetch_sub(bytes.len(), Relaxed);
                     self.counters.drop_chunks(chunks, bytes.len());
                 }
                 Job::Rotate { .. } => self.counters.rotation_failed(),
-            },
+            }
         }
     }
 

@@ -24,7 +24,7 @@ use thiserror::Error;
 pub use super::part::shift_parts;
 use super::{
     NameEntry,
-    disk::{DiskThread, Job, QUEUE_CHUNKS},
+    disk::{DiskThread, Job, QUEUE_BYTES},
     format::{self, CHUNK_HEADER_LEN, CODEC_ZSTD, ChunkHeader, SYNC, Tag},
     part::{BACKOFF_MAX, BACKOFF_MIN, DiskCounters, Part},
 };
@@ -178,6 +178,8 @@ pub struct Writer {
     output: Output,
     /// Bytes handed to the current part (header and complete chunks).
     written: u64,
+    /// Of those, its header's (the hello may change between parts).
+    header_len: u64,
     /// A rotation failed: asked again from then on (backoff doubling up to 30 s).
     rotate_retry: Option<Instant>,
     /// The last wait between rotations asked (zero once one was done).
@@ -247,7 +249,7 @@ impl Writer {
         if let (Some(max), OnFull::Rotate { .. }) = (max_size, on_full) {
             part.set_cap(Some(max.saturating_mul(2)));
         }
-        let thread = DiskThread::start(part, QUEUE_CHUNKS).map_err(WriteError::Thread)?;
+        let thread = DiskThread::start(part, QUEUE_BYTES).map_err(WriteError::Thread)?;
         Self::with_output(Output::Thread(thread), path, hello_json, max_size, on_full)
     }
 
@@ -262,6 +264,7 @@ impl Writer {
             path: path.to_path_buf(),
             output,
             written: (format::HEADER_LEN + hello_json.len()) as u64,
+            header_len: (format::HEADER_LEN + hello_json.len()) as u64,
             rotate_retry: None,
             rotate_backoff: Duration::ZERO,
             rotations_seen: 0,
@@ -427,7 +430,7 @@ impl Writer {
                 max.saturating_sub(CLOSING_ROOM.min(max / 8))
             };
             // A chunk always fits an empty file, however small --max-size is.
-            let empty = self.written as usize == format::HEADER_LEN + self.hello.len();
+            let empty = self.written == self.header_len;
             // A rotation that failed is asked again once its wait is over (what was gathered
             // meanwhile goes into the old part: nothing recorded is lost).
             let done = self.output.counters().rotations.load(Relaxed);
@@ -572,6 +575,7 @@ impl Writer {
         let header = format::header(&self.hello);
         self.rotate_retry = None;
         self.written = header.len() as u64;
+        self.header_len = self.written;
         self.stats.rotations += 1;
         self.output.rotate(keep, header);
         // The new part carries every entry seen lately, ahead of the records gathered for it
