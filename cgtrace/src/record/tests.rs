@@ -848,3 +848,70 @@ fn a_restart_shifts_only_parts_with_windows_and_never_refuses_what_a_run_left() 
     assert_eq!(std::fs::read(&target).unwrap(), b"precious");
     assert_eq!(std::fs::read(at("r.3")).unwrap(), before);
 }
+
+#[test]
+fn below_min_free_nothing_is_written_and_it_is_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let free = super::part::free_bytes(&p).expect("statvfs of a temporary directory");
+    assert!(free > 0);
+    // More free space asked than the filesystem has: not even the header is written.
+    let mut part = super::part::Part::new(
+        &p,
+        crate::safety::files::create_new(&p).unwrap(),
+        super::format::header(HELLO.as_bytes()),
+        Some(u64::MAX),
+    );
+    let why = part.down().expect("not writing").to_string();
+    assert!(why.contains("below --min-free"), "{why}");
+    part.write(b"a chunk", 1);
+    let d = part.counters();
+    assert_eq!(
+        (
+            d.dropped_chunks.load(Relaxed),
+            d.dropped_bytes.load(Relaxed)
+        ),
+        (1, 7)
+    );
+    assert_eq!(d.write_errors.load(Relaxed), 0, "nothing was tried");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+}
+
+#[test]
+fn the_next_part_starts_with_the_hello_set_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let mut w = Writer::create(
+        &p,
+        HELLO.as_bytes(),
+        Some(64 << 10),
+        OnFull::Rotate { keep: 2 },
+        false,
+    )
+    .unwrap();
+    w.set_sync(false);
+    let mut hello: serde_json::Value = serde_json::from_str(HELLO).unwrap();
+    hello["recorder"] = serde_json::json!({"recorder_dropped_chunks": 3});
+    w.set_hello(hello.to_string().as_bytes());
+    let mut x = 1u64;
+    for s in 1..=100u64 {
+        for _ in 0..100 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, s, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        if w.flush(false).unwrap() == Flushed::Rotated {
+            break;
+        }
+    }
+    let old = Recording::open(&dir.path().join("r.1")).unwrap();
+    assert_eq!(old.hello_json.as_deref(), Some(HELLO.as_bytes()));
+    let new = Recording::open(&p).unwrap();
+    let got: serde_json::Value =
+        serde_json::from_slice(new.hello_json.as_deref().unwrap()).unwrap();
+    assert_eq!(got["recorder"]["recorder_dropped_chunks"], 3);
+    assert!(!new.windows.is_empty());
+}
