@@ -49,6 +49,11 @@ impl DiskThread {
         let thread = std::thread::Builder::new()
             .name("cgtrace-writer".into())
             .spawn(move || {
+                // Capabilities are per thread, and this one starts before the recorder drops
+                // them: it needs none beyond what the others keep.
+                if let Err(e) = crate::safety::privilege::drop_to_kept() {
+                    log::debug!("writer thread: could not drop capabilities: {e}");
+                }
                 for job in rx {
                     match job {
                         Job::Write { bytes, chunks } => {
