@@ -59,6 +59,7 @@ want_types = {"/sys/fs/cgroup": "Directory", "/sys/kernel": "Directory",
 if types != want_types: fail(f"hostPath types {types}, want {want_types}")
 if args[0] != "record" or "--rotate" not in args or "--prometheus" not in args:
     fail(f"not a flight recorder with metrics: {args}")
+if args[args.index("--min-free") + 1] != "1G": fail(f"--min-free not passed: {args}")
 if "/var/lib/cgtrace" not in mounts: fail("no recording volume")
 if not c["resources"]["limits"].get("memory") or c["resources"]["limits"].get("cpu"):
     fail("want a memory limit and no CPU limit")

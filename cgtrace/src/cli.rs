@@ -130,6 +130,10 @@ pub struct RecordArgs {
     /// Overwrite FILE if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Stop writing while the filesystem holding FILE has less than SIZE free (K, M, G or T);
+    /// what is not written is counted (recorder_dropped_chunks), tracing and metrics go on.
+    #[arg(long, value_name = "SIZE", value_parser = record::parse_size)]
+    pub min_free: Option<u64>,
     /// Also print the NDJSON stream to stdout, as `cgtrace stream` would.
     #[arg(long)]
     pub stream: bool,

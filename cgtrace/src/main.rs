@@ -156,6 +156,7 @@ fn main() -> ExitCode {
                         OnFull::Stop
                     },
                     force: args.force,
+                    min_free: args.min_free,
                     stream: args.stream.then_some(events),
                     metrics: args.prometheus.get(),
                 };

@@ -290,7 +290,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
         "-o",
         s(&good),
         "--duration",
-        "6",
+        "8",
         "--event-min-ms",
         "1",
     ])?;
@@ -427,7 +427,7 @@ fn bad_files_say_what_is_wrong_in_one_line_and_replay_what_is_readable() -> Resu
 }
 
 #[test]
-fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
+fn a_full_disk_costs_chunks_not_the_run_and_keeps_every_whole_one() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
@@ -450,24 +450,24 @@ fn a_full_disk_keeps_every_whole_chunk() -> Result<()> {
     }
     let _unmount = Unmount(mnt.clone());
     let _busy = workload::busy("rec-full", cpus() + 2)?;
+    // 64 KiB of the 96 taken: the recording fills the rest within seconds.
+    fs::write(mnt.join("filler"), vec![0u8; 64 << 10])?;
     let file = mnt.join("full.cgtr");
     let (code, _, err) = cgtrace(&[
         "record",
         "-o",
         s(&file),
         "--duration",
-        "120",
+        "8",
         "--event-min-ms",
         "1",
     ])?;
     eprintln!("{err}");
-    assert_eq!(code, 1, "{err}");
+    // The run goes on to its end; what did not fit is counted and said.
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
     let last = err.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("No space left on device")
-            && last.contains("kept up to its last whole chunk"),
-        "{last}"
-    );
+    assert!(last.contains("could not be written"), "{last}");
     let (code, lines, rerr) = replay_stream(&file, &[])?;
     assert_eq!(code, 0, "{rerr}");
     assert!(rerr.is_empty(), "cut back to whole chunks: {rerr}");

@@ -2,7 +2,7 @@
 //! the recorder, Prometheus, the view) as a [`Sink`]. `stream`, `record`, `serve` and the live
 //! view differ only in the sinks they hand [`run`] and in what stops it.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
 use tokio::{
@@ -57,6 +57,9 @@ pub trait Sink {
     fn start(&mut self, _hello: &Hello) -> anyhow::Result<Flow> {
         Ok(Flow::Continue)
     }
+    /// The sink's own counters for the window about to go out (the recorder's: what it could not
+    /// write), added to its `events.counters` as deltas since the last window.
+    fn counters(&mut self, _counters: &mut BTreeMap<String, u64>) {}
     /// One turn of the pump.
     fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow>;
     /// The run ended: the last turn (with the partial last window) and the closing summary
@@ -134,10 +137,15 @@ pub async fn run(
             },
         };
         let lines = pump.session.take_lines();
-        let window = match pumped {
+        let mut window = match pumped {
             Pumped::Window(w) => Some(*w),
             Pumped::Drained => None,
         };
+        if let Some(w) = window.as_mut() {
+            for s in sinks.iter_mut() {
+                s.counters(&mut w.events.counters);
+            }
+        }
         windows += u64::from(window.is_some());
         let json = window.as_ref().map(serde_json::to_string).transpose()?;
         let out = window
@@ -156,7 +164,10 @@ pub async fn run(
             }
         }
     }
-    let last = pump.last_window()?;
+    let mut last = pump.last_window()?;
+    for s in sinks.iter_mut() {
+        s.counters(&mut last.events.counters);
+    }
     pump.session.finish_records();
     let lines = pump.session.take_lines();
     windows += 1;

@@ -7,8 +7,20 @@
 //! cgroups not seen before, and writes the chunk out. A chunk is also written whenever one second
 //! has passed since its first record, so a killed recorder loses at most the last second (see
 //! [`FLUSH_EVERY`]).
+//!
+//! The chunks are written by a thread of their own ([`crate::record::disk`]); a disk that is full,
+//! failing, read-only, below `--min-free` or stalled costs chunks, never the run: what could not
+//! be written is counted in every window's `events.counters` (`recorder_dropped_chunks`,
+//! `recorder_dropped_bytes`, `recorder_queue_full`, `recorder_write_errors`), in a loss record of
+//! the file and in the hello of the next part.
 
-use std::{io, path::PathBuf, time::Duration};
+use std::{
+    collections::BTreeMap,
+    io,
+    path::PathBuf,
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::Duration,
+};
 
 use cgtrace_common::reads::ReadKey;
 
@@ -24,6 +36,7 @@ use crate::{
         NameEntry,
         format::Tag,
         human_bytes,
+        part::DiskCounters,
         writer::{self, Flushed, OnFull, Writer},
     },
     units::monotonic_ns,
@@ -33,6 +46,8 @@ use crate::{
 /// of the kernel writing them (the drain tick) and the age is checked at every drain, so a record
 /// is on disk at most 600 + 200 + 200 ms after it happened: `kill -9` loses at most a second.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(600);
+/// How long the end of a run waits for a stalled disk to take the last chunks.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// Raw records kept between two turns of the pump at most (beyond it they are counted as lost).
 const RAW_CAP: usize = 64 << 20;
 
@@ -42,6 +57,8 @@ pub struct RecordOptions {
     pub max_size: Option<u64>,
     pub on_full: OnFull,
     pub force: bool,
+    /// Stop writing while the filesystem has fewer bytes free (`--min-free`).
+    pub min_free: Option<u64>,
     /// Also print the NDJSON stream to stdout (with these event lines).
     pub stream: Option<EventSelection>,
     /// `--prometheus` and `--otlp`.
@@ -55,7 +72,24 @@ struct Recorder {
     lost_reported: u64,
     /// `--max-size` reached with `--stop-at-max`.
     full: bool,
+    /// The session's hello, for the next parts' (with what could not be written).
+    hello: serde_json::Value,
+    /// The disk counters as last put in a window.
+    in_windows: [u64; 4],
+    /// Chunks dropped as last noted in the file and the hello.
+    drops_noted: u64,
 }
+
+/// One of the disk counters.
+type Counter = fn(&DiskCounters) -> &AtomicU64;
+
+/// The disk counters a window carries, by name.
+const DISK_COUNTERS: [(&str, Counter); 4] = [
+    ("recorder_dropped_chunks", |d| &d.dropped_chunks),
+    ("recorder_dropped_bytes", |d| &d.dropped_bytes),
+    ("recorder_queue_full", |d| &d.queue_full),
+    ("recorder_write_errors", |d| &d.write_errors),
+];
 
 impl Recorder {
     /// Takes the raw records drained so far and notes the names of their cgroups.
@@ -108,6 +142,33 @@ impl Recorder {
         }
     }
 
+    /// What could not be written so far, as a JSON object.
+    fn losses(&self) -> serde_json::Value {
+        let d = self.writer.disk();
+        let mut m = serde_json::Map::new();
+        for (name, get) in DISK_COUNTERS {
+            m.insert(name.into(), get(d).load(Relaxed).into());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// New drops go in a loss record of the file (cumulative: the last one written counts) and
+    /// in the hello of the next part.
+    fn note_drops(&mut self) {
+        let dropped = self.writer.disk().dropped_chunks.load(Relaxed);
+        if dropped == self.drops_noted {
+            return;
+        }
+        self.drops_noted = dropped;
+        let losses = self.losses();
+        let mut loss = losses.clone();
+        loss["reason"] = "recorder could not write".into();
+        self.writer.record(Tag::Loss, loss.to_string().as_bytes());
+        let mut hello = self.hello.clone();
+        hello["recorder"] = losses;
+        self.writer.set_hello(hello.to_string().as_bytes());
+    }
+
     fn window(&mut self, w: &Window, json: &str) {
         for c in &w.cgroups {
             self.writer.name(NameEntry {
@@ -123,8 +184,18 @@ impl Recorder {
 }
 
 impl Sink for Recorder {
+    fn counters(&mut self, counters: &mut BTreeMap<String, u64>) {
+        let d = self.writer.disk();
+        for ((name, get), last) in DISK_COUNTERS.iter().zip(&mut self.in_windows) {
+            let now = get(d).load(Relaxed);
+            counters.insert((*name).into(), now - *last);
+            *last = now;
+        }
+    }
+
     fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
         self.events(t.session);
+        self.note_drops();
         if let Some(w) = t.window {
             self.window(w.window, w.json);
         }
@@ -135,9 +206,6 @@ impl Sink for Recorder {
             || pending >= writer::CHUNK_BYTES;
         if due && flush(&mut self.writer, false)? == Flushed::Full {
             self.full = true;
-            if let Some(why) = &self.writer.stopped {
-                eprintln!("cgtrace: {why}");
-            }
             return Ok(Flow::Stop);
         }
         Ok(Flow::Continue)
@@ -145,6 +213,7 @@ impl Sink for Recorder {
 
     fn finish(&mut self, t: &mut Turn<'_>, summary: &str) -> anyhow::Result<()> {
         self.events(t.session);
+        self.note_drops();
         if let Some(w) = t.window.filter(|_| !self.full) {
             self.window(w.window, w.json);
         }
@@ -164,30 +233,19 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     // The file first: a bad path is one line before anything is traced.
     if let OnFull::Rotate { keep } = opts.on_full {
         // A flight recorder restarted (a node agent, a service): the last run's parts are kept,
-        // shifted like a rotation, instead of being refused or overwritten.
-        let last = std::fs::symlink_metadata(&opts.output);
-        if !opts.force && last.as_ref().is_ok_and(|m| m.file_type().is_file()) {
-            writer::shift_parts(&opts.output, keep).map_err(|e| {
+        // shifted like a rotation, as long as they hold a window; what a run killed on a full
+        // disk or while rotating left is reused, recovered or set aside, never refused.
+        if opts.force {
+            let _ = std::fs::remove_file(Writer::next_path(&opts.output));
+        } else {
+            let notes = crate::record::restart::make_way(&opts.output, keep).map_err(|e| {
                 anyhow::anyhow!(
-                    "{} exists and could not be rotated away: {e}",
+                    "{} exists and could not be rotated away: {e}; fix the directory's permissions or pass --force",
                     opts.output.display()
                 )
             })?;
-            eprintln!(
-                "cgtrace: {} existed: rotated to {}.1 (--rotate keeps the last run)",
-                opts.output.display(),
-                opts.output.display()
-            );
-        }
-        let next = Writer::next_path(&opts.output);
-        if std::fs::symlink_metadata(&next).is_ok() {
-            if opts.force {
-                std::fs::remove_file(&next)?;
-            } else {
-                anyhow::bail!(
-                    "{} exists (left by a recorder killed while rotating?): remove it, or pass --force",
-                    next.display()
-                );
+            for n in notes {
+                eprintln!("cgtrace: {n}");
             }
         }
     }
@@ -202,12 +260,13 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         }
     };
     let hello_json = serde_json::to_string(&pump.session.hello)?;
-    let writer = Writer::with_file(
+    let writer = Writer::threaded(
         file,
         &opts.output,
         hello_json.as_bytes(),
         opts.max_size,
         opts.on_full,
+        opts.min_free,
     )?;
     let mut metrics = opts.metrics.start(&pump.session.hello.host).await?;
     crate::safety::privilege::drop_after_attach("record");
@@ -232,6 +291,9 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         writer,
         lost_reported: 0,
         full: false,
+        hello: serde_json::to_value(&pump.session.hello)?,
+        in_windows: [0; 4],
+        drops_noted: 0,
     };
     // The file first, then stdout: whatever the stream printed is on disk. A closed stdout ends
     // only the stream, not the recording.
@@ -241,21 +303,43 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         sinks.push(&mut out);
     }
     crate::live::outputs::run(pump, sinks, &mut metrics, control).await?;
+    // The disk may be stalled: what it has not taken in CLOSE_WAIT is left (and said so).
+    let closed = rec.writer.close(CLOSE_WAIT);
     let s = rec.writer.stats;
+    let d = rec.writer.disk();
+    let (written, rotations) = (d.written_bytes.load(Relaxed), d.rotations.load(Relaxed));
+    let (dropped, dropped_bytes) = (
+        d.dropped_chunks.load(Relaxed),
+        d.dropped_bytes.load(Relaxed),
+    );
     eprintln!(
-        "cgtrace: recorded {} windows and {} events to {} ({}{}){}",
+        "cgtrace: recorded {} windows and {} events to {} ({} written{}){}{}{}",
         s.windows,
         s.events,
         opts.output.display(),
-        human_bytes(s.bytes),
-        if s.rotations > 0 {
-            format!(", {} rotations", s.rotations)
+        human_bytes(written),
+        if rotations > 0 {
+            format!(", {rotations} rotations")
         } else {
             String::new()
         },
-        if let Some(why) = &rec.writer.stopped {
-            format!("; stopped early: {why}")
-        } else if rec.full {
+        if dropped > 0 {
+            format!(
+                "; {dropped} chunks ({}) could not be written",
+                human_bytes(dropped_bytes)
+            )
+        } else {
+            String::new()
+        },
+        if closed {
+            String::new()
+        } else {
+            format!(
+                "; the disk did not take the last chunks within {} s",
+                CLOSE_WAIT.as_secs()
+            )
+        },
+        if rec.full {
             format!(
                 "; stopped at --max-size {} (use --rotate to keep recording)",
                 human_bytes(opts.max_size.unwrap_or(0))

@@ -61,6 +61,30 @@ const PER_PROGRAM: [PerProgram; 3] = [
     ),
 ];
 
+/// What `record` could not write: a window's `recorder_*` counter, its metric, its help.
+const RECORDER: [(&str, &str, &str); 4] = [
+    (
+        "recorder_dropped_chunks",
+        "cgtrace_recorder_dropped_chunks",
+        "Chunks the recorder could not write (disk full, I/O error, read-only, below --min-free, queue full)",
+    ),
+    (
+        "recorder_dropped_bytes",
+        "cgtrace_recorder_dropped_bytes",
+        "Bytes of the chunks the recorder could not write",
+    ),
+    (
+        "recorder_queue_full",
+        "cgtrace_recorder_queue_full",
+        "Chunks dropped because the writer thread's queue was full (the disk stalled)",
+    ),
+    (
+        "recorder_write_errors",
+        "cgtrace_recorder_write_errors",
+        "Writes the disk refused (each retry counts)",
+    ),
+];
+
 /// cgtrace's own process: CPU used since it started and resident memory now.
 #[derive(Clone, Copy, Debug)]
 struct ProcessCost {
@@ -116,9 +140,23 @@ impl Host {
             "Each counter of the kernel programs",
         );
         for (k, v) in &self.counters {
-            f.num(&none, Some(("counter", k)), *v as f64);
+            if !k.starts_with("recorder_") {
+                f.num(&none, Some(("counter", k)), *v as f64);
+            }
         }
         out.push(f);
+        // The recorder's own (only `record` has them).
+        for (key, name, help) in RECORDER {
+            if let Some(v) = self.counters.get(key) {
+                out.push(MetricFamily::single(
+                    name,
+                    Kind::Counter,
+                    "",
+                    help,
+                    *v as f64,
+                ));
+            }
+        }
         for (name, unit, help, value) in PER_PROGRAM {
             let mut f = MetricFamily::new(name, Kind::Counter, unit, help);
             for (program, v) in &self.programs {

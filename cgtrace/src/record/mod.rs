@@ -2,8 +2,11 @@
 //! whatever state it is in ([`reader`]). The live recorder that fills it is
 //! [`crate::live::recorder`]; `replay`, `report` and the view's player read it.
 
+pub mod disk;
 pub mod format;
+pub mod part;
 pub mod reader;
+pub mod restart;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};

@@ -417,8 +417,8 @@ fn rotates_at_max_size_and_each_file_stands_alone() {
 }
 
 #[test]
-fn a_failed_write_keeps_every_whole_chunk() {
-    // /dev/full fails every write with ENOSPC; the writer must say so and cut nothing it had.
+fn a_failed_write_drops_and_counts_the_chunk_keeps_the_file_whole_and_resumes() {
+    use std::sync::atomic::Ordering::Relaxed;
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
     let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, false).unwrap();
@@ -426,17 +426,69 @@ fn a_failed_write_keeps_every_whole_chunk() {
     w.flush(false).unwrap();
     let good = std::fs::read(&p).unwrap();
     // Make the next write fail: replace the file descriptor's target with a read-only one.
-    let ro = std::fs::File::open(&p).unwrap();
-    w.swap_file_for_test(ro);
+    let rw = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    w.swap_file_for_test(std::fs::File::open(&p).unwrap());
     w.window(2, 3000, window_json(2).as_bytes());
-    let e = w.flush(false).unwrap_err();
-    let msg = e.to_string();
-    assert!(msg.contains("kept up to its last whole chunk"), "{msg}");
-    assert!(w.is_stopped());
+    assert_eq!(
+        w.flush(false).unwrap(),
+        Flushed::Ok,
+        "a failed write ends nothing"
+    );
+    assert!(!w.is_stopped());
+    let why = w
+        .down()
+        .expect("the writer says why it is not writing")
+        .to_string();
+    assert!(why.contains("writing") && why.contains("r:"), "{why}");
+    let d = w.disk().clone();
+    assert_eq!(d.dropped_chunks.load(Relaxed), 1);
+    assert!(d.dropped_bytes.load(Relaxed) > 0);
+    assert_eq!(d.write_errors.load(Relaxed), 1);
     assert_eq!(std::fs::read(&p).unwrap(), good);
+    // Within the backoff nothing is tried; the disk is writable again but not yet used.
+    w.swap_file_for_test(rw);
+    w.window(3, 4000, window_json(3).as_bytes());
+    w.flush(false).unwrap();
+    assert_eq!(d.dropped_chunks.load(Relaxed), 2);
+    assert_eq!(
+        d.write_errors.load(Relaxed),
+        1,
+        "no write tried during the backoff"
+    );
+    std::thread::sleep(super::part::BACKOFF_MIN + std::time::Duration::from_millis(50));
+    w.window(4, 5000, window_json(4).as_bytes());
+    w.flush(false).unwrap();
+    assert_eq!(w.down(), None, "resumed");
+    assert_eq!(d.dropped_chunks.load(Relaxed), 2);
+    let rec = Recording::open(&p).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 4]);
+    assert_eq!(rec.stats.warning(), None);
+    let _ = std::io::stdout().flush();
+}
+
+#[test]
+fn a_header_that_could_not_be_written_goes_in_before_the_first_chunk_that_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    std::fs::write(&p, b"").unwrap();
+    // The header's write fails (a read-only descriptor stands in for a full disk).
+    let mut w = Writer::with_file(
+        std::fs::File::open(&p).unwrap(),
+        &p,
+        HELLO.as_bytes(),
+        None,
+        OnFull::Stop,
+    )
+    .unwrap();
+    assert!(w.down().is_some_and(|why| why.contains("header")));
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    w.swap_file_for_test(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
+    std::thread::sleep(super::part::BACKOFF_MIN + std::time::Duration::from_millis(50));
+    w.window(1, 2000, window_json(1).as_bytes());
+    w.flush(false).unwrap();
     let rec = Recording::open(&p).unwrap();
     assert_eq!(windows_of(&rec), vec![1]);
-    let _ = std::io::stdout().flush();
+    assert!(rec.hello_json.is_some());
 }
 
 /// A throttle-episode record (`KIND_THROTTLE`, 64 bytes).
@@ -557,10 +609,14 @@ fn a_link_planted_where_the_next_part_goes_is_not_followed() {
     std::fs::write(&target, b"precious").unwrap();
     std::os::unix::fs::symlink(&target, Writer::next_path(&p)).unwrap();
     let mut w = fill_until_rotation(&p, 64 << 10);
-    let why = w.stopped.clone().expect("the recorder stopped");
-    assert!(
-        why.contains("r.next") && why.contains("exists") && why.contains("left alone"),
-        "{why}"
+    // The rotation failed: the writer goes on in the old part, nothing lost.
+    assert!(!w.is_stopped());
+    assert_eq!(w.stats.windows, 100);
+    assert_eq!(
+        w.disk()
+            .dropped_chunks
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
     );
     assert_eq!(std::fs::read(&target).unwrap(), b"precious");
     assert!(
@@ -723,4 +779,139 @@ fn shifting_parts_keeps_the_newest_and_replaces_links_without_following() {
         b"precious",
         "the link was removed, not followed"
     );
+}
+
+/// A part at `p` holding `windows` windows (none: the header only).
+fn part_with(p: &std::path::Path, windows: u64) {
+    let mut w = Writer::create(p, HELLO.as_bytes(), None, OnFull::Stop, true).unwrap();
+    for s in 1..=windows {
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+    }
+    w.flush(true).unwrap();
+}
+
+#[test]
+fn a_restart_shifts_only_parts_with_windows_and_never_refuses_what_a_run_left() {
+    use super::restart::make_way;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let at = |s: &str| dir.path().join(s);
+    part_with(&at("r.1"), 3);
+    let before = std::fs::read(at("r.1")).unwrap();
+    // An empty FILE (a start on a full disk) and a header-only one are reused, not shifted in.
+    std::fs::write(&p, b"").unwrap();
+    let notes = make_way(&p, 3).unwrap();
+    assert!(notes[0].contains("reused"), "{notes:?}");
+    part_with(&p, 0);
+    make_way(&p, 3).unwrap();
+    // Cut inside the header too.
+    part_with(&p, 0);
+    let h = std::fs::read(&p).unwrap();
+    std::fs::write(&p, &h[..h.len() / 2]).unwrap();
+    make_way(&p, 3).unwrap();
+    assert!(!p.exists() && !at("r.2").exists());
+    assert_eq!(std::fs::read(at("r.1")).unwrap(), before);
+    // A header-only FILE.next (killed between creating it and its rename) is removed.
+    part_with(&Writer::next_path(&p), 0);
+    let notes = make_way(&p, 3).unwrap();
+    assert!(notes[0].contains("removed"), "{notes:?}");
+    assert!(!Writer::next_path(&p).exists());
+    // A FILE.next with windows is the newest part: shifted in after FILE.
+    part_with(&p, 2);
+    let file = std::fs::read(&p).unwrap();
+    part_with(&Writer::next_path(&p), 1);
+    let next = std::fs::read(Writer::next_path(&p)).unwrap();
+    make_way(&p, 3).unwrap();
+    assert_eq!(std::fs::read(at("r.1")).unwrap(), next);
+    assert_eq!(std::fs::read(at("r.2")).unwrap(), file);
+    assert_eq!(std::fs::read(at("r.3")).unwrap(), before);
+    assert!(!p.exists() && !Writer::next_path(&p).exists());
+    // What is not a recording, or a link, is set aside, never followed, removed or refused.
+    std::fs::write(&p, b"not a recording at all").unwrap();
+    let target = at("precious");
+    std::fs::write(&target, b"precious").unwrap();
+    std::os::unix::fs::symlink(&target, Writer::next_path(&p)).unwrap();
+    let notes = make_way(&p, 3).unwrap();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes.iter().all(|n| n.contains("set aside")), "{notes:?}");
+    let orphans = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".orphan-")
+        })
+        .count();
+    assert_eq!(orphans, 2);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert_eq!(std::fs::read(at("r.3")).unwrap(), before);
+}
+
+#[test]
+fn below_min_free_nothing_is_written_and_it_is_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let free = super::part::free_bytes(&p).expect("statvfs of a temporary directory");
+    assert!(free > 0);
+    // More free space asked than the filesystem has: not even the header is written.
+    let mut part = super::part::Part::new(
+        &p,
+        crate::safety::files::create_new(&p).unwrap(),
+        super::format::header(HELLO.as_bytes()),
+        Some(u64::MAX),
+    );
+    let why = part.down().expect("not writing").to_string();
+    assert!(why.contains("below --min-free"), "{why}");
+    part.write(b"a chunk", 1);
+    let d = part.counters();
+    assert_eq!(
+        (
+            d.dropped_chunks.load(Relaxed),
+            d.dropped_bytes.load(Relaxed)
+        ),
+        (1, 7)
+    );
+    assert_eq!(d.write_errors.load(Relaxed), 0, "nothing was tried");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+}
+
+#[test]
+fn the_next_part_starts_with_the_hello_set_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let mut w = Writer::create(
+        &p,
+        HELLO.as_bytes(),
+        Some(64 << 10),
+        OnFull::Rotate { keep: 2 },
+        false,
+    )
+    .unwrap();
+    w.set_sync(false);
+    let mut hello: serde_json::Value = serde_json::from_str(HELLO).unwrap();
+    hello["recorder"] = serde_json::json!({"recorder_dropped_chunks": 3});
+    w.set_hello(hello.to_string().as_bytes());
+    let mut x = 1u64;
+    for s in 1..=100u64 {
+        for _ in 0..100 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            w.event(&runq_record(x, s, x >> 3));
+        }
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+        if w.flush(false).unwrap() == Flushed::Rotated {
+            break;
+        }
+    }
+    let old = Recording::open(&dir.path().join("r.1")).unwrap();
+    assert_eq!(old.hello_json.as_deref(), Some(HELLO.as_bytes()));
+    let new = Recording::open(&p).unwrap();
+    let got: serde_json::Value =
+        serde_json::from_slice(new.hello_json.as_deref().unwrap()).unwrap();
+    assert_eq!(got["recorder"]["recorder_dropped_chunks"], 3);
+    assert!(!new.windows.is_empty());
 }

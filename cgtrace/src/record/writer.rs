@@ -1,7 +1,8 @@
 //! Writes a recording: records are gathered into a chunk, and a chunk is compressed, checksummed
-//! and written with one `write` followed by `fdatasync` when [`Writer::flush`] is called (the
-//! recorder does so on every window and at least once a second). A failed write cuts the file
-//! back to the end of the last whole chunk, so what was written stays readable.
+//! and handed to the [`Part`] being written (one `write` followed by `fdatasync`) when
+//! [`Writer::flush`] is called (the recorder does so on every window and at least once a
+//! second). The live recorder hands it to a thread of its own ([`DiskThread`]); a write the disk
+//! refuses is dropped and counted, never the end of the recording (see [`super::part`]).
 //!
 //! Every file is created exclusively, never through a link (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode
 //! 0600): a rotation first creates the next part as `FILE.next` that way, then renames (a rename
@@ -12,16 +13,20 @@
 use std::{
     collections::HashMap,
     fs::{self, File},
-    io::{self, Write},
+    io,
     path::{Path, PathBuf},
-    time::Instant,
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::{Duration, Instant},
 };
 
 use thiserror::Error;
 
+pub use super::part::shift_parts;
 use super::{
     NameEntry,
+    disk::{DiskThread, Job, QUEUE_BYTES},
     format::{self, CHUNK_HEADER_LEN, CODEC_ZSTD, ChunkHeader, SYNC, Tag},
+    part::{BACKOFF_MAX, BACKOFF_MIN, DiskCounters, Part},
 };
 use crate::family::reads::model::ReadFile;
 
@@ -63,29 +68,12 @@ pub enum WriteError {
     )]
     Exists { path: PathBuf },
     #[error(
-        "writing {}: {source}; the recording is kept up to its last whole chunk ({kept} bytes)",
-        path.display()
-    )]
-    Write {
-        path: PathBuf,
-        kept: u64,
-        /// In the message, not a `#[source]`: what follows it says what was kept.
-        source: io::Error,
-    },
-    #[error(
         "{} exists and is a symbolic link: cgtrace does not write through links; choose another name",
         path.display()
     )]
     Link { path: PathBuf },
-    #[error(
-        "rotating {}: {what}: {source} (what is there is left alone); recording stopped, the parts written are complete",
-        path.display()
-    )]
-    Rotate {
-        path: PathBuf,
-        what: String,
-        source: io::Error,
-    },
+    #[error("starting the recorder's writer thread: {0}")]
+    Thread(#[source] io::Error),
 }
 
 /// Entries of one table (cgroup names, read files) by key: each entry's JSON, and the window it
@@ -155,12 +143,51 @@ pub struct WriterStats {
     pub rotations: u64,
 }
 
+/// Where chunks go: the part itself (tests, benchmarks) or the writer thread (the recorder).
+enum Output {
+    Inline(Part),
+    Thread(DiskThread),
+}
+
+impl Output {
+    fn write(&mut self, bytes: Vec<u8>, chunks: u64) {
+        match self {
+            Self::Inline(p) => p.write(&bytes, chunks),
+            Self::Thread(t) => t.send(Job::Write { bytes, chunks }),
+        }
+    }
+
+    fn rotate(&mut self, keep: u32, header: Vec<u8>) {
+        match self {
+            Self::Inline(p) => p.rotate(keep, &header),
+            Self::Thread(t) => t.send(Job::Rotate { keep, header }),
+        }
+    }
+
+    fn counters(&self) -> &Arc<DiskCounters> {
+        match self {
+            Self::Inline(p) => p.counters(),
+            Self::Thread(t) => t.counters(),
+        }
+    }
+}
+
 /// A recording being written.
 pub struct Writer {
     path: PathBuf,
-    file: File,
-    /// Bytes of the current file that are whole (header and complete chunks).
+    output: Output,
+    /// Bytes handed to the current part (header and complete chunks).
     written: u64,
+    /// Of those, its header's (the hello may change between parts).
+    header_len: u64,
+    /// A rotation failed: asked again from then on (backoff doubling up to 30 s).
+    rotate_retry: Option<Instant>,
+    /// The last wait between rotations asked (zero once one was done).
+    rotate_backoff: Duration,
+    /// Rotations the part had done when last looked at.
+    rotations_seen: u64,
+    /// Chunks framed into `out`.
+    out_chunks: u64,
     max_size: Option<u64>,
     on_full: OnFull,
     hello: Vec<u8>,
@@ -174,13 +201,8 @@ pub struct Writer {
     /// Cgroup names and read files written so far, and those to write with the next chunk.
     names: Table,
     files: Table,
-    /// A write failed: nothing more is written.
-    failed: bool,
     /// `--max-size` was reached with [`OnFull::Stop`]: only the closing records may follow.
     full: bool,
-    /// Why the recording stopped before its end (a rotation that could not be done).
-    pub stopped: Option<String>,
-    sync: bool,
     compress: bool,
     pub stats: WriterStats,
 }
@@ -198,8 +220,8 @@ impl Writer {
         Self::with_file(file, path, hello_json, max_size, on_full)
     }
 
-    /// Writes the header into `file`, created by [`open_new`] at `path` (the recorder creates the
-    /// file before it starts tracing, so a bad path fails at once).
+    /// Writes the header into `file`, created by [`open_new`] at `path`; writes happen in the
+    /// caller's thread.
     pub fn with_file(
         file: File,
         path: &Path,
@@ -207,10 +229,46 @@ impl Writer {
         max_size: Option<u64>,
         on_full: OnFull,
     ) -> Result<Self, WriteError> {
-        let mut w = Self {
+        let part = Part::new(path, file, format::header(hello_json), None);
+        Self::with_output(Output::Inline(part), path, hello_json, max_size, on_full)
+    }
+
+    /// The recorder's writer: the header and every chunk are written by a thread of its own
+    /// (`fdatasync` included), which stops writing while the filesystem has less than
+    /// `min_free` bytes free. `file` was created by [`open_new`] at `path` before tracing
+    /// started, so a bad path fails at once.
+    pub fn threaded(
+        file: File,
+        path: &Path,
+        hello_json: &[u8],
+        max_size: Option<u64>,
+        on_full: OnFull,
+        min_free: Option<u64>,
+    ) -> Result<Self, WriteError> {
+        let mut part = Part::new(path, file, format::header(hello_json), min_free);
+        if let (Some(max), OnFull::Rotate { .. }) = (max_size, on_full) {
+            part.set_cap(Some(max.saturating_mul(2)));
+        }
+        let thread = DiskThread::start(part, QUEUE_BYTES).map_err(WriteError::Thread)?;
+        Self::with_output(Output::Thread(thread), path, hello_json, max_size, on_full)
+    }
+
+    fn with_output(
+        output: Output,
+        path: &Path,
+        hello_json: &[u8],
+        max_size: Option<u64>,
+        on_full: OnFull,
+    ) -> Result<Self, WriteError> {
+        Ok(Self {
             path: path.to_path_buf(),
-            file,
-            written: 0,
+            output,
+            written: (format::HEADER_LEN + hello_json.len()) as u64,
+            header_len: (format::HEADER_LEN + hello_json.len()) as u64,
+            rotate_retry: None,
+            rotate_backoff: Duration::ZERO,
+            rotations_seen: 0,
+            out_chunks: 0,
             max_size,
             on_full,
             hello: hello_json.to_vec(),
@@ -225,26 +283,53 @@ impl Writer {
             out: Vec::new(),
             names: Table::default(),
             files: Table::default(),
-            failed: false,
             full: false,
-            stopped: None,
-            sync: true,
             compress: true,
             stats: WriterStats::default(),
-        };
-        w.write_header()?;
-        Ok(w)
+        })
     }
 
-    /// Skips `fdatasync` after each chunk (benchmarks of the format alone).
+    /// Skips `fdatasync` after each chunk (benchmarks of the format alone; a writer written in
+    /// the caller's thread only).
     pub fn set_sync(&mut self, sync: bool) {
-        self.sync = sync;
+        if let Output::Inline(p) = &mut self.output {
+            p.set_sync(sync);
+        }
     }
 
     /// Tests: write to another file from now on (e.g. one that fails every write).
     #[cfg(test)]
     pub fn swap_file_for_test(&mut self, f: File) {
-        self.file = f;
+        if let Output::Inline(p) = &mut self.output {
+            p.swap_file_for_test(f);
+        }
+    }
+
+    /// What could not be written so far, and what was.
+    pub fn disk(&self) -> &Arc<DiskCounters> {
+        self.output.counters()
+    }
+
+    /// The hello of parts started from now on (the recorder adds what it could not write).
+    pub fn set_hello(&mut self, hello_json: &[u8]) {
+        self.hello = hello_json.to_vec();
+    }
+
+    /// Why nothing is written now (a writer written in the caller's thread only).
+    pub fn down(&self) -> Option<&str> {
+        match &self.output {
+            Output::Inline(p) => p.down(),
+            Output::Thread(_) => None,
+        }
+    }
+
+    /// Waits up to `wait` for the writer thread to write what is queued; `false` if the disk did
+    /// not take it in time.
+    pub fn close(&mut self, wait: Duration) -> bool {
+        match &mut self.output {
+            Output::Inline(_) => true,
+            Output::Thread(t) => t.close(wait),
+        }
     }
 
     /// Stores chunks uncompressed (seed files for the fuzzer, benchmarks).
@@ -262,39 +347,7 @@ impl Writer {
     }
 
     pub fn is_stopped(&self) -> bool {
-        self.failed || self.full
-    }
-
-    fn write_header(&mut self) -> Result<(), WriteError> {
-        let h = format::header(&self.hello);
-        self.write_whole(&h)?;
-        Ok(())
-    }
-
-    /// Writes `bytes` at the end of the whole part; on failure cuts the file back.
-    fn write_whole(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        let r = self.file.write_all(bytes).and_then(|()| {
-            if self.sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(source) = r {
-            // Cut a partial chunk off so the file ends on a whole one; if even that fails the
-            // reader still skips the partial chunk as truncated.
-            let _ = self.file.set_len(self.written);
-            let _ = self.file.sync_data();
-            self.failed = true;
-            return Err(WriteError::Write {
-                path: self.path.clone(),
-                kept: self.written,
-                source,
-            });
-        }
-        self.written += bytes.len() as u64;
-        self.stats.bytes += bytes.len() as u64;
-        Ok(())
+        self.full
     }
 
     fn push(&mut self, tag: Tag, prefix: &[u8], body: &[u8]) {
@@ -351,7 +404,7 @@ impl Writer {
     /// Compresses and writes what was gathered. With `closing`, the room kept below
     /// `--max-size` for the summary may be used.
     pub fn flush(&mut self, closing: bool) -> Result<Flushed, WriteError> {
-        if self.failed || (self.full && !closing) {
+        if self.full && !closing {
             self.clear();
             self.names.pending.clear();
             self.files.pending.clear();
@@ -363,6 +416,7 @@ impl Writer {
         // Tables first, in chunks of their own, so a reader knows the names before the records
         // that need them; then the records; one write.
         self.out.clear();
+        self.out_chunks = 0;
         let names = std::mem::take(&mut self.names.pending);
         let files = std::mem::take(&mut self.files.pending);
         self.table_chunks(Tag::Names, &names);
@@ -376,32 +430,42 @@ impl Writer {
                 max.saturating_sub(CLOSING_ROOM.min(max / 8))
             };
             // A chunk always fits an empty file, however small --max-size is.
-            let empty = self.written as usize == format::HEADER_LEN + self.hello.len();
-            if self.written + self.out.len() as u64 > room && !empty {
+            let empty = self.written == self.header_len;
+            // A rotation that failed is asked again once its wait is over (what was gathered
+            // meanwhile goes into the old part: nothing recorded is lost).
+            let done = self.output.counters().rotations.load(Relaxed);
+            if done > self.rotations_seen {
+                (self.rotations_seen, self.rotate_backoff) = (done, Duration::ZERO);
+            }
+            if self.output.counters().take_rotation_failed() {
+                self.rotation_failed();
+            }
+            let waiting = self.rotate_retry.is_some_and(|at| Instant::now() < at);
+            let over = self.written + self.out.len() as u64 > room;
+            if (over || self.rotate_retry.is_some()) && !empty {
                 match self.on_full {
                     OnFull::Stop => {
                         self.full = true;
                         self.clear();
                         return Ok(Flushed::Full);
                     }
-                    OnFull::Rotate { keep } => match self.rotate(keep) {
-                        Ok(()) => outcome = Flushed::Rotated,
-                        Err(e) => {
-                            // What was gathered still goes into the current part (past
-                            // --max-size by one chunk): nothing recorded is lost.
-                            self.stopped = Some(e.to_string());
-                            self.on_full = OnFull::Stop;
-                            self.full = true;
-                            outcome = Flushed::Full;
+                    OnFull::Rotate { .. } if waiting || closing => {}
+                    OnFull::Rotate { keep } => {
+                        self.rotate(keep);
+                        // Known at once when the part is written in this thread.
+                        if self.output.counters().take_rotation_failed() {
+                            self.rotation_failed();
+                        } else {
+                            outcome = Flushed::Rotated;
                         }
-                    },
+                    }
                 }
             }
         }
         let out = std::mem::take(&mut self.out);
-        let r = self.write_whole(&out);
-        self.out = out;
-        r?;
+        self.written += out.len() as u64;
+        self.stats.bytes += out.len() as u64;
+        self.output.write(out, self.out_chunks);
         if self.records > 0 {
             self.stats.chunks += 1;
         }
@@ -438,6 +502,7 @@ impl Writer {
             if raw.len() >= CHUNK_BYTES - TABLE_RECORD || i == entries.len() {
                 let chunk = self.frame(&raw, records);
                 self.out.extend_from_slice(&chunk);
+                self.out_chunks += 1;
                 self.stats.raw_bytes += raw.len() as u64;
                 raw.clear();
                 records = 0;
@@ -460,6 +525,7 @@ impl Writer {
         let chunk = self.frame(&buf, self.records);
         self.buf = buf;
         self.out.extend_from_slice(&chunk);
+        self.out_chunks += 1;
     }
 
     /// One chunk of `records` records: compressed when that is smaller, framed, checksummed.
@@ -493,67 +559,36 @@ impl Writer {
 
     /// The name the next part is created under before it takes FILE's place.
     pub fn next_path(path: &Path) -> PathBuf {
-        let mut p = path.to_path_buf().into_os_string();
-        p.push(".next");
-        PathBuf::from(p)
+        super::part::next_path(path)
     }
 
-    /// Creates the next part as FILE.next (exclusively, not through a link), then FILE.keep is
-    /// removed, FILE.n → FILE.n+1, FILE → FILE.1 and FILE.next → FILE (renames replace links,
-    /// never follow them); the new part starts with the header and every table entry seen
-    /// lately, then the records gathered.
-    fn rotate(&mut self, keep: u32) -> Result<(), WriteError> {
-        let next = Self::next_path(&self.path);
-        let err = |what: String| {
-            let path = self.path.clone();
-            move |source| WriteError::Rotate { path, what, source }
-        };
-        let file = crate::safety::files::create_new(&next).map_err(err(format!(
-            "cannot create the next part {}",
-            next.display()
-        )))?;
-        let renamed = shift_parts(&self.path, keep).and_then(|()| fs::rename(&next, &self.path));
-        if let Err(e) = renamed {
-            let _ = fs::remove_file(&next);
-            return Err(err("renaming the parts".into())(e));
-        }
-        self.file = file;
-        self.written = 0;
+    /// A rotation failed: the old part is still the one written; asked again after a wait.
+    fn rotation_failed(&mut self) {
+        self.rotate_backoff = (self.rotate_backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
+        self.rotate_retry = Some(Instant::now() + self.rotate_backoff);
+    }
+
+    /// Asks for a new part (see [`Part::rotate`]); it starts with the header and every table
+    /// entry seen lately, then the records gathered. Should the rotation fail, all of it goes
+    /// into the old part instead.
+    fn rotate(&mut self, keep: u32) {
+        let header = format::header(&self.hello);
+        self.rotate_retry = None;
+        self.written = header.len() as u64;
+        self.header_len = self.written;
         self.stats.rotations += 1;
-        self.write_header()?;
+        self.output.rotate(keep, header);
         // The new part carries every entry seen lately, ahead of the records gathered for it
         // (which replace the delta just built).
         let since = self.stats.windows.saturating_sub(TABLE_KEEP_WINDOWS);
         let names = self.names.prune(since);
         let files = self.files.prune(since);
         self.out.clear();
+        self.out_chunks = 0;
         self.table_chunks(Tag::Names, &names);
         self.table_chunks(Tag::Files, &files);
         self.build_chunk();
-        Ok(())
     }
-}
-
-/// FILE.keep is removed, FILE.n → FILE.n+1, FILE → FILE.1 (with `keep` 0, FILE is removed).
-/// Renames replace a link at the target, never follow it. Parts that are missing are skipped.
-pub fn shift_parts(path: &Path, keep: u32) -> io::Result<()> {
-    let numbered = |n: u32| {
-        let mut p = path.to_path_buf().into_os_string();
-        p.push(format!(".{n}"));
-        PathBuf::from(p)
-    };
-    let gone_ok = |r: io::Result<()>| match r {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    };
-    if keep == 0 {
-        return gone_ok(fs::remove_file(path));
-    }
-    gone_ok(fs::remove_file(numbered(keep)))?;
-    for n in (1..keep).rev() {
-        gone_ok(fs::rename(numbered(n), numbered(n + 1)))?;
-    }
-    gone_ok(fs::rename(path, numbered(1)))
 }
 
 /// Creates a recording file exclusively with mode 0600, not through a link. With `force` a file
