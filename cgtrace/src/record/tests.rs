@@ -724,3 +724,133 @@ fn shifting_parts_keeps_the_newest_and_replaces_links_without_following() {
         "the link was removed, not followed"
     );
 }
+
+/// A chunk of `records` compressed as the writer compresses them.
+fn zstd_chunk(records: &[u8], seq: u32) -> Vec<u8> {
+    let payload = zstd::bulk::compress(records, 3).unwrap();
+    let mut h = format::ChunkHeader {
+        payload_len: payload.len() as u32,
+        raw_len: records.len() as u32,
+        records: 0,
+        seq,
+        codec: format::CODEC_ZSTD,
+        crc: 0,
+    };
+    h.crc = h.checksum(&payload);
+    let mut b = SYNC.to_vec();
+    b.extend_from_slice(&h.fields());
+    b.extend_from_slice(&h.crc.to_le_bytes());
+    b.extend_from_slice(&payload);
+    b
+}
+
+/// Records of `tag` with bodies of `body` bytes, `raw` bytes of them in all.
+fn records_of(tag: u8, body: usize, raw: usize) -> Vec<u8> {
+    let mut one = vec![tag];
+    format::put_uleb(&mut one, body as u64);
+    one.resize(one.len() + body, 0);
+    let mut out = Vec::with_capacity(raw);
+    while out.len() + one.len() <= raw {
+        out.extend_from_slice(&one);
+    }
+    out
+}
+
+#[test]
+fn a_file_of_overlapping_chunk_headers_is_checksummed_a_bounded_number_of_times() {
+    // A candidate header every 32 bytes for 4 MiB, each saying a 1 MiB payload follows: read
+    // one candidate at a time, that is 128 Ki checksums of 1 MiB each.
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(&dir.path().join("r"), 3, 5);
+    let first = good.windows(8).position(|w| w == SYNC).unwrap();
+    let mut b = good[..first].to_vec();
+    let h = format::ChunkHeader {
+        payload_len: 1 << 20,
+        raw_len: 1 << 20,
+        records: 1,
+        seq: 0,
+        codec: format::CODEC_STORED,
+        crc: 0,
+    };
+    while b.len() < first + (4 << 20) {
+        b.extend_from_slice(&SYNC);
+        b.extend_from_slice(&h.fields());
+        b.extend_from_slice(&0u32.to_le_bytes());
+    }
+    // Then the recording's chunks, past where the last candidate's payload would end.
+    b.resize(b.len() + (1 << 20) + 64, 0);
+    b.extend_from_slice(&good[first..]);
+    let len = b.len() as u64;
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 2, 3]);
+    assert!(
+        rec.stats.checksummed_bytes <= format::MAX_OVERLAP as u64 * len,
+        "{} bytes checksummed in a file of {len}",
+        rec.stats.checksummed_bytes
+    );
+    assert!(rec.stats.bad_chunks >= (4 << 20) / 32, "{:?}", rec.stats);
+}
+
+#[test]
+fn a_damaged_length_overlapping_good_chunks_still_resyncs_to_them() {
+    // The first window's chunk claims a payload running over the next two: they are still read.
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = write(&dir.path().join("r"), 3, 5);
+    let starts: Vec<usize> = b
+        .windows(SYNC.len())
+        .enumerate()
+        .filter(|(_, w)| *w == SYNC)
+        .map(|(i, _)| i)
+        .collect();
+    let claim = (starts[4] - starts[1]) as u32 + 10;
+    b[starts[1] + 8..starts[1] + 12].copy_from_slice(&claim.to_le_bytes());
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![2, 3]);
+    assert_eq!(rec.stats.bad_chunks, 1);
+}
+
+#[test]
+fn more_windows_than_a_file_may_index_is_refused_in_one_line() {
+    // Empty windows (18 bytes a record) in two chunks of 32 MiB: 3.7 M windows from 2 KiB.
+    let recs = records_of(Tag::Window as u8, 16, format::MAX_CHUNK);
+    let c = zstd_chunk(&recs, 0);
+    let mut file = format::header(HELLO.as_bytes());
+    file.extend_from_slice(&c);
+    file.extend_from_slice(&c);
+    let e = Recording::from_bytes(file).err().unwrap();
+    assert_eq!(
+        e,
+        FormatError::TooManyWindows {
+            limit: format::MAX_WINDOWS
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("more than 2097152 window records")
+            && msg.contains("check where it came from"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
+}
+
+#[test]
+fn chunks_expanding_past_the_files_budget_are_refused() {
+    // Unknown records of 1 MiB of zeros: each 32 MiB chunk is a few KiB on disk. Eight of them
+    // are the least budget any file has; the ninth is past it.
+    let recs = records_of(0x42, 1 << 20, format::MAX_CHUNK);
+    let c = zstd_chunk(&recs, 0);
+    let file = |n: usize| {
+        let mut f = format::header(HELLO.as_bytes());
+        for _ in 0..n {
+            f.extend_from_slice(&c);
+        }
+        f
+    };
+    let n = (format::MIN_EXPANSION / recs.len() as u64) as usize;
+    let rec = Recording::from_bytes(file(n)).unwrap();
+    assert_eq!(rec.stats.chunks, n as u64);
+    let e = Recording::from_bytes(file(n + 1)).err().unwrap();
+    assert_eq!(e, FormatError::Expands { limit_mib: 256 });
+    let msg = e.to_string();
+    assert!(msg.contains("expand to more than 256 MiB"), "{msg}");
+}
