@@ -134,8 +134,9 @@ deps() {
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay
 # out of the tree): the whole reader (play and report a recording) and each layer alone (chunk
 # framing, record parsing, window JSON, names and escaping). A crash fails the suite; its input
-# is in fuzz/artifacts/<target>/.
-FUZZ_TARGETS=(reader chunks records window names)
+# is in fuzz/artifacts/<target>/. Inputs up to 1 MiB: room for many chunks, compression bombs and
+# overlapping headers (libFuzzer's default, 4 KiB, holds one chunk at most).
+FUZZ_TARGETS=(reader chunks records window names sequence)
 fuzz_short() {
   local corpus log rc=0 t secs
   secs=$(( ${FUZZ_SECONDS:-60} / ${#FUZZ_TARGETS[@]} ))
@@ -144,7 +145,7 @@ fuzz_short() {
     corpus=$(mktemp -d); log=$(mktemp)
     cp fuzz/corpus/"$t"/* "$corpus"/
     (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz run "$t" "$corpus" -- \
-      -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
+      -max_total_time="$secs" -max_len=1048576 -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
     say "fuzz $t: $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') executions in ${secs}s"
     [[ $rc == 0 ]] || tail -n 40 "$log"
     rm -rf "$corpus" "$log"

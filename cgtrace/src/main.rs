@@ -69,7 +69,7 @@ fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
     let rec = open_recording(&args.file)?;
     let r = report::build(&rec);
     let out = if args.json {
-        serde_json::to_string(&r)? + "\n"
+        report::render_json(&r)
     } else if args.html {
         report::html::render(&rec, &r)
     } else {

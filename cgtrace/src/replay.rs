@@ -16,7 +16,7 @@ use crate::{
         self, EventLine, Records,
         reads::{ReadFile, SlowRead},
     },
-    model::ndjson::{emit, emit_line},
+    model::ndjson::{emit, emit_line, reencode},
     record::{
         NameEntry,
         reader::{Item, Recording},
@@ -134,6 +134,8 @@ pub struct Replayed {
     pub event_lines: u64,
     /// Selected events of a kind this cgtrace cannot turn into a line.
     pub unrendered: u64,
+    /// Recorded windows and summaries that are not one JSON value: not printed.
+    pub not_json: u64,
 }
 
 /// Prints the recording as the live stream did; stops quietly when stdout closes.
@@ -144,8 +146,10 @@ pub fn stream<W: Write>(
     summary: bool,
 ) -> anyhow::Result<Replayed> {
     let mut r = Replayed::default();
-    let hello = match &rec.hello_json {
-        Some(j) => String::from_utf8_lossy(j).into_owned(),
+    // Every recorded line is encoded again, never passed through: a recorded string cannot
+    // add a line of its own.
+    let hello = match rec.hello_json.as_deref().and_then(reencode) {
+        Some(j) => j,
         None => serde_json::to_string(&rec.hello())?,
     };
     if !emit_line(out, &hello)? {
@@ -190,8 +194,10 @@ pub fn stream<W: Write>(
                             return Ok(false);
                         }
                     }
-                    if !emit_line(out, &String::from_utf8_lossy(json))? {
-                        return Ok(false);
+                    match reencode(json) {
+                        Some(line) if !emit_line(out, &line)? => return Ok(false),
+                        Some(_) => {}
+                        None => r.not_json += 1,
                     }
                 }
                 Item::Summary(j) => {
@@ -204,8 +210,12 @@ pub fn stream<W: Write>(
                             return Ok(false);
                         }
                     }
-                    if summary && !emit_line(out, &String::from_utf8_lossy(j))? {
-                        return Ok(false);
+                    if summary {
+                        match reencode(j) {
+                            Some(line) if !emit_line(out, &line)? => return Ok(false),
+                            Some(_) => {}
+                            None => r.not_json += 1,
+                        }
                     }
                 }
                 Item::Loss(_) | Item::End(_) => {}
@@ -240,6 +250,12 @@ pub fn stream<W: Write>(
 pub fn run_stream(rec: &Recording, events: &EventSelection, summary: bool) -> anyhow::Result<()> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     let r = stream(rec, &mut out, events, summary)?;
+    if r.not_json > 0 {
+        eprintln!(
+            "cgtrace: {} recorded windows or summaries are not JSON and were left out (the file is damaged or was not written by cgtrace)",
+            r.not_json
+        );
+    }
     if r.unrendered > 0 {
         eprintln!(
             "cgtrace: {} recorded events are of a family this cgtrace cannot print yet (replay with a newer cgtrace)",

@@ -1,6 +1,8 @@
 //! The recording reader on arbitrary bytes: it must never panic, hang or allocate without bound,
 //! whatever the file holds. With the first byte odd, the chunk checksums of the rest are
 //! recomputed first, so mutations get past the CRC into the decompressor and the record parser.
+//! No line of `replay --stream`, the text report or `report --json` may hold a raw control or
+//! invisible character, and every replayed line is one JSON value.
 #![no_main]
 
 use cgtrace::{
@@ -8,6 +10,7 @@ use cgtrace::{
     model::Window,
     record::{format::repair_checksums, reader::Recording},
     replay, report,
+    safety::escape::is_unsafe,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -30,6 +33,24 @@ fuzz_target!(|data: &[u8]| {
             let _ = serde_json::from_slice::<Window>(j);
         }
     }
-    let _ = replay::stream(&rec, &mut std::io::sink(), &EventSelection::all(), true);
-    let _ = report::render_text(&report::build(&rec));
+    let mut out = Vec::new();
+    let _ = replay::stream(&rec, &mut out, &EventSelection::all(), true);
+    let out = String::from_utf8(out).expect("replay --stream writes UTF-8");
+    for line in out.lines() {
+        assert!(!line.chars().any(is_unsafe), "replay --stream: {line:?}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "{line:?}"
+        );
+    }
+    let r = report::build(&rec);
+    for (what, text) in [
+        ("report", report::render_text(&r)),
+        ("report --json", report::render_json(&r)),
+    ] {
+        assert!(text.ends_with('\n'), "{what}: {text:?}");
+        for line in text.split_terminator('\n') {
+            assert!(!line.chars().any(is_unsafe), "{what}: {line:?}");
+        }
+    }
 });

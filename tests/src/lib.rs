@@ -2,6 +2,7 @@
 //! workloads, and the real `cgtrace` binary whose NDJSON output is parsed.
 pub mod cgroup;
 pub mod fuse;
+pub mod hostile;
 pub mod lxcfs;
 pub mod memcg;
 pub mod node;

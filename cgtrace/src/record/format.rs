@@ -46,6 +46,22 @@ pub const MAX_CHUNK: usize = 32 << 20;
 pub const MAX_WINDOW: usize = 16 << 20;
 /// Largest hello.
 pub const MAX_HELLO: usize = 1 << 20;
+/// Most windows a reader indexes in one file: 24 days of 1 s windows, far more than a part
+/// `cgtrace record --max-size` writes; the index then holds about 80 MiB. Past it the file is
+/// refused ([`FormatError::TooManyWindows`]).
+pub const MAX_WINDOWS: usize = 1 << 21;
+/// Most chunks a reader indexes in one file (the writer writes about one a window).
+pub const MAX_CHUNKS: usize = 1 << 21;
+/// A file's chunks may expand to this many times its size in all (the writer's zstd makes
+/// about ten of one), or to [`MIN_EXPANSION`], whichever is more: so reading is linear in the
+/// file's size whatever it holds ([`FormatError::Expands`]).
+pub const MAX_RATIO: u64 = 256;
+/// What any file may expand to (a few largest chunks).
+pub const MIN_EXPANSION: u64 = 256 << 20;
+/// A candidate chunk's payload is checksummed only while fewer than this many failed
+/// candidates overlap where it starts: each byte is checksummed at most this many times, so a
+/// file of overlapping headers costs a bounded number of passes, not one per header.
+pub const MAX_OVERLAP: usize = 4;
 
 pub const CODEC_STORED: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
@@ -238,6 +254,20 @@ pub enum FormatError {
     NewerMajor { major: u16, minor: u16 },
     #[error("format version {major}.{minor} is not one this cgtrace knows")]
     BadVersion { major: u16, minor: u16 },
+    #[error(
+        "more than {limit} window records, more than this cgtrace reads from one file (`cgtrace record` writes far fewer per --max-size part): it was not written by cgtrace record; check where it came from"
+    )]
+    TooManyWindows { limit: usize },
+    #[error(
+        "more than {limit} chunks, more than this cgtrace reads from one file (`cgtrace record` writes far fewer per --max-size part): it was not written by cgtrace record; check where it came from"
+    )]
+    TooManyChunks { limit: usize },
+    #[error(
+        "its chunks expand to more than {limit_mib} MiB, the most this cgtrace reads ({} times the file's size, or {} MiB; what cgtrace record writes expands about ten times): it was made to exhaust memory or time, not written by cgtrace record; check where it came from",
+        MAX_RATIO,
+        MIN_EXPANSION >> 20
+    )]
+    Expands { limit_mib: u64 },
 }
 
 /// A parsed file header.

@@ -8,11 +8,15 @@
 //! order, for `replay --stream`, `report` and the benchmarks. Event records are never parsed
 //! beyond their 4-byte kind here.
 //!
-//! Memory is bounded whatever the file holds: the file is read in place (`pread`), one chunk at
-//! a time, never whole; a chunk may hold and expand into at most [`MAX_CHUNK`] bytes and a window
-//! at most [`MAX_WINDOW`]; what the reader keeps for the whole file is the index (a few dozen
-//! bytes a chunk and a window). Only regular files are read: a FIFO, a device or a directory is
-//! refused before anything is read from it.
+//! Memory and time are bounded whatever the file holds: the file is read in place (`pread`), one
+//! chunk at a time, never whole; a chunk may hold and expand into at most [`MAX_CHUNK`] bytes and
+//! a window at most [`MAX_WINDOW`]; what the reader keeps for the whole file is the index (a few
+//! dozen bytes a chunk and a window), of at most [`MAX_WINDOWS`] windows and [`MAX_CHUNKS`]
+//! chunks. All chunks together expand to at most [`MAX_RATIO`] times the file's size (or
+//! [`MIN_EXPANSION`]), and a byte is checksummed at most [`MAX_OVERLAP`] times however many
+//! candidate chunk headers overlap it; the sync search reads each byte about once. A file past
+//! one of these bounds is refused with what it is ([`FormatError`]). Only regular files are
+//! read: a FIFO, a device or a directory is refused before anything is read from it.
 
 use std::{
     fs::File,
@@ -27,7 +31,8 @@ use super::{
     NameEntry,
     format::{
         self, CHUNK_HEADER_LEN, CODEC_STORED, CODEC_ZSTD, ChunkHeader, FormatError, HEADER_LEN,
-        MAX_CHUNK, MAX_HELLO, MAX_WINDOW, SYNC, Tag,
+        MAX_CHUNK, MAX_CHUNKS, MAX_HELLO, MAX_OVERLAP, MAX_RATIO, MAX_WINDOW, MAX_WINDOWS,
+        MIN_EXPANSION, SYNC, Tag,
     },
 };
 use crate::{family, model::Hello};
@@ -70,6 +75,9 @@ pub struct ReadStats {
     pub unknown_records: u64,
     /// Windows larger than [`MAX_WINDOW`], not read.
     pub oversized_windows: u64,
+    /// Payload bytes checksummed while scanning (at most [`MAX_OVERLAP`] times the file).
+    #[serde(skip)]
+    pub checksummed_bytes: u64,
 }
 
 impl ReadStats {
@@ -191,6 +199,74 @@ impl Source {
 /// Bytes looked at per read while searching for a sync marker.
 const SCAN_BLOCK: usize = 1 << 20;
 
+/// The last block the sync search read, kept so that searching again just after a failed
+/// candidate reads nothing new: the search reads each byte of the file about once.
+#[derive(Default)]
+struct Block {
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl Block {
+    fn end(&self) -> u64 {
+        self.at + self.buf.len() as u64
+    }
+
+    /// `out.len()` bytes at `at`, if the block holds them.
+    fn copy(&self, at: u64, out: &mut [u8]) -> bool {
+        let Some(off) = at.checked_sub(self.at) else {
+            return false;
+        };
+        match usize::try_from(off)
+            .ok()
+            .and_then(|o| self.buf.get(o..o.checked_add(out.len())?))
+        {
+            Some(b) => {
+                out.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// What the scan has spent, against the bounds in the module's doc.
+struct Budget {
+    /// Bytes the chunks may still expand to.
+    expand_left: u64,
+    expand_limit: u64,
+    /// Ends of the candidates whose checksum failed and that may still overlap what follows.
+    failed_ends: Vec<u64>,
+}
+
+impl Budget {
+    fn new(file_len: u64) -> Self {
+        let limit = file_len.saturating_mul(MAX_RATIO).max(MIN_EXPANSION);
+        Self {
+            expand_left: limit,
+            expand_limit: limit,
+            failed_ends: Vec::new(),
+        }
+    }
+
+    /// Whether a candidate at `at` may be checksummed: fewer than [`MAX_OVERLAP`] failed
+    /// candidates cover it (all began before it, so none covers more of what follows).
+    fn may_check(&mut self, at: u64) -> bool {
+        self.failed_ends.retain(|&e| e > at);
+        self.failed_ends.len() < MAX_OVERLAP
+    }
+
+    fn expand(&mut self, raw_len: u32) -> Result<(), FormatError> {
+        self.expand_left =
+            self.expand_left
+                .checked_sub(u64::from(raw_len))
+                .ok_or(FormatError::Expands {
+                    limit_mib: self.expand_limit >> 20,
+                })?;
+        Ok(())
+    }
+}
+
 /// One record, as [`Recording::for_each`] hands it out.
 #[derive(Debug)]
 pub enum Item<'a> {
@@ -297,7 +373,7 @@ impl Recording {
             windows: Vec::new(),
             events: 0,
         };
-        rec.scan(body).map_err(SourceError::Io)?;
+        rec.scan(body)?;
         Ok(rec)
     }
 
@@ -310,11 +386,12 @@ impl Recording {
     }
 
     /// Finds every chunk and indexes the windows.
-    fn scan(&mut self, mut pos: u64) -> io::Result<()> {
-        let (mut payload, mut buf, mut block) = (Vec::new(), Vec::new(), Vec::new());
+    fn scan(&mut self, mut pos: u64) -> Result<(), SourceError> {
+        let (mut payload, mut buf, mut block) = (Vec::new(), Vec::new(), Block::default());
         let mut marks = 0u32;
         let mut events = 0u32;
         let len = self.src.len();
+        let mut budget = Budget::new(len);
         while pos < len {
             let Some(at) = find_sync_in(&self.src, pos, &mut block)? else {
                 // Trailing bytes with no chunk: the start of a chunk header cut off, or garbage.
@@ -330,12 +407,22 @@ impl Recording {
                 break;
             };
             self.stats.skipped_bytes += at - pos;
-            match check_chunk(&self.src, at, &mut payload)? {
+            let check = check_chunk(&self.src, at, &mut payload, &block, &mut budget)?;
+            if matches!(check, Check::Good(..) | Check::BadChecksum) {
+                self.stats.checksummed_bytes += payload.len() as u64;
+            }
+            match check {
                 Check::Good(header, start) => {
                     let end = start + u64::from(header.payload_len);
+                    if self.chunks.len() >= MAX_CHUNKS {
+                        return Err(SourceError::Format(FormatError::TooManyChunks {
+                            limit: MAX_CHUNKS,
+                        }));
+                    }
+                    budget.expand(header.raw_len).map_err(SourceError::Format)?;
                     let idx = self.chunks.len() as u32;
                     let ok = decompress(&header, &payload, &mut buf).is_ok()
-                        && index_records(&buf, idx, self, &mut marks, &mut events);
+                        && index_records(&buf, idx, self, &mut marks, &mut events)?;
                     if ok {
                         self.chunks.push(ChunkRef { start, header });
                         self.stats.chunks += 1;
@@ -362,7 +449,7 @@ impl Recording {
                         }
                     }
                 }
-                Check::Bad => {
+                Check::Bad | Check::BadChecksum => {
                     self.stats.bad_chunks += 1;
                     let next = find_sync_in(&self.src, at + 1, &mut block)?.unwrap_or(len);
                     self.stats.skipped_bytes += next - at;
@@ -472,19 +559,30 @@ fn find_sync(b: &[u8]) -> Option<usize> {
 
 /// Offset of the next sync marker at or after `pos`, read a block at a time; a marker cut off by
 /// the end of the file counts as found (a truncated chunk).
-fn find_sync_in(src: &Source, mut pos: u64, block: &mut Vec<u8>) -> io::Result<Option<u64>> {
+fn find_sync_in(src: &Source, mut pos: u64, block: &mut Block) -> io::Result<Option<u64>> {
     let len = src.len();
     while pos < len {
-        let n = (len - pos).min(SCAN_BLOCK as u64) as usize;
-        src.read_vec(pos, n, block)?;
-        let last = pos + n as u64 == len;
-        match find_sync(block) {
-            Some(i) if last || i + SYNC.len() <= n => return Ok(Some(pos + i as u64)),
-            // Cut off by the block, not the file: look again from there (i > 0: blocks are
-            // longer than a marker).
+        // The block read last is searched again from `pos` when it holds `pos` and a marker's
+        // length after it (or the file's end): nothing is read twice but a marker's tail.
+        let last_block = block.end() == len;
+        let held = block.at <= pos
+            && pos < block.end()
+            && (last_block || block.end() - pos >= SYNC.len() as u64);
+        if !held {
+            let n = (len - pos).min(SCAN_BLOCK as u64) as usize;
+            src.read_vec(pos, n, &mut block.buf)?;
+            block.at = pos;
+        }
+        let last = block.end() == len;
+        let off = (pos - block.at) as usize;
+        let rest = &block.buf[off..];
+        match find_sync(rest) {
+            Some(i) if last || i + SYNC.len() <= rest.len() => return Ok(Some(pos + i as u64)),
+            // Cut off by the block, not the file: look again from there (read anew: fewer than
+            // a marker's bytes are left in the block).
             Some(i) => pos += i as u64,
             None if last => return Ok(None),
-            None => pos += n as u64,
+            None => pos = block.end(),
         }
     }
     Ok(None)
@@ -496,17 +594,27 @@ enum Check {
     Good(ChunkHeader, u64),
     /// The file ends inside the chunk.
     Truncated,
-    /// Impossible sizes or a checksum mismatch.
+    /// Impossible sizes, or overlapped by too many failed candidates to be checked.
     Bad,
+    /// The checksum does not match.
+    BadChecksum,
 }
 
-fn check_chunk(src: &Source, at: u64, payload: &mut Vec<u8>) -> io::Result<Check> {
+fn check_chunk(
+    src: &Source,
+    at: u64,
+    payload: &mut Vec<u8>,
+    block: &Block,
+    budget: &mut Budget,
+) -> io::Result<Check> {
     let len = src.len();
     if len - at < CHUNK_HEADER_LEN as u64 {
         return Ok(Check::Truncated);
     }
     let mut hb = [0u8; 24];
-    src.read_at(at + SYNC.len() as u64, &mut hb)?;
+    if !block.copy(at + SYNC.len() as u64, &mut hb) {
+        src.read_at(at + SYNC.len() as u64, &mut hb)?;
+    }
     let h = ChunkHeader::parse(&hb);
     if h.payload_len as usize > MAX_CHUNK
         || h.raw_len as usize > MAX_CHUNK
@@ -519,9 +627,15 @@ fn check_chunk(src: &Source, at: u64, payload: &mut Vec<u8>) -> io::Result<Check
     if end > len {
         return Ok(Check::Truncated);
     }
+    // Overlapped by as many failed candidates as a byte may be checksummed: not checked (a
+    // file of overlapping headers), and not a chunk the writer wrote.
+    if !budget.may_check(at) {
+        return Ok(Check::Bad);
+    }
     src.read_vec(start, h.payload_len as usize, payload)?;
     if h.checksum(payload) != h.crc {
-        return Ok(Check::Bad);
+        budget.failed_ends.push(end);
+        return Ok(Check::BadChecksum);
     }
     Ok(Check::Good(h, start))
 }
@@ -530,6 +644,12 @@ fn check_chunk(src: &Source, at: u64, payload: &mut Vec<u8>) -> io::Result<Check
 enum SourceError {
     Io(io::Error),
     Format(FormatError),
+}
+
+impl From<io::Error> for SourceError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 fn decompress(h: &ChunkHeader, payload: &[u8], buf: &mut Vec<u8>) -> Result<(), ()> {
@@ -574,13 +694,15 @@ fn for_records(buf: &[u8], mut f: impl FnMut(u8, &[u8])) -> bool {
     true
 }
 
+/// Indexes a chunk's records; `Ok(false)` when they are malformed (nothing of them kept),
+/// an error past [`MAX_WINDOWS`].
 fn index_records(
     buf: &[u8],
     chunk: u32,
     rec: &mut Recording,
     marks: &mut u32,
     events: &mut u32,
-) -> bool {
+) -> Result<bool, SourceError> {
     let before = rec.windows.len();
     let (m0, e0, ev0, unk0, big0) = (
         *marks,
@@ -590,6 +712,7 @@ fn index_records(
         rec.stats.oversized_windows,
     );
     let mut end = false;
+    let mut full = false;
     let ok = for_records(buf, |tag, body| match Tag::from_u8(tag) {
         Some(Tag::Event) => {
             rec.events += 1;
@@ -601,6 +724,7 @@ fn index_records(
         Some(Tag::Window) if body.len() > MAX_WINDOW + 16 => {
             rec.stats.oversized_windows += 1;
         }
+        Some(Tag::Window) if body.len() >= 16 && rec.windows.len() >= MAX_WINDOWS => full = true,
         Some(Tag::Window) if body.len() >= 16 => {
             rec.windows.push(WindowRef {
                 chunk,
@@ -616,6 +740,11 @@ fn index_records(
         Some(_) => {}
         None => rec.stats.unknown_records += 1,
     });
+    if full {
+        return Err(SourceError::Format(FormatError::TooManyWindows {
+            limit: MAX_WINDOWS,
+        }));
+    }
     if !ok {
         rec.windows.truncate(before);
         (
@@ -625,12 +754,12 @@ fn index_records(
             rec.stats.unknown_records,
             rec.stats.oversized_windows,
         ) = (m0, e0, ev0, unk0, big0);
-        return false;
+        return Ok(false);
     }
     if end {
         rec.stats.clean_end = true;
     }
-    true
+    Ok(true)
 }
 
 /// What the view shows when the hello was damaged.

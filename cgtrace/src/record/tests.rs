@@ -915,3 +915,259 @@ fn the_next_part_starts_with_the_hello_set_last() {
     assert_eq!(got["recorder"]["recorder_dropped_chunks"], 3);
     assert!(!new.windows.is_empty());
 }
+
+/// A chunk of `records` compressed as the writer compresses them.
+fn zstd_chunk(records: &[u8], seq: u32) -> Vec<u8> {
+    let payload = zstd::bulk::compress(records, 3).unwrap();
+    let mut h = format::ChunkHeader {
+        payload_len: payload.len() as u32,
+        raw_len: records.len() as u32,
+        records: 0,
+        seq,
+        codec: format::CODEC_ZSTD,
+        crc: 0,
+    };
+    h.crc = h.checksum(&payload);
+    let mut b = SYNC.to_vec();
+    b.extend_from_slice(&h.fields());
+    b.extend_from_slice(&h.crc.to_le_bytes());
+    b.extend_from_slice(&payload);
+    b
+}
+
+/// Records of `tag` with bodies of `body` bytes, `raw` bytes of them in all.
+fn records_of(tag: u8, body: usize, raw: usize) -> Vec<u8> {
+    let mut one = vec![tag];
+    format::put_uleb(&mut one, body as u64);
+    one.resize(one.len() + body, 0);
+    let mut out = Vec::with_capacity(raw);
+    while out.len() + one.len() <= raw {
+        out.extend_from_slice(&one);
+    }
+    out
+}
+
+#[test]
+fn a_file_of_overlapping_chunk_headers_is_checksummed_a_bounded_number_of_times() {
+    // A candidate header every 32 bytes for 4 MiB, each saying a 1 MiB payload follows: read
+    // one candidate at a time, that is 128 Ki checksums of 1 MiB each.
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(&dir.path().join("r"), 3, 5);
+    let first = good.windows(8).position(|w| w == SYNC).unwrap();
+    let mut b = good[..first].to_vec();
+    let h = format::ChunkHeader {
+        payload_len: 1 << 20,
+        raw_len: 1 << 20,
+        records: 1,
+        seq: 0,
+        codec: format::CODEC_STORED,
+        crc: 0,
+    };
+    while b.len() < first + (4 << 20) {
+        b.extend_from_slice(&SYNC);
+        b.extend_from_slice(&h.fields());
+        b.extend_from_slice(&0u32.to_le_bytes());
+    }
+    // Then the recording's chunks, past where the last candidate's payload would end.
+    b.resize(b.len() + (1 << 20) + 64, 0);
+    b.extend_from_slice(&good[first..]);
+    let len = b.len() as u64;
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![1, 2, 3]);
+    assert!(
+        rec.stats.checksummed_bytes <= format::MAX_OVERLAP as u64 * len,
+        "{} bytes checksummed in a file of {len}",
+        rec.stats.checksummed_bytes
+    );
+    assert!(rec.stats.bad_chunks >= (4 << 20) / 32, "{:?}", rec.stats);
+}
+
+#[test]
+fn a_damaged_length_overlapping_good_chunks_still_resyncs_to_them() {
+    // The first window's chunk claims a payload running over the next two: they are still read.
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = write(&dir.path().join("r"), 3, 5);
+    let starts: Vec<usize> = b
+        .windows(SYNC.len())
+        .enumerate()
+        .filter(|(_, w)| *w == SYNC)
+        .map(|(i, _)| i)
+        .collect();
+    let claim = (starts[4] - starts[1]) as u32 + 10;
+    b[starts[1] + 8..starts[1] + 12].copy_from_slice(&claim.to_le_bytes());
+    let rec = Recording::from_bytes(b).unwrap();
+    assert_eq!(windows_of(&rec), vec![2, 3]);
+    assert_eq!(rec.stats.bad_chunks, 1);
+}
+
+#[test]
+fn more_windows_than_a_file_may_index_is_refused_in_one_line() {
+    // Empty windows (18 bytes a record) in two chunks of 32 MiB: 3.7 M windows from 2 KiB.
+    let recs = records_of(Tag::Window as u8, 16, format::MAX_CHUNK);
+    let c = zstd_chunk(&recs, 0);
+    let mut file = format::header(HELLO.as_bytes());
+    file.extend_from_slice(&c);
+    file.extend_from_slice(&c);
+    let e = Recording::from_bytes(file).err().unwrap();
+    assert_eq!(
+        e,
+        FormatError::TooManyWindows {
+            limit: format::MAX_WINDOWS
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("more than 2097152 window records")
+            && msg.contains("check where it came from"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
+}
+
+#[test]
+fn chunks_expanding_past_the_files_budget_are_refused() {
+    // Unknown records of 1 MiB of zeros: each 32 MiB chunk is a few KiB on disk. Eight of them
+    // are the least budget any file has; the ninth is past it.
+    let recs = records_of(0x42, 1 << 20, format::MAX_CHUNK);
+    let c = zstd_chunk(&recs, 0);
+    let file = |n: usize| {
+        let mut f = format::header(HELLO.as_bytes());
+        for _ in 0..n {
+            f.extend_from_slice(&c);
+        }
+        f
+    };
+    let n = (format::MIN_EXPANSION / recs.len() as u64) as usize;
+    let rec = Recording::from_bytes(file(n)).unwrap();
+    assert_eq!(rec.stats.chunks, n as u64);
+    let e = Recording::from_bytes(file(n + 1)).err().unwrap();
+    assert_eq!(e, FormatError::Expands { limit_mib: 256 });
+    let msg = e.to_string();
+    assert!(msg.contains("expand to more than 256 MiB"), "{msg}");
+}
+
+/// Characters a recorded string may hold that must never reach an output raw.
+const HOSTILE: &[char] = &[
+    '\0', '\x07', '\x08', '\t', '\n', '\x0b', '\x0c', '\r', '\x1b', '\x1f', '\x7f', '\u{80}',
+    '\u{85}', '\u{9b}', '\u{9f}', '\u{61c}', '\u{200b}', '\u{200f}', '\u{2028}', '\u{2029}',
+    '\u{202e}', '\u{2066}', '\u{2069}', '\u{feff}', '"', '\\', '{', '}', 'a', '/', 'é',
+];
+
+/// A deterministic string of `HOSTILE` characters for `seed`.
+fn hostile(seed: &mut u64, len: usize) -> String {
+    (0..len)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            HOSTILE[(*seed >> 33) as usize % HOSTILE.len()]
+        })
+        .collect()
+}
+
+/// `s` as a JSON string, the way a recorder would write it (the encoder escapes C0 and leaves
+/// DEL, C1 and the invisible characters raw), or raw as a forger would.
+fn json_str(s: &str, raw: bool) -> String {
+    if raw {
+        format!("\"{s}\"")
+    } else {
+        serde_json::to_string(s).unwrap()
+    }
+}
+
+/// The lines of `out` (each must end with its newline): none may hold a raw control or
+/// invisible character.
+fn assert_lines_clean(out: &str, what: &str) {
+    assert!(out.is_empty() || out.ends_with('\n'), "{what}: {out:?}");
+    for line in out.split_terminator('\n') {
+        assert!(
+            !line.chars().any(crate::safety::escape::is_unsafe),
+            "{what}: raw control or invisible character in {line:?}"
+        );
+    }
+}
+
+#[test]
+fn no_output_line_holds_a_raw_control_character_whatever_was_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 7u64;
+    for round in 0..48 {
+        // Even rounds: what a recorder writes (valid JSON, C0 escaped). Odd: raw bytes, raw
+        // newlines between tokens, invalid JSON: what a forger writes.
+        let raw = round % 2 == 1;
+        let mut h = |n| json_str(&hostile(&mut seed, n), raw);
+        let mut plain = 11u64 + round;
+        let hello = HELLO
+            .replace(r#""host":"h""#, &format!(r#""host":{}"#, h(12)))
+            .replace(r#""kernel":"6.18""#, &format!(r#""kernel":{}"#, h(6)));
+        let p = dir.path().join(format!("r{round}"));
+        let mut w = Writer::create(&p, hello.as_bytes(), None, OnFull::Stop, false).unwrap();
+        w.set_sync(false);
+        let sep = if raw { "\n" } else { "" };
+        for s in 1..=2u64 {
+            w.name(NameEntry {
+                id: 7,
+                path: Some(hostile(&mut plain, 10)),
+                name: Some(hostile(&mut plain, 5)),
+                name_kind: None,
+            });
+            w.event(&runq_record(s * 1_000_000_000, 7, 30_000_000));
+            let hist = r#"{"count":200,"sum_us":900.0,"mean_us":4.5,"p50_us":4.0,"p90_us":8.0,"p99_us":9.0,"max_us":9.0,"buckets":[[4096,200]]}"#;
+            let runq = hist.replace('}', r#","kinds":{}}"#);
+            let json = format!(
+                r#"{{"type":"window",{sep}"seq":{s},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":1,"dropped":0,"counters":{{}}}},"cgroups_tracked":1,"cgroups_evicted":0,"cgroups":[{{"id":7,"hierarchy":{},"path":{},"name":{},"name_kind":null,"runq":{runq},"flags":[{{"family":{},"code":{},"message":{},"suggestion":{}}}],{}:{hist},{}:{{{}:{hist}}}}}]}}"#,
+                1000 + s * 1000,
+                h(4),
+                h(10),
+                h(5),
+                h(4),
+                h(6),
+                h(8),
+                h(8),
+                h(7),
+                h(7),
+                h(3),
+            );
+            w.window(s * 1_000_000_000, 1000 + s * 1000, json.as_bytes());
+            w.flush(false).unwrap();
+        }
+        let summary = format!(r#"{{"type":"summary",{sep}"windows":2,"note":{}}}"#, h(9));
+        w.record(Tag::Summary, summary.as_bytes());
+        w.flush(true).unwrap();
+        drop(w);
+        let rec = Recording::open(&p).unwrap();
+        let r = crate::report::build(&rec);
+        if !raw {
+            assert!(
+                r.windows == 2 && r.families.len() >= 3,
+                "round {round}: {r:?}"
+            );
+        }
+        assert_lines_clean(&crate::report::render_text(&r), "report");
+        let json = crate::report::render_json(&r);
+        assert_lines_clean(&json, "report --json");
+        assert_eq!(json.lines().count(), 1, "report --json: {json}");
+        let mut out = Vec::new();
+        let got = crate::replay::stream(
+            &rec,
+            &mut out,
+            &crate::family::select::EventSelection::all(),
+            true,
+        )
+        .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_lines_clean(&out, "replay --stream");
+        // One line per hello, window, event line and summary: a recorded string made no line of
+        // its own, and every line is one JSON object.
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect();
+        let printed = lines
+            .iter()
+            .filter(|v| v["type"] == "window" || v["type"] == "summary")
+            .count() as u64;
+        assert_eq!(printed + got.not_json, got.windows + 1, "round {round}");
+        assert!(lines[0]["type"] == "hello" || raw, "{:?}", lines[0]);
+    }
+}

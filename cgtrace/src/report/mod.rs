@@ -8,17 +8,20 @@
 //! longest throttle episodes with the threads that burned the quota, and the slowest waits; event
 //! kinds this cgtrace cannot decode are counted by family.
 //!
-//! Where things are: [`Report`] and its parts in `model.rs` (`--json` is their serde form); `build/` reads
+//! Where things are: [`Report`] and its parts in `model.rs` (`--json` is their serde form, one
+//! escaped line: `json.rs`); `build/` reads
 //! a recording into one ([`build`]), a file per part it sums (latency, throttle, diagnoses, reads,
 //! own cost); `text.rs` writes it for a terminal ([`render_text`]), [`html`] as one page with
 //! pictures; `medium.rs` holds what those two write alike (a cgroup's name, the warnings).
 
 mod build;
 pub mod html;
+mod json;
 mod medium;
 pub mod model;
 mod text;
 
 pub use build::build;
+pub use json::render_json;
 pub use model::*;
 pub use text::render_text;

@@ -48,7 +48,7 @@ pub fn render_text(r: &Report) -> String {
         );
     }
     for (f, fr) in &r.families {
-        let _ = writeln!(o, "\n## {f}: worst of {} cgroups", fr.cgroups);
+        let _ = writeln!(o, "\n## {}: worst of {} cgroups", esc(f), fr.cgroups);
         if !fr.worst_p99.is_empty() {
             let _ = writeln!(o, "by p99 (cgroups with at least 100 waits):");
             for c in &fr.worst_p99 {
@@ -106,8 +106,8 @@ pub fn render_text(r: &Report) -> String {
                 o,
                 "  {}: {} {} ({} windows): {}\n    → {}",
                 Text.who(&d.path, &d.name, d.id),
-                d.family,
-                d.code,
+                esc(&d.family),
+                esc(&d.code),
                 d.seen.windows,
                 esc(&d.seen.message),
                 esc(&d.seen.suggestion)
@@ -138,7 +138,8 @@ pub fn render_text(r: &Report) -> String {
             for (code, f) in &t.flags {
                 let _ = writeln!(
                     o,
-                    "    flag {code} ({} windows): {}\n      → {}",
+                    "    flag {} ({} windows): {}\n      → {}",
+                    esc(code),
                     f.windows,
                     esc(&f.message),
                     esc(&f.suggestion)
@@ -181,7 +182,7 @@ pub fn render_text(r: &Report) -> String {
                 "  {} at {} {} {} [{}]: {}",
                 us(w.wait_us),
                 clock_utc(w.at_unix_ms),
-                w.wait_kind,
+                esc(&w.wait_kind),
                 esc(&w.comm),
                 w.pid,
                 Text.who(&w.path, &w.name, w.cgroup_id)
@@ -239,7 +240,7 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(o, "  none");
     }
     for (f, n) in &r.events_by_family {
-        let _ = writeln!(o, "  {f}: {n}");
+        let _ = writeln!(o, "  {}: {n}", esc(f));
     }
     if r.undecoded_events > 0 {
         let _ = writeln!(

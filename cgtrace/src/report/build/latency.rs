@@ -21,6 +21,10 @@ struct Acc {
     max_at: u64,
 }
 
+/// Most families ranked: a file's families found by shape are its keys, and a forged file could
+/// name a new one in every cgroup of every window.
+pub(super) const MAX_FAMILIES: usize = 64;
+
 /// Per family, per cgroup id, the merged histogram.
 #[derive(Default)]
 pub(super) struct Latency(BTreeMap<String, HashMap<u64, Acc>>);
@@ -66,7 +70,7 @@ impl Latency {
         h: &HistSummary,
         end_ms: u64,
     ) {
-        if h.count == 0 {
+        if h.count == 0 || (self.0.len() >= MAX_FAMILIES && !self.0.contains_key(family)) {
             return;
         }
         let a = self
@@ -130,5 +134,29 @@ fn rank(accs: HashMap<u64, Acc>) -> FamilyReport {
         cgroups: n,
         worst_p99: all,
         worst_max,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_found_by_shape_are_bounded() {
+        let hist = serde_json::json!({"count": 1, "sum_us": 5.0, "mean_us": 5.0, "p50_us": 5.0, "p90_us": 5.0, "p99_us": 5.0, "max_us": 5.0, "buckets": [[4096, 1]]});
+        let mut l = Latency::default();
+        for w in 0..10 {
+            let c = CgroupWindow {
+                id: 7,
+                other: (0..100)
+                    .map(|k| (format!("fam{w}_{k}"), hist.clone()))
+                    .collect(),
+                ..Default::default()
+            };
+            l.add_cgroup(&c, 1000);
+        }
+        let f = l.finish();
+        assert_eq!(f.len(), MAX_FAMILIES);
+        assert!(f.contains_key("fam0_0"), "the first seen are kept");
     }
 }

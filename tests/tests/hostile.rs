@@ -1,0 +1,94 @@
+//! Hostile recordings: valid-looking files made to exhaust `cgtrace report`'s memory or time
+//! (compression bombs, a file of overlapping chunk headers), each read by the real binary within
+//! 256 MiB and 60 s, to a report or a one-line error. Needs no privilege.
+use std::{process::Command, time::Duration};
+
+use anyhow::Result;
+use cgtrace_tests::{
+    hostile::{Bomb, Measured, compression_bomb, measure, overlapping_headers},
+    scratch::{Scratch, path_str as s},
+    stream::cgtrace_bin,
+};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const MAX_RSS_KIB: u64 = 256 * 1024;
+
+/// `cgtrace report FILE`, measured; checks the bounds and the shape of what it printed, and
+/// returns it.
+fn report(file: &std::path::Path) -> Result<Measured> {
+    let m = measure(Command::new(cgtrace_bin()).args(["report", s(file)]), LIMIT)?;
+    eprintln!(
+        "{}: {}, peak RSS {} MiB, {:.1} s: {}",
+        file.display(),
+        m.status,
+        m.max_rss_kib / 1024,
+        m.elapsed.as_secs_f64(),
+        m.stderr.trim_end()
+    );
+    assert!(
+        m.max_rss_kib <= MAX_RSS_KIB,
+        "peak RSS {} KiB",
+        m.max_rss_kib
+    );
+    if m.status.success() {
+        let out = String::from_utf8(m.stdout.clone())?;
+        assert!(out.starts_with("cgtrace report: "), "{out}");
+    } else {
+        assert_eq!(m.status.code(), Some(1), "{}", m.status);
+        assert!(m.stderr.starts_with("cgtrace: error: "), "{}", m.stderr);
+        assert!(m.stderr.ends_with('\n'), "{:?}", m.stderr);
+        assert_eq!(m.stderr.lines().count(), 1, "{}", m.stderr);
+    }
+    Ok(m)
+}
+
+#[test]
+fn compression_bombs_are_reported_or_refused_within_256_mib_and_60_s() -> Result<()> {
+    let scratch = Scratch::new("bombs")?;
+    for (bomb, chunks, says) in [
+        // 3.7 M empty windows a chunk pair: past the windows one file may index.
+        (Bomb::EmptyWindows, 40, Some("window records")),
+        // 200 M four-byte events: past what the file may expand to.
+        (Bomb::Events, 40, Some("expand to more than")),
+        (Bomb::Windows, 40, Some("expand to more than")),
+        // 650 k whole windows, just under what the file may expand to: a report.
+        (Bomb::Windows, 8, None),
+    ] {
+        let f = scratch.file(&format!("{bomb:?}-{chunks}.cgtr"));
+        let size = compression_bomb(&f, bomb, chunks)?;
+        eprintln!("{bomb:?} x {chunks}: {size} bytes");
+        let m = report(&f)?;
+        match says {
+            Some(says) => {
+                assert!(!m.status.success());
+                assert!(
+                    m.stderr.contains(says) && m.stderr.contains("check where it came from"),
+                    "{}",
+                    m.stderr
+                );
+            }
+            None => {
+                assert!(m.status.success(), "{}", m.stderr);
+                let out = String::from_utf8(m.stdout)?;
+                let windows = out
+                    .split(", ")
+                    .find(|p| p.ends_with(" windows"))
+                    .and_then(|p| p.trim_end_matches(" windows").parse::<u64>().ok());
+                assert!(windows.is_some_and(|n| n > 500_000), "{out}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_file_of_overlapping_chunk_headers_is_read_once_not_once_per_header() -> Result<()> {
+    let scratch = Scratch::new("overlap")?;
+    let f = scratch.file("overlap.cgtr");
+    overlapping_headers(&f, 64 << 20)?;
+    let m = report(&f)?;
+    // Whether the whole chunk at its end is found or skipped, the 2 M headers before it are
+    // counted as damaged chunks, in the report's warning or in the error.
+    assert!(m.stderr.contains("damaged chunks"), "{}", m.stderr);
+    Ok(())
+}
