@@ -6,6 +6,7 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -348,13 +349,13 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_goes_o
     let target = scratch.file("precious");
     fs::write(&target, b"precious\n")?;
     let _busy = workload::busy("rot-busy", cpus() + 1)?;
-    let child = Command::new(cgtrace_bin())
+    let mut child = Command::new(cgtrace_bin())
         .args([
             "record",
             "-o",
             s(&file),
             "--duration",
-            "15",
+            "120",
             "--max-size",
             "64K",
             "--rotate",
@@ -375,10 +376,33 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_goes_o
     }
     let next = PathBuf::from(format!("{}.next", file.display()));
     std::os::unix::fs::symlink(&target, &next)?;
-    let out = child.wait_with_output()?;
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Until the recorder says it could not rotate (the first part fills at the rate the load
+    // makes events: 15 s was not always enough on a busy CI machine), then SIGINT ends it.
+    let lines = lines_of(child.stderr.take().context("the recorder's stderr")?);
+    let mut err = String::new();
+    let deadline = Instant::now() + Duration::from_secs(110);
+    while Instant::now() < deadline {
+        match lines.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) => {
+                err.push_str(&l);
+                err.push('\n');
+                if l.contains("still writing to") {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // It may have ended already (--duration): then there is nobody to signal.
+    let _ = cgtrace_tests::signal(child.id(), libc::SIGINT);
+    let status = child.wait()?;
+    while let Ok(l) = lines.recv_timeout(Duration::from_secs(5)) {
+        err.push_str(&l);
+        err.push('\n');
+    }
     eprint!("{err}");
-    assert!(out.status.success(), "{err}");
+    assert!(status.success(), "{err}");
     assert_eq!(
         fs::read(&target)?,
         b"precious\n",
@@ -392,6 +416,10 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_goes_o
         "the recorder says why it could not rotate: {err}"
     );
     assert!(!scratch.file("r.cgtr.1").exists(), "nothing was rotated");
+    assert!(
+        !err.contains(": rotated"),
+        "a rotation that failed is not said to have worked: {err}"
+    );
     assert!(fs::metadata(&file)?.len() <= 128 << 10);
     // What it recorded is whole and readable.
     let (code, replayed, rerr) = replay_stream(&file, &[])?;
@@ -406,4 +434,17 @@ fn a_link_planted_where_the_next_part_goes_is_left_alone_and_the_recorder_goes_o
     assert!(err.contains("symbolic link"), "{err}");
     assert_eq!(fs::read(&target)?, b"precious\n");
     Ok(())
+}
+
+/// The lines `stream` gives, on a channel (a thread reads them until it ends).
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stream)).map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

@@ -351,14 +351,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     Ok(())
 }
 
+/// A chunk out; a rotation says so itself where it is done (`record::part`), once it has worked.
 fn flush(w: &mut Writer, closing: bool) -> anyhow::Result<Flushed> {
-    let r = w.flush(closing)?;
-    if r == Flushed::Rotated {
-        eprintln!(
-            "cgtrace: {} reached --max-size: rotated (the older part is {}.1)",
-            w.path().display(),
-            w.path().display()
-        );
-    }
-    Ok(r)
+    Ok(w.flush(closing)?)
 }

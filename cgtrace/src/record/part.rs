@@ -256,6 +256,12 @@ impl Part {
             Ok(()) => {
                 self.rotate_retry_at = None;
                 self.counters.rotations.fetch_add(1, Relaxed);
+                // Said here, where it is known to have worked (the writer only asked for it).
+                eprintln!(
+                    "cgtrace: {} reached --max-size: rotated (the older part is {}.1)",
+                    self.path.display(),
+                    self.path.display()
+                );
             }
             Err(why) => {
                 let backoff = self
