@@ -27,20 +27,15 @@ pub fn chunk(records: &[u8], zstd: bool) -> Result<Vec<u8>> {
     } else {
         records.to_vec()
     };
-    let mut h = ChunkHeader {
+    Ok(ChunkHeader {
         payload_len: u32::try_from(payload.len())?,
         raw_len: u32::try_from(records.len())?,
         records: 0,
         seq: 0,
         codec: if zstd { CODEC_ZSTD } else { CODEC_STORED },
         crc: 0,
-    };
-    h.crc = h.checksum(&payload);
-    let mut b = SYNC.to_vec();
-    b.extend_from_slice(&h.fields());
-    b.extend_from_slice(&h.crc.to_le_bytes());
-    b.extend_from_slice(&payload);
-    Ok(b)
+    }
+    .frame(&payload))
 }
 
 /// What a compression bomb's chunks hold.

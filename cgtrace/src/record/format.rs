@@ -141,6 +141,18 @@ impl ChunkHeader {
     pub fn checksum(&self, payload: &[u8]) -> u32 {
         crc32c::crc32c_append(crc32c::crc32c(&self.fields()), payload)
     }
+
+    /// The chunk as the writer writes it: [`SYNC`], the fields, their checksum over `payload`
+    /// (set here), then `payload`.
+    pub fn frame(mut self, payload: &[u8]) -> Vec<u8> {
+        self.crc = self.checksum(payload);
+        let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + payload.len());
+        out.extend_from_slice(&SYNC);
+        out.extend_from_slice(&self.fields());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
 }
 
 /// Appends `v` as unsigned LEB128.

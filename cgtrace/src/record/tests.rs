@@ -245,20 +245,15 @@ fn a_damaged_hello_still_replays_with_a_stand_in() {
 
 /// A chunk of `records` as the writer frames it (stored, not compressed).
 fn chunk(records: &[u8], seq: u32) -> Vec<u8> {
-    let mut h = format::ChunkHeader {
+    format::ChunkHeader {
         payload_len: records.len() as u32,
         raw_len: records.len() as u32,
         records: 0,
         seq,
         codec: format::CODEC_STORED,
         crc: 0,
-    };
-    h.crc = h.checksum(records);
-    let mut b = SYNC.to_vec();
-    b.extend_from_slice(&h.fields());
-    b.extend_from_slice(&h.crc.to_le_bytes());
-    b.extend_from_slice(records);
-    b
+    }
+    .frame(records)
 }
 
 #[test]
@@ -919,20 +914,15 @@ fn the_next_part_starts_with_the_hello_set_last() {
 /// A chunk of `records` compressed as the writer compresses them.
 fn zstd_chunk(records: &[u8], seq: u32) -> Vec<u8> {
     let payload = zstd::bulk::compress(records, 3).unwrap();
-    let mut h = format::ChunkHeader {
+    format::ChunkHeader {
         payload_len: payload.len() as u32,
         raw_len: records.len() as u32,
         records: 0,
         seq,
         codec: format::CODEC_ZSTD,
         crc: 0,
-    };
-    h.crc = h.checksum(&payload);
-    let mut b = SYNC.to_vec();
-    b.extend_from_slice(&h.fields());
-    b.extend_from_slice(&h.crc.to_le_bytes());
-    b.extend_from_slice(&payload);
-    b
+    }
+    .frame(&payload)
 }
 
 /// Records of `tag` with bodies of `body` bytes, `raw` bytes of them in all.

@@ -25,7 +25,7 @@ pub use super::part::shift_parts;
 use super::{
     NameEntry,
     disk::{DiskThread, Job, QUEUE_BYTES},
-    format::{self, CHUNK_HEADER_LEN, CODEC_ZSTD, ChunkHeader, SYNC, Tag},
+    format::{self, CODEC_ZSTD, ChunkHeader, Tag},
     part::{BACKOFF_MAX, BACKOFF_MIN, DiskCounters, Part},
 };
 use crate::family::reads::model::ReadFile;
@@ -539,7 +539,7 @@ impl Writer {
             Some(p) => (CODEC_ZSTD, p),
             None => (format::CODEC_STORED, raw.to_vec()),
         };
-        let mut h = ChunkHeader {
+        let h = ChunkHeader {
             payload_len: payload.len() as u32,
             raw_len: raw.len() as u32,
             records,
@@ -547,14 +547,8 @@ impl Writer {
             codec,
             crc: 0,
         };
-        h.crc = h.checksum(&payload);
         self.seq = self.seq.wrapping_add(1);
-        let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + payload.len());
-        out.extend_from_slice(&SYNC);
-        out.extend_from_slice(&h.fields());
-        out.extend_from_slice(&h.crc.to_le_bytes());
-        out.extend_from_slice(&payload);
-        out
+        h.frame(&payload)
     }
 
     /// The name the next part is created under before it takes FILE's place.
