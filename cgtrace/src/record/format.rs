@@ -47,7 +47,7 @@ pub const MAX_WINDOW: usize = 16 << 20;
 /// Largest hello.
 pub const MAX_HELLO: usize = 1 << 20;
 /// Most windows a reader indexes in one file: 24 days of 1 s windows, far more than a part
-/// `cgtrace record --max-size` writes; the index then holds about 80 MiB. Past it the file is
+/// `cgtrace record --max-size` writes; the index then holds about 140 MiB. Past it the file is
 /// refused ([`FormatError::TooManyWindows`]).
 pub const MAX_WINDOWS: usize = 1 << 21;
 /// Most chunks a reader indexes in one file (the writer writes about one a window).
