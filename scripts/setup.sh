@@ -138,15 +138,28 @@ deps() {
 # overlapping headers (libFuzzer's default, 4 KiB, holds one chunk at most).
 FUZZ_TARGETS=(reader chunks records window names sequence)
 fuzz_short() {
-  local corpus log rc=0 t secs
-  secs=$(( ${FUZZ_SECONDS:-60} / ${#FUZZ_TARGETS[@]} ))
+  fuzz_targets $(( ${FUZZ_SECONDS:-60} / ${#FUZZ_TARGETS[@]} )) -1
+}
+
+# The fuzz benchmark (not a CI step): every target until FUZZ_RUNS executions (10 M) or
+# FUZZ_BENCH_SECONDS (1 h) each, whichever comes first; docs/benchmarks.md says what it gave.
+fuzz_bench() {
+  fuzz_targets "${FUZZ_BENCH_SECONDS:-3600}" "${FUZZ_RUNS:-10000000}"
+}
+
+# Runs each target for at most SECS seconds and RUNS executions (-1: no bound), from a copy of its
+# seed corpus; says executions, rate and time; stops at the first crash.
+fuzz_targets() {
+  local secs=$1 runs=$2 corpus log rc=0 t start n
   (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz build) || return 1
   for t in "${FUZZ_TARGETS[@]}"; do
-    corpus=$(mktemp -d); log=$(mktemp)
+    corpus=$(mktemp -d); log=$(mktemp); start=$SECONDS
     cp fuzz/corpus/"$t"/* "$corpus"/
     (cd fuzz && CGTRACE_EBPF_STUB=1 cargo fuzz run "$t" "$corpus" -- \
-      -max_total_time="$secs" -max_len=1048576 -rss_limit_mb=2048 -print_final_stats=1) >"$log" 2>&1 || rc=$?
-    say "fuzz $t: $(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}') executions in ${secs}s"
+      -max_total_time="$secs" -runs="$runs" -max_len=1048576 -rss_limit_mb=2048 \
+      -print_final_stats=1) >"$log" 2>&1 || rc=$?
+    n=$(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}')
+    say "fuzz $t: ${n:-0} executions in $((SECONDS - start)) s ($(( ${n:-0} / (SECONDS - start + 1) ))/s), corpus $(ls "$corpus" | wc -l) inputs"
     [[ $rc == 0 ]] || tail -n 40 "$log"
     rm -rf "$corpus" "$log"
     [[ $rc == 0 ]] || return "$rc"
@@ -210,5 +223,6 @@ case "${1:-}" in
     say "no terminal: starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
   test) deps; build; build_image; run_tests ;;
   image) deps; build_image ;;
-  *) die "usage: $0 run [ARGS…] | test | deps | image" ;;
+  fuzz-bench) deps; fuzz_bench ;;
+  *) die "usage: $0 run [ARGS…] | test | deps | image | fuzz-bench" ;;
 esac
