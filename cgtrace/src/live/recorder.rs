@@ -268,7 +268,7 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
         opts.on_full,
         opts.min_free,
     )?;
-    let mut metrics = opts.metrics.start(&pump.session.hello.host).await?;
+    let mut metrics = opts.metrics.start(&pump.session.hello.host)?;
     crate::safety::privilege::drop_after_attach("record");
     eprintln!(
         "cgtrace: recording to {}{}",

@@ -17,7 +17,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let pump = Pump::start(&opts)?;
-    let mut metrics = out.start(&pump.session.hello.host).await?;
+    let mut metrics = out.start(&pump.session.hello.host)?;
     crate::safety::privilege::drop_after_attach("serve");
     if let Some(addr) = out.prometheus {
         eprintln!("cgtrace: serving OpenMetrics on http://{addr}/metrics");

@@ -111,7 +111,7 @@ pub async fn run(
     let (_stop, control) = driver::stop_on_signals(duration)?;
     let mut pump = Pump::start(&opts)?;
     pump.session.set_lines(&events);
-    let mut metrics = metrics.start(&pump.session.hello.host).await?;
+    let mut metrics = metrics.start(&pump.session.hello.host)?;
     crate::safety::privilege::drop_after_attach("stream");
     let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
     crate::live::outputs::run(pump, vec![&mut out], &mut metrics, control).await?;

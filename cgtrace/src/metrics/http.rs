@@ -1,6 +1,8 @@
 //! The `--prometheus ADDR` server: `/metrics` over HTTP/1.1 with hyper, answering from the
 //! exposition rendered after the last window, so a scrape never waits for the pump (nor the pump
-//! for a scrape).
+//! for a scrape). It runs on a thread of its own (`cgtrace-http`, its own single-threaded tokio
+//! runtime): the pump's map walks and cgroupfs reads, which take seconds behind thousands of
+//! dying memcgs, never delay an answer or the liveness probe.
 
 use std::{
     net::SocketAddr,
@@ -80,16 +82,15 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Binds `addr` and serves `/metrics` on the current tokio runtime.
-    pub async fn start(addr: SocketAddr, opts: MetricsOptions) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(addr)
-            .await
+    /// Binds `addr` and serves `/metrics` from a thread of its own ([`serve_on_thread`]).
+    pub fn start(addr: SocketAddr, opts: MetricsOptions) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("--prometheus {addr}: {e}"))?;
         let local_addr = listener.local_addr()?;
         let metrics = Metrics::new(opts);
         let exposition = Exposition::default();
         exposition.publish(metrics.render());
-        tokio::spawn(accept_loop(listener, exposition.clone(), TIMEOUTS));
+        serve_on_thread(listener, exposition.clone(), TIMEOUTS)?;
         Ok(Self {
             metrics,
             exposition,
@@ -101,6 +102,34 @@ impl Exporter {
         self.metrics.update(w);
         self.exposition.publish(self.metrics.render());
     }
+}
+
+/// Serves `listener` on the `cgtrace-http` thread, with a single-threaded runtime of its own, for
+/// the rest of the process. The thread drops its capabilities first (they are per thread, and it
+/// starts before the command drops its own): it needs none.
+fn serve_on_thread(
+    listener: std::net::TcpListener,
+    exposition: Exposition,
+    timeouts: Timeouts,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("cgtrace-http".into())
+        .spawn(move || {
+            if let Err(e) = crate::safety::privilege::drop_to_kept() {
+                log::debug!("http thread: could not drop capabilities: {e}");
+            }
+            rt.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => accept_loop(l, exposition, timeouts).await,
+                    Err(e) => log::warn!("prometheus: {e}"),
+                }
+            });
+        })?;
+    Ok(())
 }
 
 async fn accept_loop(listener: TcpListener, exposition: Exposition, timeouts: Timeouts) {
@@ -344,5 +373,31 @@ mod tests {
         // Stopped for 2.5 s: cut, with what the sockets held.
         let stalled = body_len(addr, 0, Duration::from_millis(2500)).await;
         assert!(stalled < LEN, "a stalled reader was cut ({stalled} bytes)");
+    }
+
+    /// The serving thread answers while the thread that made it (the pump's, in a live session)
+    /// is busy: here it sleeps 3 s, as a map walk or a memory.stat read behind thousands of dying
+    /// memcgs may, and a scrape sent meanwhile is answered within a second.
+    #[test]
+    fn a_scrape_is_answered_while_the_pump_thread_is_busy() {
+        use std::io::{Read as _, Write as _};
+        let e = Exporter::start("127.0.0.1:0".parse().unwrap(), MetricsOptions::default()).unwrap();
+        let addr = e.local_addr;
+        let scrape = std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            let _ = c.read_to_string(&mut out);
+            (t.elapsed(), out)
+        });
+        // The pump's thread, busy.
+        std::thread::sleep(Duration::from_secs(3));
+        let (took, out) = scrape.join().unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
+        assert!(took < Duration::from_secs(1), "answered after {took:?}");
     }
 }

@@ -19,12 +19,9 @@ impl Outputs {
     }
 
     /// Binds the Prometheus port and makes the OTLP pusher, as asked.
-    pub async fn start(
-        &self,
-        host: &str,
-    ) -> anyhow::Result<(Option<Exporter>, Option<otlp::Pusher>)> {
+    pub fn start(&self, host: &str) -> anyhow::Result<(Option<Exporter>, Option<otlp::Pusher>)> {
         let exporter = match self.prometheus {
-            Some(addr) => Some(Exporter::start(addr, self.opts).await?),
+            Some(addr) => Some(Exporter::start(addr, self.opts)?),
             None => None,
         };
         let pusher = self
