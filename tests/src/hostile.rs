@@ -22,8 +22,14 @@ pub const WINDOW: &str = r#"{"type":"window","seq":1,"end_unix_ms":2000,"duratio
 /// One chunk of `records`, framed and checksummed as the writer does, zstd-compressed when
 /// `zstd` (else stored).
 pub fn chunk(records: &[u8], zstd: bool) -> Result<Vec<u8>> {
-    let payload = if zstd {
-        zstd::bulk::compress(records, 19)?
+    chunk_at(records, zstd.then_some(19))
+}
+
+/// [`chunk`], zstd-compressed at `level` (stored when `None`).
+fn chunk_at(records: &[u8], level: Option<i32>) -> Result<Vec<u8>> {
+    let zstd = level.is_some();
+    let payload = if let Some(level) = level {
+        zstd::bulk::compress(records, level)?
     } else {
         records.to_vec()
     };
@@ -97,6 +103,65 @@ pub fn overlapping_headers(path: &Path, size: usize) -> Result<()> {
     b.extend_from_slice(&chunk(&window_record(), false)?);
     std::fs::write(path, b)?;
     Ok(())
+}
+
+/// A recording at `path` whose windows name a new cgroup in every entry: `windows` windows of
+/// `per_window` cgroups, each with a run-queue histogram and `families` more found by shape
+/// (histograms under keys no build knows), a long path and a `caused` naming as many victims as
+/// cgroups. Every entry is a new tally for `report`: a forged file's way to make it keep more
+/// than the file holds. Returns the file's size.
+pub fn many_cgroups(
+    path: &Path,
+    windows: usize,
+    per_window: usize,
+    families: usize,
+) -> Result<u64> {
+    let hist = r#"{"count":200,"sum_us":5000.0,"mean_us":25.0,"p50_us":5.0,"p90_us":5.0,"p99_us":5.0,"max_us":900.0,"buckets":[[4096,100],[8192,60],[65536,30],[900000,10]]}"#;
+    // The run-queue part: a histogram and its (empty) split by kind.
+    let runq = format!(r#"{},"kinds":{{}}}}"#, &hist[..hist.len() - 1]);
+    let mut f = File::create(path)?;
+    f.write_all(&format::header(HELLO.as_bytes()))?;
+    let mut records = Vec::new();
+    let mut id = 1000u64;
+    for w in 0..windows {
+        let mut cgroups = Vec::with_capacity(per_window);
+        for _ in 0..per_window {
+            id += 1;
+            let other: Vec<String> = (0..families)
+                .map(|k| format!(r#""fam{k}":{hist}"#))
+                .collect();
+            let victims: Vec<String> = (0..8)
+                .map(|v| {
+                    format!(
+                        r#"{{"id":{},"path":"/v/{v}/{id}","name":null,"wait_us":5.0}}"#,
+                        id * 8 + v
+                    )
+                })
+                .collect();
+            cgroups.push(format!(
+                r#"{{"id":{id},"hierarchy":"unified","path":"/kubepods/burstable/pod-{id:0>64}","name":"ns/pod-{id}/c","name_kind":"k8s","runq":{runq},"caused":{{"wait_us":40.0,"victims":[{}]}},{}}}"#,
+                victims.join(","),
+                other.join(",")
+            ));
+        }
+        let json = format!(
+            r#"{{"type":"window","seq":{},"end_unix_ms":{},"duration_ms":1000,"events":{{"seen":1,"dropped":0,"counters":{{}}}},"cgroups_tracked":{per_window},"cgroups_evicted":0,"cgroups":[{}]}}"#,
+            w + 1,
+            2000 + 1000 * w,
+            cgroups.join(",")
+        );
+        // As a reader parses it: a window no report can read would test nothing.
+        serde_json::from_str::<cgtrace::model::Window>(&json).context("many_cgroups: a window")?;
+        let mut body = (1_000_000_000u64 * (w as u64 + 1)).to_le_bytes().to_vec();
+        body.extend_from_slice(&(2000 + 1000 * w as u64).to_le_bytes());
+        body.extend_from_slice(json.as_bytes());
+        format::put_record(&mut records, Tag::Window, &body);
+        if records.len() > format::MAX_CHUNK / 2 || w + 1 == windows {
+            f.write_all(&chunk_at(&records, Some(3))?)?;
+            records.clear();
+        }
+    }
+    Ok(f.metadata()?.len())
 }
 
 /// [`WINDOW`] as a window record.

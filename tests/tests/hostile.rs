@@ -5,7 +5,7 @@ use std::{process::Command, time::Duration};
 
 use anyhow::Result;
 use cgtrace_tests::{
-    hostile::{Bomb, Measured, compression_bomb, measure, overlapping_headers},
+    hostile::{Bomb, Measured, compression_bomb, many_cgroups, measure, overlapping_headers},
     scratch::{Scratch, path_str as s},
     stream::cgtrace_bin,
 };
@@ -90,5 +90,24 @@ fn a_file_of_overlapping_chunk_headers_is_read_once_not_once_per_header() -> Res
     // Whether the whole chunk at its end is found or skipped, the 2 M headers before it are
     // counted as damaged chunks, in the report's warning or in the error.
     assert!(m.stderr.contains("damaged chunks"), "{}", m.stderr);
+    Ok(())
+}
+
+#[test]
+fn a_file_naming_a_new_cgroup_in_every_entry_is_reported_within_256_mib() -> Result<()> {
+    let scratch = Scratch::new("cgroups")?;
+    // 36 000 cgroups, each with 17 histograms and 8 victims: 0.8 GB of tallies if every one
+    // were kept (the report before it had a bound: peak RSS over 1 GB).
+    let f = scratch.file("cgroups.cgtr");
+    let size = many_cgroups(&f, 60, 600, 16)?;
+    eprintln!("{size} bytes");
+    let m = report(&f)?;
+    assert!(m.status.success(), "{}", m.stderr);
+    let out = String::from_utf8(m.stdout)?;
+    assert!(
+        out.contains("note: the report's per-cgroup tallies reached their bound (96 MiB): "),
+        "{out}"
+    );
+    assert!(out.contains(" 60 windows"), "{out}");
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! What a restarted `record --rotate` finds where it writes. Only a part that holds a valid
-//! header and at least one window is rotated away (FILE → FILE.1): an empty or header-only FILE
+//! header and at least one window or event is rotated away (FILE → FILE.1): an empty or header-only FILE
 //! (a start on a full disk) is reused, so a crash loop cannot push the parts from before it out.
 //! A FILE.next left by a recorder killed while rotating is shifted in as a part when it holds
-//! windows and removed when it holds nothing; anything else in the way is set aside as
+//! windows or events and removed when it holds nothing; anything else in the way is set aside as
 //! FILE.orphan-UNIXTIME. A start never refuses because of what an earlier run left.
 
 use std::{
@@ -21,10 +21,11 @@ use super::{
 #[derive(Debug, PartialEq, Eq)]
 enum Found {
     Nothing,
-    /// A regular file with no window in it (empty, header only, or a torn header).
-    NoWindows,
-    /// A recording with at least one window.
-    Windows,
+    /// A regular file with no window or event in it (empty, header only, or a torn header).
+    Empty,
+    /// A recording with at least one window or event (a recorder that died before its first
+    /// window ended still traced something).
+    Recorded,
     /// Something else: not a recording, a link, a directory.
     Other(&'static str),
 }
@@ -41,14 +42,14 @@ fn look(path: &Path) -> Found {
         return Found::Other("not a regular file");
     }
     if meta.len() == 0 {
-        return Found::NoWindows;
+        return Found::Empty;
     }
     match Recording::open(path) {
-        Ok(r) if !r.windows.is_empty() => Found::Windows,
-        Ok(_) => Found::NoWindows,
+        Ok(r) if !r.windows.is_empty() || r.events > 0 => Found::Recorded,
+        Ok(_) => Found::Empty,
         // A header cut short by a kill or a full disk: cgtrace's own magic, nothing after it.
         Err(_) if meta.len() < (HEADER_LEN + MAX_HELLO) as u64 && starts_like_a_recording(path) => {
-            Found::NoWindows
+            Found::Empty
         }
         Err(_) => Found::Other("not a recording"),
     }
@@ -111,11 +112,11 @@ pub fn make_way(path: &Path, keep: u32) -> io::Result<Vec<String>> {
     };
     match look(path) {
         Found::Nothing => {}
-        Found::Windows => shift(&mut notes, "existed")?,
-        Found::NoWindows => {
+        Found::Recorded => shift(&mut notes, "existed")?,
+        Found::Empty => {
             fs::remove_file(path)?;
             notes.push(format!(
-                "{} held no window (a start that could not write?): reused",
+                "{} held no window or event (a start that could not write?): reused",
                 path.display()
             ));
         }
@@ -123,15 +124,15 @@ pub fn make_way(path: &Path, keep: u32) -> io::Result<Vec<String>> {
     }
     match look(&next) {
         Found::Nothing => {}
-        Found::Windows => {
+        Found::Recorded => {
             // Newer than FILE (which was just shifted): it becomes FILE.1.
             fs::rename(&next, path)?;
             shift(&mut notes, "was recovered from a rotation cut short")?;
         }
-        Found::NoWindows => {
+        Found::Empty => {
             fs::remove_file(&next)?;
             notes.push(format!(
-                "{} (left by a recorder stopped while rotating) held no window: removed",
+                "{} (left by a recorder stopped while rotating) held no window or event: removed",
                 next.display()
             ));
         }

@@ -522,10 +522,21 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
         Tag::Loss,
         br#"{"events_lost":5,"reason":"recorder buffer full"}"#,
     );
+    // Cumulative, as the recorder writes them: the later one counts.
+    for (chunks, bytes) in [(2, 900), (3, 1200)] {
+        let loss = format!(
+            r#"{{"recorder_dropped_chunks":{chunks},"recorder_dropped_bytes":{bytes},"reason":"recorder could not write"}}"#
+        );
+        w.record(Tag::Loss, loss.as_bytes());
+    }
     w.flush(true).unwrap();
     drop(w);
     let rec = Recording::open(&p).unwrap();
     let r = crate::report::build(&rec);
+    assert_eq!(
+        (r.recorder_dropped_chunks, r.recorder_dropped_bytes),
+        (3, 1200)
+    );
     let reads = &r.families["blkio"];
     assert_eq!(reads.worst_p99[0].path.as_deref(), Some("/slow"));
     assert_eq!(reads.worst_p99[0].count, 600);
@@ -537,6 +548,10 @@ fn the_report_ranks_a_family_it_does_not_know_by_shape() {
     let text = crate::report::render_text(&r);
     assert!(text.contains("## blkio: worst of 1 cgroups"), "{text}");
     assert!(text.contains("could not keep 5 single events"), "{text}");
+    assert!(
+        text.contains("note: the recorder could not write 3 chunks (1200 bytes) of windows"),
+        "{text}"
+    );
     assert!(
         text.contains("3 events of kinds this cgtrace cannot decode"),
         "{text}"
@@ -786,7 +801,7 @@ fn part_with(p: &std::path::Path, windows: u64) {
 }
 
 #[test]
-fn a_restart_shifts_only_parts_with_windows_and_never_refuses_what_a_run_left() {
+fn a_restart_shifts_only_parts_with_records_and_never_refuses_what_a_run_left() {
     use super::restart::make_way;
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
@@ -806,6 +821,17 @@ fn a_restart_shifts_only_parts_with_windows_and_never_refuses_what_a_run_left() 
     make_way(&p, 3).unwrap();
     assert!(!p.exists() && !at("r.2").exists());
     assert_eq!(std::fs::read(at("r.1")).unwrap(), before);
+    // Events and no window (a recorder that died within its first window): shifted, kept.
+    let mut w = Writer::create(&p, HELLO.as_bytes(), None, OnFull::Stop, true).unwrap();
+    w.event(&runq_record(1, 8, 1));
+    w.flush(true).unwrap();
+    drop(w);
+    let events_only = std::fs::read(&p).unwrap();
+    let notes = make_way(&p, 3).unwrap();
+    assert!(notes[0].contains("existed"), "{notes:?}");
+    assert_eq!(std::fs::read(at("r.1")).unwrap(), events_only);
+    assert_eq!(std::fs::read(at("r.2")).unwrap(), before);
+    std::fs::rename(at("r.2"), at("r.1")).unwrap();
     // A header-only FILE.next (killed between creating it and its rename) is removed.
     part_with(&Writer::next_path(&p), 0);
     let notes = make_way(&p, 3).unwrap();

@@ -24,6 +24,19 @@ impl Medium {
                 r.recorder_lost
             ));
         }
+        if r.recorder_dropped_chunks > 0 {
+            what.push(format!(
+                "recorder could not write {} chunks ({} bytes) of windows and events (the disk was full or failing, or below --min-free): the time they cover is missing",
+                r.recorder_dropped_chunks, r.recorder_dropped_bytes
+            ));
+        }
+        if r.untallied > 0 {
+            what.push(format!(
+                "report's per-cgroup tallies reached their bound ({} MiB): {} entries for cgroups seen after that were left out of the rankings",
+                crate::report::build::MAX_TALLY_BYTES >> 20,
+                r.untallied
+            ));
+        }
         if let Some(w) = r.read.warning() {
             what.push(format!("file is damaged: {w}"));
         }

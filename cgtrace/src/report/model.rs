@@ -24,6 +24,13 @@ pub struct Report {
     pub events_dropped: u64,
     /// Records the recorder itself could not keep (its buffer was full).
     pub recorder_lost: u64,
+    /// Chunks (windows and events) the recorder could not write: a full or failing disk, or
+    /// below `--min-free`.
+    pub recorder_dropped_chunks: u64,
+    pub recorder_dropped_bytes: u64,
+    /// Per-cgroup entries (and name updates) left out once the report's tallies reached their
+    /// bound (96 MiB: a recording naming more cgroups than that holds).
+    pub untallied: u64,
     /// What could not be read from the file.
     pub read: ReadStats,
     /// Per family: the cgroups with the worst tail latency.

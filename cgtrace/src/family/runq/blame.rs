@@ -3,7 +3,7 @@
 //! cgroup, culprit)); here the window deltas become each cgroup's `runq.blame` (parts that add up
 //! to its wait) and, on the culprit's side, `caused`.
 
-use std::collections::HashMap as StdHashMap;
+use std::collections::{HashMap as StdHashMap, hash_map::Entry};
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
@@ -167,24 +167,55 @@ pub struct Noisy {
     culprits: StdHashMap<u64, (NoisyNeighbour, StdHashMap<u64, Party>)>,
 }
 
+/// Room for `bytes` more of a tally, asked of whoever bounds what is kept (the report's budget).
+pub type Room<'a> = &'a mut dyn FnMut(usize) -> bool;
+
+/// `slot = new` when there is `room` for what it grows by.
+fn set(slot: &mut Option<String>, new: &Option<String>, room: Room<'_>) {
+    let len = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    if slot != new && room(len(new).saturating_sub(len(slot))) {
+        slot.clone_from(new);
+    }
+}
+
 impl Noisy {
-    pub fn add(&mut self, c: &CgroupWindow) {
+    /// Sums a cgroup's `caused` of one window; a culprit or victim not yet kept is kept only when
+    /// `room` says there is room for it.
+    pub fn add(&mut self, c: &CgroupWindow, room: Room<'_>) {
         let Some(caused) = &c.caused else {
             return;
         };
-        let (n, victims) = self.culprits.entry(c.id).or_default();
+        let (n, victims) = match self.culprits.entry(c.id) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                if !room(size_of::<(u64, (NoisyNeighbour, StdHashMap<u64, Party>))>()) {
+                    return;
+                }
+                e.insert(Default::default())
+            }
+        };
         n.id = c.id;
-        n.path.clone_from(&c.path);
-        n.name.clone_from(&c.name);
+        set(&mut n.path, &c.path, room);
+        set(&mut n.name, &c.name, room);
         n.caused_us += caused.wait_us;
         n.windows += 1;
         for v in &caused.victims {
-            let e = victims.entry(v.id).or_insert_with(|| Party {
-                wait_us: 0.0,
-                ..v.clone()
-            });
-            e.path.clone_from(&v.path);
-            e.name.clone_from(&v.name);
+            let e = match victims.entry(v.id) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    if !room(size_of::<(u64, Party)>()) {
+                        continue;
+                    }
+                    e.insert(Party {
+                        id: v.id,
+                        path: None,
+                        name: None,
+                        wait_us: 0.0,
+                    })
+                }
+            };
+            set(&mut e.path, &v.path, room);
+            set(&mut e.name, &v.name, room);
             e.wait_us += v.wait_us;
         }
     }
@@ -374,7 +405,7 @@ mod tests {
         let mut noisy = Noisy::default();
         for _ in 0..3 {
             for c in &blamed_window() {
-                noisy.add(c);
+                noisy.add(c, &mut |_| true);
             }
         }
         let top = noisy.finish(10);

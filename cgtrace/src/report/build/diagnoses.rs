@@ -1,7 +1,9 @@
 //! The diagnoses of the families other than `throttle` (whose flags go with its throttled
 //! cgroups), by cgroup and code over the recording.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map::Entry};
+
+use super::budget::Budget;
 
 use crate::{
     family,
@@ -10,11 +12,12 @@ use crate::{
 };
 
 impl FlagSeen {
-    /// Counts one more window flagged with `f`, keeping its finding and suggestion.
-    pub(super) fn see(&mut self, f: &Flag) {
+    /// Counts one more window flagged with `f`, keeping its finding and suggestion (while the
+    /// report's budget has room for them).
+    pub(super) fn see(&mut self, f: &Flag, budget: &mut Budget) {
         self.windows += 1;
-        self.message.clone_from(&f.message);
-        self.suggestion.clone_from(&f.suggestion);
+        budget.set_str(&mut self.message, &f.message);
+        budget.set_str(&mut self.suggestion, &f.suggestion);
     }
 }
 
@@ -24,26 +27,33 @@ pub(super) struct Diagnoses(HashMap<(u64, String), Diagnosed>);
 
 impl Diagnoses {
     /// Counts a cgroup's diagnoses of one window.
-    pub(super) fn add(&mut self, c: &CgroupWindow) {
+    pub(super) fn add(&mut self, c: &CgroupWindow, budget: &mut Budget) {
         for f in c
             .flags
             .iter()
             .filter(|f| f.family != family::throttle::INFO.name)
         {
-            let d = self
-                .0
-                .entry((c.id, f.code.clone()))
-                .or_insert_with(|| Diagnosed {
-                    id: c.id,
-                    path: None,
-                    name: None,
-                    family: f.family.clone(),
-                    code: f.code.clone(),
-                    seen: FlagSeen::default(),
-                });
-            d.path.clone_from(&c.path);
-            d.name.clone_from(&c.name);
-            d.seen.see(f);
+            let d = match self.0.entry((c.id, f.code.clone())) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let size =
+                        size_of::<((u64, String), Diagnosed)>() + 2 * f.code.len() + f.family.len();
+                    if !budget.take(size) {
+                        continue;
+                    }
+                    e.insert(Diagnosed {
+                        id: c.id,
+                        path: None,
+                        name: None,
+                        family: f.family.clone(),
+                        code: f.code.clone(),
+                        seen: FlagSeen::default(),
+                    })
+                }
+            };
+            budget.set(&mut d.path, &c.path);
+            budget.set(&mut d.name, &c.name);
+            d.seen.see(f, budget);
         }
     }
 

@@ -1,10 +1,13 @@
 //! The families' worst cgroups: each cgroup's histograms merged over the recording (so a p99 is
 //! of every wait, not an average of windows), then ranked by p99 and by max.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 
 use serde_json::Value;
 
+use cgtrace_common::hist::NR_BUCKETS;
+
+use super::budget::{self, Budget};
 use crate::{
     family,
     hist::{Hist, HistSummary},
@@ -40,24 +43,27 @@ fn as_hist(v: &Value) -> Option<HistSummary> {
 impl Latency {
     /// Adds a cgroup's histograms of one window (ending at `end_ms`): run-queue waits, throttle
     /// episodes, and those of families this build does not know, found by shape.
-    pub(super) fn add_cgroup(&mut self, c: &CgroupWindow, end_ms: u64) {
+    pub(super) fn add_cgroup(&mut self, c: &CgroupWindow, end_ms: u64, budget: &mut Budget) {
         let (id, path, name) = (c.id, &c.path, &c.name);
-        self.add(family::runq::INFO.name, id, path, name, &c.runq.all, end_ms);
+        let mut add = |l: &mut Self, family: &str, h: &HistSummary| {
+            l.add(family, id, (path, name), h, end_ms, budget);
+        };
+        add(self, family::runq::INFO.name, &c.runq.all);
         // Families this build does not know, by shape: a histogram, or histograms one level down
         // (e.g. per operation).
         for (key, v) in &c.other {
             if let Some(h) = as_hist(v) {
-                self.add(key, id, path, name, &h, end_ms);
+                add(self, key, &h);
             } else if let Some(o) = v.as_object() {
                 for (sub, sv) in o {
                     if let Some(h) = as_hist(sv) {
-                        self.add(&format!("{key}.{sub}"), id, path, name, &h, end_ms);
+                        add(self, &format!("{key}.{sub}"), &h);
                     }
                 }
             }
         }
         if let Some(t) = &c.throttle {
-            self.add("throttle.episode", id, path, name, &t.episode, end_ms);
+            add(self, "throttle.episode", &t.episode);
         }
     }
 
@@ -65,22 +71,28 @@ impl Latency {
         &mut self,
         family: &str,
         id: u64,
-        path: &Option<String>,
-        name: &Option<String>,
+        (path, name): (&Option<String>, &Option<String>),
         h: &HistSummary,
         end_ms: u64,
+        budget: &mut Budget,
     ) {
         if h.count == 0 || (self.0.len() >= MAX_FAMILIES && !self.0.contains_key(family)) {
             return;
         }
-        let a = self
-            .0
-            .entry(family.to_string())
-            .or_default()
-            .entry(id)
-            .or_default();
-        a.path.clone_from(path);
-        a.name.clone_from(name);
+        let accs = self.0.entry(family.to_string()).or_default();
+        let a = match accs.entry(id) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let size =
+                    size_of::<Acc>() + NR_BUCKETS * 8 + budget::len(path) + budget::len(name);
+                if !budget.take(size) {
+                    return;
+                }
+                e.insert(Acc::default())
+            }
+        };
+        budget.set(&mut a.path, path);
+        budget.set(&mut a.name, name);
         let hist = Hist::from_summary(h);
         if hist.max_ns > a.hist.max_ns {
             a.max_at = end_ms;
@@ -153,7 +165,7 @@ mod tests {
                     .collect(),
                 ..Default::default()
             };
-            l.add_cgroup(&c, 1000);
+            l.add_cgroup(&c, 1000, &mut Budget::default());
         }
         let f = l.finish();
         assert_eq!(f.len(), MAX_FAMILIES);

@@ -4,6 +4,7 @@
 //! [`own_cost`], the blame ledger); single events are played back into event lines, of which the
 //! report keeps the slowest waits and the longest throttle episodes ([`place`]).
 
+mod budget;
 mod diagnoses;
 mod latency;
 mod own_cost;
@@ -11,6 +12,8 @@ mod reads;
 mod throttle;
 
 use std::collections::BTreeMap;
+
+pub(super) use budget::MAX_TALLY_BYTES;
 
 use serde_json::Value;
 
@@ -83,9 +86,17 @@ pub fn build(rec: &Recording) -> Report {
     let mut by_family: BTreeMap<String, u64> = BTreeMap::new();
     let (mut undecoded, mut dropped, mut nwin, mut nev) = (0u64, 0u64, 0u64, 0u64);
     let mut recorder_lost = 0u64;
+    // Chunks the recorder could not write (a full or failing disk), as of this part's start (its
+    // hello) and as its loss records went on to say (cumulative: the largest counts).
+    let mut unwritten = rec
+        .hello_json
+        .as_deref()
+        .and_then(|j| serde_json::from_slice::<Value>(j).ok())
+        .map_or((0, 0), |h| unwritten_of(&h["recorder"]));
     let mut reads = reads::Reads::default();
     let mut own = own_cost::OwnAcc::default();
     let mut noisy = family::runq::blame::Noisy::default();
+    let mut budget = budget::Budget::default();
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
     let mut clock: Option<(u64, u64)> = None;
@@ -136,19 +147,21 @@ pub fn build(rec: &Recording) -> Report {
             first = first.min(end_unix_ms);
             last = last.max(end_unix_ms);
             dropped = dropped.saturating_add(w.events.dropped);
-            reads.add(&w);
+            reads.add(&w, &mut budget);
             own.add(&w);
             for c in &w.cgroups {
-                latency.add_cgroup(c, end_unix_ms);
-                throttled.add(c);
-                diagnoses.add(c);
-                noisy.add(c);
+                latency.add_cgroup(c, end_unix_ms, &mut budget);
+                throttled.add(c, &mut budget);
+                diagnoses.add(c, &mut budget);
+                noisy.add(c, &mut |bytes| budget.take(bytes));
             }
         }
         Item::Loss(j) => {
             // Cumulative in the recorder: the last one counts.
             if let Ok(v) = serde_json::from_slice::<Value>(j) {
                 recorder_lost = recorder_lost.max(v["events_lost"].as_u64().unwrap_or(0));
+                let (chunks, bytes) = unwritten_of(&v);
+                unwritten = (unwritten.0.max(chunks), unwritten.1.max(bytes));
             }
         }
         Item::Summary(_) | Item::End(_) => {}
@@ -170,6 +183,9 @@ pub fn build(rec: &Recording) -> Report {
         events_recorded: nev,
         events_dropped: dropped,
         recorder_lost,
+        recorder_dropped_chunks: unwritten.0,
+        recorder_dropped_bytes: unwritten.1,
+        untallied: budget.refused,
         read: rec.stats.clone(),
         families: latency.finish(),
         diagnoses: diagnoses.finish(),
@@ -187,6 +203,12 @@ pub fn build(rec: &Recording) -> Report {
         wait_split: hello.wait_split,
         own_cost: own.finish(),
     }
+}
+
+/// `recorder_dropped_chunks` and `_bytes` of a loss record or a hello's `recorder`.
+fn unwritten_of(v: &Value) -> (u64, u64) {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    (n("recorder_dropped_chunks"), n("recorder_dropped_bytes"))
 }
 
 /// Keeps the `TOP` largest by `key` (amortised: trims when twice as long).

@@ -1,7 +1,9 @@
 //! The `reads` family over the recording: the slowest pseudo-file reads by reader and file, the
 //! memory cgroups whose stat files were read, dying memcgs and cgroup churn.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, btree_map, hash_map};
+
+use super::budget::{self, Budget};
 
 use crate::{
     model::Window,
@@ -29,20 +31,29 @@ pub(super) struct ReadsSeen {
 impl Reads {
     /// Adds one window's `reads` family (per-cgroup `reads` lines, `memcgs`, `dying_memcgs`,
     /// `churn`).
-    pub(super) fn add(&mut self, w: &Window) {
+    pub(super) fn add(&mut self, w: &Window, budget: &mut Budget) {
         for c in &w.cgroups {
             for r in c.reads.iter().flatten() {
-                let e = self
-                    .files
-                    .entry((c.id, r.comm.clone(), r.file.clone()))
-                    .or_insert_with(|| FileReadsSeen {
-                        cgroup_id: c.id,
-                        path: c.path.clone(),
-                        name: c.name.clone(),
-                        comm: r.comm.clone(),
-                        file: r.file.clone(),
-                        ..FileReadsSeen::default()
-                    });
+                let e = match self.files.entry((c.id, r.comm.clone(), r.file.clone())) {
+                    hash_map::Entry::Occupied(e) => e.into_mut(),
+                    hash_map::Entry::Vacant(e) => {
+                        let size = size_of::<((u64, String, String), FileReadsSeen)>()
+                            + 2 * (r.comm.len() + r.file.len())
+                            + budget::len(&c.path)
+                            + budget::len(&c.name);
+                        if !budget.take(size) {
+                            continue;
+                        }
+                        e.insert(FileReadsSeen {
+                            cgroup_id: c.id,
+                            path: c.path.clone(),
+                            name: c.name.clone(),
+                            comm: r.comm.clone(),
+                            file: r.file.clone(),
+                            ..FileReadsSeen::default()
+                        })
+                    }
+                };
                 e.count = e.count.saturating_add(r.count);
                 e.total_us += r.total_us;
                 e.flush_us += r.flush_us + r.lock_wait_us;
@@ -57,17 +68,28 @@ impl Reads {
         }
         for m in &w.memcgs {
             let key = (m.hierarchy.clone(), m.path.clone());
-            let e = self.memcgs.entry(key).or_insert_with(|| MemcgSeen {
-                hierarchy: m.hierarchy.clone(),
-                path: m.path.clone(),
-                ..MemcgSeen::default()
-            });
+            let e = match self.memcgs.entry(key) {
+                btree_map::Entry::Occupied(e) => e.into_mut(),
+                btree_map::Entry::Vacant(e) => {
+                    let size = size_of::<((String, String), MemcgSeen)>()
+                        + 2 * (m.hierarchy.len() + m.path.len());
+                    if !budget.take(size) {
+                        continue;
+                    }
+                    e.insert(MemcgSeen {
+                        hierarchy: m.hierarchy.clone(),
+                        path: m.path.clone(),
+                        ..MemcgSeen::default()
+                    })
+                }
+            };
             e.stat_reads = e.stat_reads.saturating_add(m.stat_reads);
             e.read_us += m.read_us;
             e.flush_us += m.flush_us + m.lock_wait_us;
             e.dying_memcgs_max = e.dying_memcgs_max.max(u64::from(m.dying_memcgs));
             for r in &m.readers {
-                if !e.readers.iter().any(|x| x == r) && e.readers.len() < 5 {
+                if !e.readers.iter().any(|x| x == r) && e.readers.len() < 5 && budget.take(r.len())
+                {
                     e.readers.push(r.clone());
                 }
             }

@@ -1,9 +1,13 @@
 //! The throttled cgroups over the recording: periods, throttled time and episodes by our count,
 //! the kernel's own `cpu.stat` next to ours over the same windows, and the `throttle` flags.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, btree_map, hash_map};
 
-use crate::{model::CgroupWindow, report::model::ThrottledCgroup};
+use super::budget::Budget;
+use crate::{
+    model::CgroupWindow,
+    report::model::{FlagSeen, ThrottledCgroup},
+};
 
 /// Sums the windows' `throttle` family per cgroup id.
 #[derive(Default)]
@@ -11,17 +15,25 @@ pub(super) struct Throttled(HashMap<u64, ThrottledCgroup>);
 
 impl Throttled {
     /// Adds a cgroup's `throttle` part of one window.
-    pub(super) fn add(&mut self, c: &CgroupWindow) {
+    pub(super) fn add(&mut self, c: &CgroupWindow, budget: &mut Budget) {
         let (id, path, name) = (c.id, &c.path, &c.name);
         let Some(t) = &c.throttle else {
             return;
         };
-        let e = self.0.entry(id).or_insert_with(|| ThrottledCgroup {
-            id,
-            ..ThrottledCgroup::default()
-        });
-        e.path.clone_from(path);
-        e.name.clone_from(name);
+        let e = match self.0.entry(id) {
+            hash_map::Entry::Occupied(e) => e.into_mut(),
+            hash_map::Entry::Vacant(e) => {
+                if !budget.take(size_of::<ThrottledCgroup>()) {
+                    return;
+                }
+                e.insert(ThrottledCgroup {
+                    id,
+                    ..ThrottledCgroup::default()
+                })
+            }
+        };
+        budget.set(&mut e.path, path);
+        budget.set(&mut e.name, name);
         e.quota_cores = t.quota_cores.or(e.quota_cores);
         e.nr_periods = e.nr_periods.saturating_add(t.nr_periods);
         e.nr_throttled = e.nr_throttled.saturating_add(t.nr_throttled);
@@ -36,7 +48,16 @@ impl Throttled {
             e.ours_throttled_us_matched += t.throttled_us;
         }
         for fl in &t.flags {
-            e.flags.entry(fl.code.clone()).or_default().see(fl);
+            let seen = match e.flags.entry(fl.code.clone()) {
+                btree_map::Entry::Occupied(s) => s.into_mut(),
+                btree_map::Entry::Vacant(s) => {
+                    if !budget.take(size_of::<FlagSeen>() + 2 * fl.code.len()) {
+                        continue;
+                    }
+                    s.insert(FlagSeen::default())
+                }
+            };
+            seen.see(fl, budget);
         }
     }
 
