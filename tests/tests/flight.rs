@@ -315,6 +315,20 @@ fn a_full_disk_costs_chunks_not_metrics_the_stream_or_the_file() -> Result<()> {
         "no gap while the disk was full: {got:?}"
     );
     assert_eq!(report_windows(&file)?, got.len() as u64);
+    // And the report says what is missing: the chunks the recorder counted.
+    let (code, out, err) = cgtrace(&["report", "--json", s(&file)])?;
+    ensure!(code == 0, "report: {err}");
+    let r: Value = serde_json::from_str(&out)?;
+    let unwritten = r["recorder_dropped_chunks"].as_u64().unwrap_or(0);
+    assert!(
+        unwritten > 0 && unwritten as f64 >= dropped_in_stream as f64 * 0.5,
+        "report: {unwritten} chunks not written, the stream counted {dropped_in_stream}"
+    );
+    let (_, text, _) = cgtrace(&["report", s(&file)])?;
+    assert!(
+        text.contains("note: the recorder could not write "),
+        "{text}"
+    );
     Ok(())
 }
 

@@ -15,11 +15,7 @@
 //! the file and in the hello of the next part.
 
 use std::{
-    collections::BTreeMap,
-    io,
-    path::PathBuf,
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
-    time::Duration,
+    collections::BTreeMap, io, path::PathBuf, sync::atomic::Ordering::Relaxed, time::Duration,
 };
 
 use cgtrace_common::reads::ReadKey;
@@ -36,7 +32,7 @@ use crate::{
         NameEntry,
         format::Tag,
         human_bytes,
-        part::DiskCounters,
+        part::DISK_COUNTERS,
         writer::{self, Flushed, OnFull, Writer},
     },
     units::monotonic_ns,
@@ -76,20 +72,9 @@ struct Recorder {
     hello: serde_json::Value,
     /// The disk counters as last put in a window.
     in_windows: [u64; 4],
-    /// Chunks dropped as last noted in the file and the hello.
+    /// Chunks dropped as last noted in the hello.
     drops_noted: u64,
 }
-
-/// One of the disk counters.
-type Counter = fn(&DiskCounters) -> &AtomicU64;
-
-/// The disk counters a window carries, by name.
-const DISK_COUNTERS: [(&str, Counter); 4] = [
-    ("recorder_dropped_chunks", |d| &d.dropped_chunks),
-    ("recorder_dropped_bytes", |d| &d.dropped_bytes),
-    ("recorder_queue_full", |d| &d.queue_full),
-    ("recorder_write_errors", |d| &d.write_errors),
-];
 
 impl Recorder {
     /// Takes the raw records drained so far and notes the names of their cgroups.
@@ -142,30 +127,16 @@ impl Recorder {
         }
     }
 
-    /// What could not be written so far, as a JSON object.
-    fn losses(&self) -> serde_json::Value {
-        let d = self.writer.disk();
-        let mut m = serde_json::Map::new();
-        for (name, get) in DISK_COUNTERS {
-            m.insert(name.into(), get(d).load(Relaxed).into());
-        }
-        serde_json::Value::Object(m)
-    }
-
-    /// New drops go in a loss record of the file (cumulative: the last one written counts) and
-    /// in the hello of the next part.
+    /// New drops go in the hello of the next part (the file's own loss record is written by the
+    /// writer thread, after the first chunk it could write: `record::part`).
     fn note_drops(&mut self) {
         let dropped = self.writer.disk().dropped_chunks.load(Relaxed);
         if dropped == self.drops_noted {
             return;
         }
         self.drops_noted = dropped;
-        let losses = self.losses();
-        let mut loss = losses.clone();
-        loss["reason"] = "recorder could not write".into();
-        self.writer.record(Tag::Loss, loss.to_string().as_bytes());
         let mut hello = self.hello.clone();
-        hello["recorder"] = losses;
+        hello["recorder"] = serde_json::Value::Object(self.writer.disk().totals());
         self.writer.set_hello(hello.to_string().as_bytes());
     }
 

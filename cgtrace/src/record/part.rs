@@ -4,7 +4,9 @@
 //! back to its last whole chunk, and writing resumes at the next chunk after a backoff (1 s,
 //! doubling to 30 s). A header that could not be written goes in before the first chunk that can
 //! be. A rotation that fails keeps writing to the old part (up to twice `--max-size`) and is tried
-//! again later.
+//! again later. After drops, the first chunk that can be written is followed by a loss record
+//! of the totals, so the file itself says what it is missing (a loss record queued while the disk
+//! refused would have been dropped with the chunks it counts).
 
 use std::{
     ffi::CString,
@@ -19,7 +21,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::human_bytes;
+use super::{
+    format::{CODEC_STORED, ChunkHeader, Tag, put_record},
+    human_bytes,
+};
 
 /// First wait after a failed write; doubled after each failed retry up to [`BACKOFF_MAX`].
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -44,7 +49,26 @@ pub struct DiskCounters {
     rotation_failed: AtomicBool,
 }
 
+/// One of the disk counters.
+pub type Counter = fn(&DiskCounters) -> &AtomicU64;
+
+/// The disk counters a window, a loss record and a part's hello carry, by name.
+pub const DISK_COUNTERS: [(&str, Counter); 4] = [
+    ("recorder_dropped_chunks", |d| &d.dropped_chunks),
+    ("recorder_dropped_bytes", |d| &d.dropped_bytes),
+    ("recorder_queue_full", |d| &d.queue_full),
+    ("recorder_write_errors", |d| &d.write_errors),
+];
+
 impl DiskCounters {
+    /// The totals so far, as a JSON object of [`DISK_COUNTERS`].
+    pub fn totals(&self) -> serde_json::Map<String, serde_json::Value> {
+        DISK_COUNTERS
+            .iter()
+            .map(|(name, get)| ((*name).to_string(), get(self).load(Relaxed).into()))
+            .collect()
+    }
+
     pub fn drop_chunks(&self, chunks: u64, bytes: usize) {
         self.dropped_chunks.fetch_add(chunks, Relaxed);
         self.dropped_bytes.fetch_add(bytes as u64, Relaxed);
@@ -82,6 +106,8 @@ pub struct Part {
     down: Option<Down>,
     rotate_retry_at: Option<(Instant, Duration)>,
     counters: Arc<DiskCounters>,
+    /// `dropped_chunks` as the last loss record in this part said it.
+    noted: u64,
 }
 
 impl Part {
@@ -98,6 +124,7 @@ impl Part {
             down: None,
             rotate_retry_at: None,
             counters: Arc::default(),
+            noted: 0,
         };
         p.ready();
         p
@@ -140,7 +167,10 @@ impl Part {
             return;
         }
         match self.append(bytes) {
-            Ok(()) => self.up(),
+            Ok(()) => {
+                self.up();
+                self.note_losses();
+            }
             Err(e) => {
                 self.fail(format!("writing {}: {e}", self.path.display()));
                 self.counters.drop_chunks(chunks, bytes.len());
@@ -172,7 +202,7 @@ impl Part {
         }
         if self.file.is_none() {
             match crate::safety::files::create_new(&self.path) {
-                Ok(f) => (self.file, self.written) = (Some(f), 0),
+                Ok(f) => (self.file, self.written, self.noted) = (Some(f), 0, 0),
                 Err(e) => {
                     self.fail(format!("creating {}: {e}", self.path.display()));
                     return false;
@@ -211,6 +241,35 @@ impl Part {
                 .fetch_add(bytes.len() as u64, Relaxed);
         }
         r
+    }
+
+    /// After drops not yet said in this part, a chunk of one loss record of the totals (a part
+    /// made after drops says them once too: a report reads one part).
+    fn note_losses(&mut self) {
+        let dropped = self.counters.dropped_chunks.load(Relaxed);
+        if dropped == self.noted {
+            return;
+        }
+        let mut loss = self.counters.totals();
+        loss.insert("reason".into(), "recorder could not write".into());
+        let mut record = Vec::new();
+        put_record(
+            &mut record,
+            Tag::Loss,
+            serde_json::Value::Object(loss).to_string().as_bytes(),
+        );
+        let chunk = ChunkHeader {
+            payload_len: record.len() as u32,
+            raw_len: record.len() as u32,
+            records: 1,
+            seq: 0,
+            codec: CODEC_STORED,
+            crc: 0,
+        }
+        .frame(&record);
+        if self.append(&chunk).is_ok() {
+            self.noted = dropped;
+        }
     }
 
     fn fail(&mut self, why: String) {
@@ -304,6 +363,7 @@ impl Part {
         self.file = Some(file);
         self.written = header.len() as u64;
         self.header = None;
+        self.noted = 0;
         Ok(())
     }
 }

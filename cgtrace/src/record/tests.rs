@@ -458,6 +458,10 @@ fn a_failed_write_drops_and_counts_the_chunk_keeps_the_file_whole_and_resumes() 
     let rec = Recording::open(&p).unwrap();
     assert_eq!(windows_of(&rec), vec![1, 4]);
     assert_eq!(rec.stats.warning(), None);
+    // The file says what it misses, in a loss record after the chunk that resumed it.
+    let r = crate::report::build(&rec);
+    assert_eq!(r.recorder_dropped_chunks, 2);
+    assert_eq!(r.recorder_dropped_bytes, d.dropped_bytes.load(Relaxed));
     let _ = std::io::stdout().flush();
 }
 
