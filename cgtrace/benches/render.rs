@@ -49,6 +49,7 @@ fn hello() -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        sched_ext: None,
     }
 }
 

@@ -57,6 +57,16 @@ pub fn run() -> anyhow::Result<()> {
         }
         Err(e) => line("cgroup layout", format!("unreadable: {e}")),
     }
+    let sched_ext = crate::family::throttle::sched_ext::probe(
+        crate::family::throttle::sched_ext::SYSFS.as_ref(),
+    );
+    line(
+        "sched_ext",
+        sched_ext.as_ref().map_or(
+            "not in this kernel (CONFIG_SCHED_CLASS_EXT off): the fair class runs every task",
+            |s| s.note.as_str(),
+        ),
+    );
     let btf = Btf::from_sys_fs();
     match &btf {
         Ok(b) => {

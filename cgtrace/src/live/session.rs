@@ -161,6 +161,15 @@ impl Session {
         let progs = crate::bpf::prog_stats::ProgStats::new(ebpf);
         let mut usage = crate::selfstat::SelfSampler::this_process();
         let _ = usage.sample();
+        let sched_ext = crate::family::throttle::sched_ext::probe(
+            crate::family::throttle::sched_ext::SYSFS.as_ref(),
+        );
+        let mut families = tracer.families.clone();
+        if crate::family::throttle::sched_ext::replaces_the_fair_class(&sched_ext)
+            && let (Some(t), Some(s)) = (families.get_mut("throttle"), &sched_ext)
+        {
+            t.detail = format!("{}; but {}", t.detail, s.note);
+        }
         let hello = Hello {
             kind: "hello".into(),
             schema: SCHEMA,
@@ -176,12 +185,13 @@ impl Session {
                 runq_hierarchy: hier_name.clone(),
                 runq_mount: mount.display().to_string(),
             },
-            families: tracer.families.clone(),
+            families,
             capabilities: tracer.capabilities.clone(),
             hist: HistSpec::this_build(),
             kept_capabilities: crate::safety::privilege::kept_names(),
             wait_split: Some(crate::bpf::btf::layout::wait_split(&tracer.layout)),
             blame_min_us: opts.blame_min.map(|d| d.as_micros() as u64),
+            sched_ext,
         };
         let aggregator = Aggregator::new(
             hier_name,

@@ -51,6 +51,10 @@ pub struct Hello {
     /// the CPU. Absent when it is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blame_min_us: Option<u64>,
+    /// A sched_ext (BPF) scheduler on the host, and what it means for `throttle`. Absent on
+    /// kernels without sched_ext (and in recordings made before it was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched_ext: Option<crate::family::throttle::sched_ext::SchedExt>,
 }
 
 /// `hello.wait_split`: how the `throttled` wait kind is told apart from `wakeup`/`preempt`.

@@ -794,5 +794,6 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        sched_ext: None,
     }
 }

@@ -7,6 +7,7 @@ pub mod burners;
 pub mod collect;
 pub mod metrics;
 pub mod model;
+pub mod sched_ext;
 
 pub use model::{KernelDelta, ThrottleWindow};
 

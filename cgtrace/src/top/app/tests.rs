@@ -47,6 +47,7 @@ fn hello(families: &[&str]) -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        sched_ext: None,
     }
 }
 
