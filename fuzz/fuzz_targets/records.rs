@@ -5,21 +5,14 @@
 use cgtrace::{
     decode::Record,
     record::{
-        format::{CHUNK_HEADER_LEN, CODEC_STORED, ChunkHeader, SYNC, header},
+        format::{CHUNK_HEADER_LEN, ChunkHeader, SYNC, header},
         reader::{Item, Recording},
     },
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut h = ChunkHeader {
-        payload_len: data.len() as u32,
-        raw_len: data.len() as u32,
-        records: 0,
-        seq: 0,
-        codec: CODEC_STORED,
-        crc: 0,
-    };
+    let mut h = ChunkHeader::stored(data.len() as u32, 0);
     h.crc = h.checksum(data);
     let mut bytes = header(br#"{"type":"hello"}"#);
     bytes.reserve(CHUNK_HEADER_LEN + data.len());

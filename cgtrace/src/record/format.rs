@@ -114,6 +114,19 @@ pub struct ChunkHeader {
 }
 
 impl ChunkHeader {
+    /// The header of a stored (uncompressed) payload of `len` bytes and `records` records, its
+    /// checksum not yet set.
+    pub fn stored(len: u32, records: u32) -> Self {
+        Self {
+            payload_len: len,
+            raw_len: len,
+            records,
+            seq: 0,
+            codec: CODEC_STORED,
+            crc: 0,
+        }
+    }
+
     /// The 20 bytes between the sync marker and the crc.
     pub fn fields(&self) -> [u8; 20] {
         let mut b = [0u8; 20];

@@ -22,7 +22,7 @@ use std::{
 };
 
 use super::{
-    format::{CODEC_STORED, ChunkHeader, Tag, put_record},
+    format::{ChunkHeader, Tag, put_record},
     human_bytes,
 };
 
@@ -258,15 +258,7 @@ impl Part {
             Tag::Loss,
             serde_json::Value::Object(loss).to_string().as_bytes(),
         );
-        let chunk = ChunkHeader {
-            payload_len: record.len() as u32,
-            raw_len: record.len() as u32,
-            records: 1,
-            seq: 0,
-            codec: CODEC_STORED,
-            crc: 0,
-        }
-        .frame(&record);
+        let chunk = ChunkHeader::stored(record.len() as u32, 1).frame(&record);
         if self.append(&chunk).is_ok() {
             self.noted = dropped;
         }
