@@ -17,6 +17,7 @@ use cgtrace::{
     model::{Capabilities, CgroupLayoutInfo, CgroupWindow, FamilyMode, Hello, HistSpec, Window},
     top::{Action, App, Command, Theme, render::draw},
 };
+use cgtrace_common::runq::WaitKind;
 use ratatui::{Terminal, backend::TestBackend};
 
 const CGROUPS: usize = 10_000;
@@ -70,7 +71,8 @@ fn window(seq: u64) -> Window {
             let scale = 1 + rnd() % 2000;
             for _ in 0..n {
                 let v = 500 + (rnd() % 20_000) * scale / 10;
-                k[(rnd() % 2) as usize].record(v);
+                let kind = if rnd() % 2 == 0 { WaitKind::Wakeup } else { WaitKind::Preempt };
+                k.kind_mut(kind).record(v);
             }
             let pod = i / 4;
             CgroupWindow {

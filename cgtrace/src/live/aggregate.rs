@@ -4,8 +4,6 @@
 
 use std::collections::HashMap;
 
-use cgtrace_common::runq::WaitKind;
-
 use crate::{
     cgroup::{Names, Resolver, name},
     family::collect::{Collector, WindowInput},
@@ -92,9 +90,7 @@ impl Aggregator {
             let unnamed = id != 0 && self.entry(id).path.is_none();
             let gone = unnamed && self.resolver.gone(id);
             let entry = self.entry(id);
-            for (t, d) in entry.total.iter_mut().zip(kinds.iter()) {
-                t.merge(d);
-            }
+            entry.total.merge(&kinds);
             entry.last_active_seq = seq;
             let mut cg = CgroupWindow::new(
                 id,
@@ -266,11 +262,7 @@ fn busiest_first(a: &CgroupWindow, b: &CgroupWindow) -> std::cmp::Ordering {
 pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
     let mut by_kind = std::collections::BTreeMap::new();
-    for kind in WaitKind::ALL {
-        let h = &kinds[kind as usize];
-        if h.is_empty() {
-            continue;
-        }
+    for (kind, h) in kinds.iter() {
         all.merge(h);
         by_kind.insert(kind.name().to_string(), h.summary());
     }
@@ -285,6 +277,8 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
 mod tests {
     use std::{os::unix::fs::MetadataExt, path::Path};
 
+    use cgtrace_common::runq::WaitKind;
+
     use super::*;
 
     fn ino(p: &Path) -> u64 {
@@ -294,9 +288,9 @@ mod tests {
     fn waits(n: u64, ns: u64) -> KindHists {
         let mut k = KindHists::default();
         for _ in 0..n {
-            k[WaitKind::Wakeup as usize].record(ns);
+            k.kind_mut(WaitKind::Wakeup).record(ns);
         }
-        k[WaitKind::Preempt as usize].record(ns * 10);
+        k.kind_mut(WaitKind::Preempt).record(ns * 10);
         k
     }
 

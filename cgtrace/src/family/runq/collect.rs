@@ -184,7 +184,7 @@ impl RunqReader {
                     buckets: Box::new(cur.buckets),
                 },
             );
-            out.entry(key.cgroup_id).or_default()[kind as usize] = delta;
+            out.entry(key.cgroup_id).or_default().set(kind, delta);
         });
         Ok(out)
     }
