@@ -261,7 +261,7 @@ fn busiest_first(a: &CgroupWindow, b: &CgroupWindow) -> std::cmp::Ordering {
 /// Window summary of one cgroup: all kinds merged, and each non-empty kind.
 pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
-    let mut by_kind = std::collections::BTreeMap::new();
+    let mut by_kind = crate::model::kind_map::KindMap::default();
     for (kind, h) in kinds.iter() {
         all.merge(h);
         by_kind.insert(kind.name().to_string(), h.summary());

@@ -28,7 +28,7 @@ fn cgroup(id: u64, path: &str, waits_ns: &[u64]) -> CgroupWindow {
     for &w in waits_ns {
         h.record(w);
     }
-    let mut kinds = BTreeMap::new();
+    let mut kinds = crate::model::kind_map::KindMap::default();
     kinds.insert("wakeup".to_string(), h.summary());
     CgroupWindow {
         id,

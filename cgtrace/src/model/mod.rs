@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::hist::HistSummary;
 
 pub mod flag;
+pub mod kind_map;
 pub mod ndjson;
 
 pub use flag::Flag;
@@ -331,7 +332,7 @@ pub struct RunqWindow {
     #[serde(flatten)]
     pub all: HistSummary,
     /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
-    pub kinds: BTreeMap<String, HistSummary>,
+    pub kinds: kind_map::KindMap,
     /// Who the wait is charged to (the blame ledger; absent when it is off or nothing was
     /// charged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
