@@ -8,7 +8,7 @@ use crate::{
     cgroup::{Names, Resolver, name},
     family::collect::{Collector, WindowInput},
     family::runq::KindHists,
-    hist::Hist,
+    hist::{Hist, SparseHist},
     model::{CgroupWindow, RunqWindow, Window},
 };
 
@@ -19,7 +19,8 @@ const REMOVAL_CHECKS_PER_WINDOW: usize = 256;
 struct Entry {
     path: Option<String>,
     name: Option<name::Name>,
-    total: KindHists,
+    /// Since start, by wait kind (sparse: most of 10 000 cgroups' buckets are empty).
+    total: [SparseHist; cgtrace_common::runq::NR_WAIT_KINDS],
     last_active_seq: u64,
 }
 
@@ -90,7 +91,9 @@ impl Aggregator {
             let unnamed = id != 0 && self.entry(id).path.is_none();
             let gone = unnamed && self.resolver.gone(id);
             let entry = self.entry(id);
-            entry.total.merge(&kinds);
+            for (kind, h) in kinds.iter() {
+                entry.total[kind as usize].add(h);
+            }
             entry.last_active_seq = seq;
             let mut cg = CgroupWindow::new(
                 id,
@@ -170,7 +173,7 @@ impl Aggregator {
                     self.hierarchy.clone(),
                     e.path.clone(),
                     e.name.as_ref(),
-                    runq_window(&e.total),
+                    runq_window(&totals_of(&e.total)),
                 )
             })
             .collect();
@@ -202,7 +205,7 @@ impl Aggregator {
             Entry {
                 path,
                 name,
-                total: KindHists::default(),
+                total: Default::default(),
                 last_active_seq: 0,
             }
         })
@@ -256,6 +259,18 @@ fn busiest_first(a: &CgroupWindow, b: &CgroupWindow) -> std::cmp::Ordering {
         .count
         .cmp(&a.runq.all.count)
         .then(a.id.cmp(&b.id))
+}
+
+/// Since-start totals as histograms by kind.
+fn totals_of(total: &[SparseHist; cgtrace_common::runq::NR_WAIT_KINDS]) -> KindHists {
+    let mut k = KindHists::default();
+    for kind in cgtrace_common::runq::WaitKind::ALL {
+        let t = &total[kind as usize];
+        if *t != SparseHist::default() {
+            k.set(kind, t.to_hist());
+        }
+    }
+    k
 }
 
 /// Window summary of one cgroup: all kinds merged, and each non-empty kind.
