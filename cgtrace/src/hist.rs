@@ -191,6 +191,42 @@ impl SparseHist {
         }
     }
 
+    /// A cumulative reading of a kernel histogram, kept to take the next delta from
+    /// ([`SparseHist::delta`]).
+    pub fn reading(count: u64, sum_ns: u64, buckets: &[u64; NR_BUCKETS]) -> Self {
+        Self {
+            count,
+            sum_ns,
+            max_ns: 0,
+            buckets: buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, &n)| (i as u8, n))
+                .collect(),
+        }
+    }
+
+    /// `cur - self` of two cumulative readings of the same kernel histogram ([`Hist::delta`]
+    /// with the earlier reading kept sparse).
+    pub fn delta(&self, cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS]) -> Hist {
+        if self.count > cur_count {
+            return Hist::delta(cur_count, cur_sum, cur, None);
+        }
+        let mut h = Hist::delta(cur_count, cur_sum, cur, None);
+        h.count = cur_count - self.count;
+        h.sum_ns = cur_sum.saturating_sub(self.sum_ns);
+        for &(i, n) in &self.buckets {
+            let b = &mut h.buckets[usize::from(i)];
+            *b = b.saturating_sub(n);
+        }
+        h
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
     pub fn to_hist(&self) -> Hist {
         let mut h = Hist {
             count: self.count,
@@ -362,5 +398,17 @@ mod tests {
         assert_eq!(sparse.to_hist(), dense);
         // 5 000 and 5 100 ns share a bucket (4 096 to 5 120).
         assert_eq!(sparse.buckets.len(), 3, "one entry per non-empty bucket");
+    }
+
+    #[test]
+    fn a_delta_from_a_sparse_reading_is_the_dense_one() {
+        let mut a = [0u64; NR_BUCKETS];
+        let mut b = [0u64; NR_BUCKETS];
+        (a[10], b[10], b[20]) = (2, 5, 2);
+        let dense = Hist::delta(10, 1000, &b, Some((5, 400, &a)));
+        assert_eq!(SparseHist::reading(5, 400, &a).delta(10, 1000, &b), dense);
+        // Entry re-created: counts from zero.
+        let dense = Hist::delta(3, 30, &b, Some((5, 400, &a)));
+        assert_eq!(SparseHist::reading(5, 400, &a).delta(3, 30, &b), dense);
     }
 }

@@ -8,10 +8,7 @@ use std::collections::HashMap as StdHashMap;
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
 use cgtrace_common::runq::BlameKey;
-use cgtrace_common::{
-    hist::NR_BUCKETS,
-    runq::{RunqHist, RunqKey, RunqSlot, WaitKind},
-};
+use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind};
 use std::mem::{offset_of, size_of};
 
 use super::KindHists;
@@ -20,18 +17,15 @@ use crate::{
     bpf::maps::mmap_array::MappedArray,
     family::Records,
     family::collect::{Collector, Start, WindowInput, take_map},
-    hist::Hist,
+    hist::{Hist, SparseHist},
 };
 
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
 const BATCH: usize = 512;
 
-/// Cumulative reading of one key, kept to compute the next delta.
-struct Prev {
-    count: u64,
-    sum_ns: u64,
-    buckets: Box<[u64; NR_BUCKETS]>,
-}
+/// Cumulative reading of one key, kept to compute the next delta (sparse: a cgroup's waits
+/// fill a few of its buckets).
+type Prev = SparseHist;
 
 /// Where the kernel keeps the histograms.
 enum Source {
@@ -168,22 +162,18 @@ impl RunqReader {
                 return;
             };
             let count = cur.count();
-            let last = prev.get(key).map(|p| (p.count, p.sum_ns, &*p.buckets));
-            if last.map_or(count == 0, |(c, _, _)| c == count) {
+            let last = prev.get(key);
+            if last.map_or(count == 0, |p| p.count() == count) {
                 return;
             }
-            let mut delta = Hist::delta(count, cur.sum_ns, &cur.buckets, last);
+            let mut delta = match last {
+                Some(p) => p.delta(count, cur.sum_ns, &cur.buckets),
+                None => Hist::delta(count, cur.sum_ns, &cur.buckets, None),
+            };
             delta.max_ns = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
-            prev.insert(
-                *key,
-                Prev {
-                    count,
-                    sum_ns: cur.sum_ns,
-                    buckets: Box::new(cur.buckets),
-                },
-            );
+            prev.insert(*key, Prev::reading(count, cur.sum_ns, &cur.buckets));
             out.entry(key.cgroup_id).or_default().set(kind, delta);
         });
         Ok(out)
