@@ -1,10 +1,12 @@
 //! `cargo xtask bench`: benchmarks of cgtrace's overhead on the traced host, one module per
 //! benchmark: [`runq`] (a scheduler-heavy load under cgtrace and under runqlat), [`reads`] (what
-//! the reads family adds to one read syscall) and [`record`] (what recording costs).
+//! the reads family adds to one read syscall), [`record`] (what recording costs) and [`cgroups`]
+//! (the daemon's memory and CPU at 10 000 cgroups).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
+mod cgroups;
 mod reads;
 mod record;
 mod runq;
@@ -24,6 +26,8 @@ enum Bench {
     /// Recording costs: bytes per event on disk, recorder CPU at an event rate, replay speed
     /// (`cgtrace/benches/record.rs`, synthetic records shaped like the kernel's).
     Record(record::RecordBenchArgs),
+    /// The daemon's RSS and CPU with 10 000 cgroups, each with a thread waking once a second.
+    Cgroups(cgroups::CgroupsArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -31,5 +35,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Bench::Runq(args) => runq::run(args),
         Bench::Reads(args) => reads::run(args),
         Bench::Record(args) => record::run(args),
+        Bench::Cgroups(args) => cgroups::run(args),
     }
 }
