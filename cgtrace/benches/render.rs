@@ -72,7 +72,7 @@ fn window(seq: u64) -> Window {
             for _ in 0..n {
                 let v = 500 + (rnd() % 20_000) * scale / 10;
                 let kind = if rnd() % 2 == 0 { WaitKind::Wakeup } else { WaitKind::Preempt };
-                k.kind_mut(kind).record(v);
+                k.record(kind, v);
             }
             let pod = i / 4;
             CgroupWindow {

@@ -177,18 +177,50 @@ pub struct SparseHist {
 const _: () = assert!(NR_BUCKETS <= 256);
 
 impl SparseHist {
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Adds `n` values to bucket `i`.
+    fn put(&mut self, i: u8, n: u64) {
+        match self.buckets.binary_search_by_key(&i, |&(b, _)| b) {
+            Ok(at) => self.buckets[at].1 += n,
+            Err(at) => self.buckets.insert(at, (i, n)),
+        }
+    }
+
+    /// Adds one value.
+    pub fn record(&mut self, ns: u64) {
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.put(bucket_of(ns) as u8, 1);
+    }
+
     /// Adds `h` into it.
-    pub fn add(&mut self, h: &Hist) {
+    pub fn merge(&mut self, h: &SparseHist) {
         self.count += h.count;
         self.sum_ns = self.sum_ns.saturating_add(h.sum_ns);
         self.max_ns = self.max_ns.max(h.max_ns);
-        for (i, &n) in h.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
-            let i = i as u8;
-            match self.buckets.binary_search_by_key(&i, |&(b, _)| b) {
-                Ok(at) => self.buckets[at].1 += n,
-                Err(at) => self.buckets.insert(at, (i, n)),
-            }
+        for &(i, n) in &h.buckets {
+            self.put(i, n);
         }
+    }
+
+    /// The largest value, when known exactly (a kernel window's maximum).
+    pub fn set_max(&mut self, ns: u64) {
+        self.max_ns = ns;
+    }
+
+    /// Upper bound of the highest non-empty bucket ([`Hist::top_bucket_upper_ns`]).
+    pub fn top_bucket_upper_ns(&self) -> u64 {
+        self.buckets
+            .last()
+            .map(|&(i, _)| match bucket_upper(usize::from(i)) {
+                u64::MAX => bucket_lower(usize::from(i)),
+                hi => hi - 1,
+            })
+            .unwrap_or(0)
     }
 
     /// A cumulative reading of a kernel histogram, kept to take the next delta from
@@ -207,20 +239,30 @@ impl SparseHist {
         }
     }
 
-    /// `cur - self` of two cumulative readings of the same kernel histogram ([`Hist::delta`]
-    /// with the earlier reading kept sparse).
-    pub fn delta(&self, cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS]) -> Hist {
+    /// `cur - self` of two cumulative readings of the same kernel histogram ([`Hist::delta`],
+    /// sparse on both sides). A reading that went backwards (the entry was deleted and
+    /// re-created in between) counts from zero.
+    pub fn delta(&self, cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS]) -> SparseHist {
         if self.count > cur_count {
-            return Hist::delta(cur_count, cur_sum, cur, None);
+            return Self::reading(cur_count, cur_sum, cur);
         }
-        let mut h = Hist::delta(cur_count, cur_sum, cur, None);
-        h.count = cur_count - self.count;
-        h.sum_ns = cur_sum.saturating_sub(self.sum_ns);
-        for &(i, n) in &self.buckets {
-            let b = &mut h.buckets[usize::from(i)];
-            *b = b.saturating_sub(n);
+        let mut prev = self.buckets.iter().peekable();
+        let mut buckets = Vec::new();
+        for (i, &n) in cur.iter().enumerate().filter(|(_, n)| **n > 0) {
+            while prev.next_if(|&&(b, _)| usize::from(b) < i).is_some() {}
+            let before = prev
+                .next_if(|&&(b, _)| usize::from(b) == i)
+                .map_or(0, |&(_, p)| p);
+            if n > before {
+                buckets.push((i as u8, n - before));
+            }
         }
-        h
+        Self {
+            count: cur_count - self.count,
+            sum_ns: cur_sum.saturating_sub(self.sum_ns),
+            max_ns: 0,
+            buckets,
+        }
     }
 
     pub fn count(&self) -> u64 {
@@ -393,7 +435,9 @@ mod tests {
                 h.record(ns);
             }
             dense.merge(&h);
-            sparse.add(&h);
+            let mut one = SparseHist::reading(h.count, h.sum_ns, &h.buckets);
+            one.set_max(h.max_ns);
+            sparse.merge(&one);
         }
         assert_eq!(sparse.to_hist(), dense);
         // 5 000 and 5 100 ns share a bucket (4 096 to 5 120).
@@ -406,9 +450,28 @@ mod tests {
         let mut b = [0u64; NR_BUCKETS];
         (a[10], b[10], b[20]) = (2, 5, 2);
         let dense = Hist::delta(10, 1000, &b, Some((5, 400, &a)));
-        assert_eq!(SparseHist::reading(5, 400, &a).delta(10, 1000, &b), dense);
+        assert_eq!(
+            SparseHist::reading(5, 400, &a)
+                .delta(10, 1000, &b)
+                .to_hist(),
+            dense
+        );
         // Entry re-created: counts from zero.
         let dense = Hist::delta(3, 30, &b, Some((5, 400, &a)));
-        assert_eq!(SparseHist::reading(5, 400, &a).delta(3, 30, &b), dense);
+        assert_eq!(
+            SparseHist::reading(5, 400, &a).delta(3, 30, &b).to_hist(),
+            dense
+        );
+        // Recorded one by one, merged, and the top bucket's bound.
+        let (mut s, mut d) = (SparseHist::default(), Hist::default());
+        for ns in [300, 5_000, 9_000_000] {
+            s.record(ns);
+            d.record(ns);
+        }
+        let mut twice = s.clone();
+        twice.merge(&s);
+        d.merge(&d.clone());
+        assert_eq!(twice.to_hist(), d);
+        assert_eq!(s.top_bucket_upper_ns(), d.top_bucket_upper_ns());
     }
 }

@@ -8,7 +8,7 @@ use crate::{
     cgroup::{Names, Resolver, name},
     family::collect::{Collector, WindowInput},
     family::runq::KindHists,
-    hist::{Hist, SparseHist},
+    hist::Hist,
     model::{CgroupWindow, RunqWindow, Window},
 };
 
@@ -19,8 +19,8 @@ const REMOVAL_CHECKS_PER_WINDOW: usize = 256;
 struct Entry {
     path: Option<String>,
     name: Option<name::Name>,
-    /// Since start, by wait kind (sparse: most of 10 000 cgroups' buckets are empty).
-    total: [SparseHist; cgtrace_common::runq::NR_WAIT_KINDS],
+    /// Since start, by wait kind.
+    total: KindHists,
     last_active_seq: u64,
 }
 
@@ -91,9 +91,7 @@ impl Aggregator {
             let unnamed = id != 0 && self.entry(id).path.is_none();
             let gone = unnamed && self.resolver.gone(id);
             let entry = self.entry(id);
-            for (kind, h) in kinds.iter() {
-                entry.total[kind as usize].add(h);
-            }
+            entry.total.merge(&kinds);
             entry.last_active_seq = seq;
             let mut cg = CgroupWindow::new(
                 id,
@@ -173,7 +171,7 @@ impl Aggregator {
                     self.hierarchy.clone(),
                     e.path.clone(),
                     e.name.as_ref(),
-                    runq_window(&totals_of(&e.total)),
+                    runq_window(&e.total),
                 )
             })
             .collect();
@@ -261,24 +259,13 @@ fn busiest_first(a: &CgroupWindow, b: &CgroupWindow) -> std::cmp::Ordering {
         .then(a.id.cmp(&b.id))
 }
 
-/// Since-start totals as histograms by kind.
-fn totals_of(total: &[SparseHist; cgtrace_common::runq::NR_WAIT_KINDS]) -> KindHists {
-    let mut k = KindHists::default();
-    for kind in cgtrace_common::runq::WaitKind::ALL {
-        let t = &total[kind as usize];
-        if *t != SparseHist::default() {
-            k.set(kind, t.to_hist());
-        }
-    }
-    k
-}
-
 /// Window summary of one cgroup: all kinds merged, and each non-empty kind.
 pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
     let mut by_kind = crate::model::kind_map::KindMap::default();
     for (kind, h) in kinds.iter() {
-        all.merge(h);
+        let h = h.to_hist();
+        all.merge(&h);
         by_kind.insert(kind.name().to_string(), h.summary());
     }
     RunqWindow {
@@ -303,9 +290,9 @@ mod tests {
     fn waits(n: u64, ns: u64) -> KindHists {
         let mut k = KindHists::default();
         for _ in 0..n {
-            k.kind_mut(WaitKind::Wakeup).record(ns);
+            k.record(WaitKind::Wakeup, ns);
         }
-        k.kind_mut(WaitKind::Preempt).record(ns * 10);
+        k.record(WaitKind::Preempt, ns * 10);
         k
     }
 

@@ -17,7 +17,7 @@ use crate::{
     bpf::maps::mmap_array::MappedArray,
     family::Records,
     family::collect::{Collector, Start, WindowInput, take_map},
-    hist::{Hist, SparseHist},
+    hist::SparseHist,
 };
 
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
@@ -168,11 +168,12 @@ impl RunqReader {
             }
             let mut delta = match last {
                 Some(p) => p.delta(count, cur.sum_ns, &cur.buckets),
-                None => Hist::delta(count, cur.sum_ns, &cur.buckets, None),
+                None => SparseHist::reading(count, cur.sum_ns, &cur.buckets),
             };
-            delta.max_ns = cur
+            let max = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
+            delta.set_max(max);
             prev.insert(*key, Prev::reading(count, cur.sum_ns, &cur.buckets));
             out.entry(key.cgroup_id).or_default().set(kind, delta);
         });

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     decode::comm_str,
     family::info::{Describe, FamilyInfo, LineHead, Room},
-    hist::Hist,
+    hist::SparseHist,
     model::{CgroupWindow, Flag},
 };
 
@@ -38,38 +38,36 @@ pub struct StartOptions {
     pub starts: starts::WaitStarts,
 }
 
-/// One cgroup's waits by wait kind (a window's deltas, or its totals since start). A kind it
-/// never waited in holds no histogram: most cgroups wait in one or two kinds, and a histogram is
-/// 1.1 KiB of buckets, so at 10 000 cgroups empty ones were 45 MiB of the daemon's heap.
+/// One cgroup's waits by wait kind (a window's deltas, or its totals since start), each kept
+/// sparse: most cgroups wait in one or two kinds and a few buckets, and a dense histogram is
+/// 1.1 KiB, so at 10 000 cgroups dense ones were 60 MiB of the daemon's heap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KindHists([Option<Hist>; cgtrace_common::runq::NR_WAIT_KINDS]);
+pub struct KindHists([SparseHist; cgtrace_common::runq::NR_WAIT_KINDS]);
 
 impl KindHists {
     /// The waits of `kind`, if any.
-    pub fn get(&self, kind: WaitKind) -> Option<&Hist> {
-        self.0[kind as usize].as_ref()
+    pub fn get(&self, kind: WaitKind) -> Option<&SparseHist> {
+        Some(&self.0[kind as usize]).filter(|h| !h.is_empty())
     }
 
-    /// The histogram of `kind`, made empty when it had none.
-    pub fn kind_mut(&mut self, kind: WaitKind) -> &mut Hist {
-        self.0[kind as usize].get_or_insert_with(Hist::default)
+    /// Adds one wait of `kind`.
+    pub fn record(&mut self, kind: WaitKind, ns: u64) {
+        self.0[kind as usize].record(ns);
     }
 
-    pub fn set(&mut self, kind: WaitKind, h: Hist) {
-        self.0[kind as usize] = Some(h);
+    pub fn set(&mut self, kind: WaitKind, h: SparseHist) {
+        self.0[kind as usize] = h;
     }
 
-    /// Adds `other`'s waits kind by kind (allocating only kinds `other` has).
+    /// Adds `other`'s waits kind by kind.
     pub fn merge(&mut self, other: &KindHists) {
-        for kind in WaitKind::ALL {
-            if let Some(h) = other.get(kind).filter(|h| !h.is_empty()) {
-                self.kind_mut(kind).merge(h);
-            }
+        for (kind, h) in other.iter() {
+            self.0[kind as usize].merge(h);
         }
     }
 
     /// The kinds with waits, in [`WaitKind::ALL`]'s order.
-    pub fn iter(&self) -> impl Iterator<Item = (WaitKind, &Hist)> {
+    pub fn iter(&self) -> impl Iterator<Item = (WaitKind, &SparseHist)> {
         WaitKind::ALL
             .into_iter()
             .filter_map(|k| self.get(k).filter(|h| !h.is_empty()).map(|h| (k, h)))

@@ -55,7 +55,7 @@ fn hello(families: &[&str]) -> Hello {
 fn cg(id: u64, path: &str, name: Option<&str>, n: u64, wait_us: u64) -> CgroupWindow {
     let mut k = KindHists::default();
     for _ in 0..n {
-        k.kind_mut(WaitKind::Wakeup).record(wait_us * 1000);
+        k.record(WaitKind::Wakeup, wait_us * 1000);
     }
     CgroupWindow {
         id,
