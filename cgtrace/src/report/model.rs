@@ -18,6 +18,10 @@ pub struct Report {
     pub format: String,
     pub first_unix_ms: u64,
     pub last_unix_ms: u64,
+    /// The recorder's window length (its hello; 0 when unknown): the first window's start is
+    /// its end less this.
+    #[serde(skip)]
+    pub interval_ms: u64,
     pub windows: u64,
     pub events_recorded: u64,
     /// Kernel-side drops over the recording (`events.dropped` summed).

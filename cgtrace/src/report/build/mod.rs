@@ -184,6 +184,7 @@ pub fn build(rec: &Recording) -> Report {
         format: format!("{}.{}", rec.major, rec.minor),
         first_unix_ms: if nwin == 0 { 0 } else { first },
         last_unix_ms: last,
+        interval_ms: hello.interval_ms,
         windows: nwin,
         events_recorded: nev,
         events_dropped: dropped,

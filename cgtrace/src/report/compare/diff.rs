@@ -111,10 +111,13 @@ pub fn rel(b: Option<f64>, a: Option<f64>) -> Option<String> {
     }
 }
 
-/// The seconds a report's windows cover: first to last window end, plus one window.
+/// The seconds a report's windows cover: first to last window end, plus the first window (the
+/// recorder's interval; without one, the mean spacing of the windows).
 fn seconds(r: &Report) -> f64 {
     let span = r.last_unix_ms.saturating_sub(r.first_unix_ms) as f64 / 1e3;
-    if r.windows >= 2 && span > 0.0 {
+    if r.windows >= 1 && r.interval_ms > 0 {
+        span + r.interval_ms as f64 / 1e3
+    } else if r.windows >= 2 && span > 0.0 {
         span * r.windows as f64 / (r.windows - 1) as f64
     } else {
         1.0
@@ -371,5 +374,10 @@ mod tests {
     fn the_seconds_cover_every_window() {
         assert_eq!(seconds(&report("h", 6, vec![])), 6.0);
         assert_eq!(seconds(&report("h", 1, vec![])), 1.0);
+        // A partial last window 200 ms after the one before it, 500 ms windows.
+        let mut r = report("h", 4, vec![]);
+        r.interval_ms = 500;
+        r.last_unix_ms = r.first_unix_ms + 1_200;
+        assert_eq!(seconds(&r), 1.7);
     }
 }

@@ -74,13 +74,16 @@ pub fn render_text(c: &Compare) -> String {
                 rel(vb, va).unwrap_or_default()
             );
         }
-        let _ = writeln!(
-            o,
-            "  {:<30} {:>12} → {:<12}",
-            "throttled/periods",
-            format!("{}/{}", b.nr_throttled, b.nr_periods),
-            format!("{}/{}", a.nr_throttled, a.nr_periods)
-        );
+        if b.nr_periods > 0 || a.nr_periods > 0 {
+            let _ = writeln!(
+                o,
+                "  {:<30} {:>12} → {}/{}",
+                "throttled of periods",
+                format!("{}/{}", b.nr_throttled, b.nr_periods),
+                a.nr_throttled,
+                a.nr_periods
+            );
+        }
         if !ch.flags_raised.is_empty() {
             let _ = writeln!(o, "  flags raised:  {}", esc(&ch.flags_raised.join(", ")));
         }
