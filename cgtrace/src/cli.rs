@@ -166,7 +166,12 @@ pub struct ReplayArgs {
 #[derive(Args)]
 pub struct ReportArgs {
     /// A file written by `cgtrace record`.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "compare", conflicts_with = "compare")]
+    pub file: Option<PathBuf>,
+    /// Per cgroup, what changed between two recordings (BEFORE and AFTER a change): run-queue
+    /// wait, throttling, the blame ledger, flags raised and cleared.
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]
+    pub compare: Option<Vec<PathBuf>>,
     /// JSON instead of text.
     #[arg(long, conflicts_with = "html")]
     pub json: bool,

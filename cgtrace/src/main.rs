@@ -65,15 +65,47 @@ fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     }
 }
 
-fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
-    let rec = open_recording(&args.file)?;
-    let r = report::build(&rec);
-    let out = if args.json {
-        report::render_json(&r)
+/// `report --compare BEFORE AFTER`: each file read and built as for `report`, then compared.
+fn compare_report(args: &ReportArgs, files: &[std::path::PathBuf]) -> anyhow::Result<String> {
+    let [before, after] = files else {
+        anyhow::bail!("--compare takes two recordings: BEFORE and AFTER");
+    };
+    let build = |which: &str, path: &std::path::Path| {
+        open_recording(path)
+            .map(|rec| report::build(&rec))
+            .map_err(|e| anyhow::anyhow!("{which} recording: {e:#}"))
+    };
+    let (b, a) = (build("BEFORE", before)?, build("AFTER", after)?);
+    let c = report::compare::diff(
+        &before.display().to_string(),
+        &b,
+        &after.display().to_string(),
+        &a,
+    );
+    Ok(if args.json {
+        report::compare::render_json(&c)
     } else if args.html {
-        report::html::render(&rec, &r)
+        report::compare::render_html(&c)
     } else {
-        report::render_text(&r)
+        report::compare::render_text(&c)
+    })
+}
+
+fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
+    let out = match (&args.compare, &args.file) {
+        (Some(files), _) => compare_report(args, files)?,
+        (None, Some(file)) => {
+            let rec = open_recording(file)?;
+            let r = report::build(&rec);
+            if args.json {
+                report::render_json(&r)
+            } else if args.html {
+                report::html::render(&rec, &r)
+            } else {
+                report::render_text(&r)
+            }
+        }
+        (None, None) => anyhow::bail!("report needs a recording, or --compare BEFORE AFTER"),
     };
     match &args.output {
         Some(path) => {

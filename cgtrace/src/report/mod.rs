@@ -15,6 +15,7 @@
 //! pictures; `medium.rs` holds what those two write alike (a cgroup's name, the warnings).
 
 mod build;
+pub mod compare;
 pub mod html;
 mod json;
 mod medium;

@@ -18,6 +18,10 @@ pub struct Report {
     pub format: String,
     pub first_unix_ms: u64,
     pub last_unix_ms: u64,
+    /// The recorder's window length (its hello; 0 when unknown): the first window's start is
+    /// its end less this.
+    #[serde(skip)]
+    pub interval_ms: u64,
     pub windows: u64,
     pub events_recorded: u64,
     /// Kernel-side drops over the recording (`events.dropped` summed).
@@ -63,6 +67,36 @@ pub struct Report {
     /// What cgtrace itself cost the recorded host (the windows' `self`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_cost: Option<OwnCost>,
+    /// Every tallied cgroup's totals over the recording, for `report --compare` (not part of
+    /// `report --json`: the rankings above say the same for the worst).
+    #[serde(skip)]
+    pub cgroups: Vec<CgroupTotals>,
+}
+
+/// One cgroup's totals over a recording: what `report --compare` sets side by side. Made from
+/// the tallies the report keeps anyway (bounded by its budget), nothing summed twice.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CgroupTotals {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    /// Run-queue waits over the recording (merged histogram).
+    pub waits: u64,
+    pub wait_us: f64,
+    pub wait_p50_us: f64,
+    pub wait_p99_us: f64,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: f64,
+    /// The kernel's `cpu.stat` deltas, where windows carried them.
+    pub kernel_nr_throttled: Option<u64>,
+    pub kernel_throttled_us: Option<f64>,
+    /// Blame ledger (`--blame`): run-queue wait it caused others, and that others caused it
+    /// (among the ledger's top culprits).
+    pub caused_us: Option<f64>,
+    pub suffered_us: Option<f64>,
+    /// Flag codes raised in any window (throttle flags and other families' diagnoses).
+    pub flags: Vec<String>,
 }
 
 /// cgtrace's own cost over a recording, from its windows' `self` objects.
@@ -152,6 +186,9 @@ pub struct ThrottledCgroup {
     /// The kernel's `cpu.stat` deltas over the same windows (those with a reading).
     pub kernel_nr_throttled: u64,
     pub kernel_throttled_us: f64,
+    /// Windows that carried the kernel's figures (0: none recorded).
+    #[serde(skip)]
+    pub kernel_windows: u64,
     /// Ours over the same windows the kernel figures cover.
     pub ours_nr_throttled_matched: u64,
     pub ours_throttled_us_matched: f64,

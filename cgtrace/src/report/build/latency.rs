@@ -108,6 +108,16 @@ impl Latency {
         }
     }
 
+    /// Each cgroup's run-queue waits over the recording: id, path, name and the merged summary.
+    pub(super) fn runq_totals(&self) -> Vec<(u64, Option<String>, Option<String>, HistSummary)> {
+        self.0
+            .get(family::runq::INFO.name)
+            .into_iter()
+            .flatten()
+            .map(|(id, a)| (*id, a.path.clone(), a.name.clone(), a.hist.summary()))
+            .collect()
+    }
+
     /// Per family, the `TOP` worst cgroups by max, and by p99 among those with 100 waits or more.
     pub(super) fn finish(self) -> BTreeMap<String, FamilyReport> {
         self.0

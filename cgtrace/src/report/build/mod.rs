@@ -10,6 +10,7 @@ mod latency;
 mod own_cost;
 mod reads;
 mod throttle;
+mod totals;
 
 use std::collections::BTreeMap;
 
@@ -172,6 +173,10 @@ pub fn build(rec: &Recording) -> Report {
     episodes.sort_by(|a, b| b.duration_us.total_cmp(&a.duration_us));
     waits.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
     let reads = reads.finish();
+    let runq = latency.runq_totals();
+    let diagnosed = diagnoses.finish();
+    let noisy = noisy.finish(TOP);
+    let cgroups = totals::collect(runq, throttled.all(), &diagnosed, &noisy);
     Report {
         host: hello.host,
         kernel: hello.kernel,
@@ -179,6 +184,7 @@ pub fn build(rec: &Recording) -> Report {
         format: format!("{}.{}", rec.major, rec.minor),
         first_unix_ms: if nwin == 0 { 0 } else { first },
         last_unix_ms: last,
+        interval_ms: hello.interval_ms,
         windows: nwin,
         events_recorded: nev,
         events_dropped: dropped,
@@ -188,11 +194,11 @@ pub fn build(rec: &Recording) -> Report {
         untallied: budget.refused,
         read: rec.stats.clone(),
         families: latency.finish(),
-        diagnoses: diagnoses.finish(),
+        diagnoses: diagnosed,
         throttled: throttled.finish(),
         longest_episodes: episodes,
         slowest_waits: waits,
-        noisy_neighbours: noisy.finish(TOP),
+        noisy_neighbours: noisy,
         slowest_reads: reads.slowest,
         memcgs: reads.memcgs,
         dying_memcgs_max: reads.dying_max,
@@ -202,6 +208,7 @@ pub fn build(rec: &Recording) -> Report {
         undecoded_events: undecoded,
         wait_split: hello.wait_split,
         own_cost: own.finish(),
+        cgroups,
     }
 }
 

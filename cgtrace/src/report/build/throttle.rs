@@ -41,6 +41,7 @@ impl Throttled {
         e.episodes = e.episodes.saturating_add(t.episodes);
         e.worst_window_share = e.worst_window_share.max(t.throttled_share);
         if let Some(k) = &t.kernel {
+            e.kernel_windows = e.kernel_windows.saturating_add(1);
             e.kernel_nr_throttled = e.kernel_nr_throttled.saturating_add(k.nr_throttled);
             e.kernel_throttled_us += k.throttled_us;
             e.ours_nr_throttled_matched =
@@ -59,6 +60,11 @@ impl Throttled {
             };
             seen.see(fl, budget);
         }
+    }
+
+    /// Every cgroup with a quota seen (throttled or not), by id.
+    pub(super) fn all(&self) -> impl Iterator<Item = &ThrottledCgroup> {
+        self.0.values()
     }
 
     /// The cgroups that were throttled, most throttled time first.

@@ -76,7 +76,7 @@ pub fn render_windows(ws: &[Window]) -> String {
     page(None, &s)
 }
 
-const STYLE: &str = "
+pub(super) const STYLE: &str = "
 :root{--fg:#1b1f24;--mut:#5b6470;--bg:#fff;--line:#d8dde3;--acc:#b3261e}
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:var(--fg);background:var(--bg);margin:0 auto;max-width:1100px;padding:12px}
