@@ -1,6 +1,7 @@
 //! Helpers for cgtrace's privileged integration tests (`tests/tests/*.rs`): real cgroups, real
 //! workloads, and the real `cgtrace` binary whose NDJSON output is parsed.
 pub mod cgroup;
+pub mod chromium;
 pub mod fuse;
 pub mod hostile;
 pub mod lxcfs;

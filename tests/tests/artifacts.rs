@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
+    chromium,
     record::{cgtrace, lines, replay_stream},
     scratch::{Scratch, path_str as s},
     stream::cgtrace_bin,
@@ -155,7 +156,7 @@ fn html_report_of_a_real_recording_renders_in_chromium_and_tenant_names_are_esca
         !page.contains("src=\"http") && !page.contains("href=\"http"),
         "nothing to fetch"
     );
-    let dom = chromium_dom(&html)?;
+    let dom = chromium::dom(&html)?;
     assert!(dom.contains(&busy.rel), "the DOM names the busy cgroup");
     assert!(
         dom.matches("class=\"heatmap\"").count() >= 2,
@@ -168,7 +169,7 @@ fn html_report_of_a_real_recording_renders_in_chromium_and_tenant_names_are_esca
         "the escaped name is shown escaped"
     );
     let shot = scratch.file("shot.png");
-    chromium_screenshot(&html, &shot)?;
+    chromium::screenshot(&html, &shot)?;
     let png = fs::read(&shot)?;
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
@@ -178,51 +179,6 @@ fn html_report_of_a_real_recording_renders_in_chromium_and_tenant_names_are_esca
         fs::copy(&html, Path::new(&keep).with_extension("html"))?;
         fs::copy(&shot, Path::new(&keep).with_extension("png"))?;
     }
-    Ok(())
-}
-
-fn chromium() -> Command {
-    let mut c = Command::new("chromium");
-    c.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-    ]);
-    c
-}
-
-/// The page's DOM after Chromium rendered it.
-fn chromium_dom(html: &Path) -> Result<String> {
-    // A new empty profile next to the page (removed with the scratch directory).
-    let profile = html.with_extension("profile-dom");
-    let out = chromium()
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", html.display()))
-        .stderr(Stdio::null())
-        .output()
-        .context("running chromium (Debian's chromium package)")?;
-    anyhow::ensure!(out.status.success(), "chromium failed: {}", out.status);
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn chromium_screenshot(html: &Path, png: &Path) -> Result<()> {
-    let profile = png.with_extension("profile-shot");
-    let status = chromium()
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--window-size=1100,2400")
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", html.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()?;
-    anyhow::ensure!(status.success(), "chromium screenshot failed: {status}");
     Ok(())
 }
 

@@ -3,17 +3,13 @@
 //! comparison must show its throttled periods per second drop as the kernel's own `cpu.stat`
 //! deltas (read here, before and after each recording) say they did, the throttle flag it had
 //! cleared, and the same in `--json` and in the `--html` page rendered by headless Chromium.
-use std::{
-    fs,
-    path::Path,
-    process::{Command, Stdio},
-    time::Instant,
-};
+use std::{fs, path::Path, time::Instant};
 
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
+    chromium,
     record::cgtrace,
     scratch::{Scratch, path_str as s},
     workload,
@@ -39,29 +35,6 @@ fn record(cg: &TestCgroup, file: &Path) -> Result<(u64, f64)> {
     let took = t0.elapsed().as_secs_f64();
     anyhow::ensure!(code == 0, "record failed: {err}");
     Ok((n1 - n0, took))
-}
-
-/// The page's DOM after headless Chromium rendered it.
-fn chromium_dom(html: &Path) -> Result<String> {
-    let profile = html.with_extension("profile-dom");
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", html.display()))
-        .stderr(Stdio::null())
-        .output()
-        .context("running chromium (Debian's chromium package)")?;
-    anyhow::ensure!(out.status.success(), "chromium failed: {}", out.status);
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -168,7 +141,7 @@ fn raising_a_quota_shows_as_fewer_throttled_periods_and_a_cleared_flag() -> Resu
         s(&html),
     ])?;
     assert_eq!(code, 0, "{err}");
-    let dom = chromium_dom(&html)?;
+    let dom = chromium::dom(&html)?;
     assert!(dom.contains(&cg.rel), "the page names the cgroup");
     assert!(
         dom.contains("throttled periods (/s)"),
