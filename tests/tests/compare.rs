@@ -118,9 +118,11 @@ fn raising_a_quota_shows_as_fewer_throttled_periods_and_a_cleared_flag() -> Resu
         !flagged.is_empty(),
         "a throttle flag was raised before: {mine}"
     );
-    assert_eq!(
-        cleared, flagged,
-        "every flag raised before is cleared after"
+    // Every throttle flag raised before is cleared (others may clear too: runq_long_waits
+    // does when the host is otherwise idle, not when three threads still queue behind load).
+    assert!(
+        flagged.iter().all(|f| cleared.contains(&f.as_str())),
+        "every throttle flag raised before is cleared after: {flagged:?} cleared {cleared:?}"
     );
 
     let (code, text, err) = cgtrace(&["report", "--compare", s(&before), s(&after)])?;
