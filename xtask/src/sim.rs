@@ -28,15 +28,7 @@ enum Sim {
 
 pub fn run(args: SimArgs) -> Result<()> {
     let Sim::Node { args } = args.what;
-    workspace::cargo(&["build", "--release", "--locked", "-p", "cgtrace"])?;
-    workspace::cargo(&[
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "cgtrace-tests",
-        "--bins",
-    ])?;
+    workspace::build_cgtrace_and_test_bins(&[])?;
     let root = workspace::root();
     let status = Command::new(root.join("target/release/node_sim"))
         .args(&args)

@@ -27,3 +27,17 @@ pub fn cargo(args: &[&str]) -> Result<()> {
     ensure!(status.success(), "cargo {what} failed: {status}");
     Ok(())
 }
+
+/// Builds cgtrace and the test crate's `bins` (all of them when empty) in release mode, for a
+/// benchmark that runs one of them against the other.
+pub fn build_cgtrace_and_test_bins(bins: &[&str]) -> Result<()> {
+    cargo(&["build", "--release", "--locked", "-p", "cgtrace"])?;
+    let mut args = vec!["build", "--release", "--locked", "-p", "cgtrace-tests"];
+    if bins.is_empty() {
+        args.push("--bins");
+    }
+    for b in bins {
+        args.extend(["--bin", b]);
+    }
+    cargo(&args)
+}

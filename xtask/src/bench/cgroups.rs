@@ -22,16 +22,7 @@ pub(super) struct CgroupsArgs {
 }
 
 pub(super) fn run(args: CgroupsArgs) -> Result<()> {
-    workspace::cargo(&["build", "--release", "--locked", "-p", "cgtrace"])?;
-    workspace::cargo(&[
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "cgtrace-tests",
-        "--bin",
-        "many_cgroups",
-    ])?;
+    workspace::build_cgtrace_and_test_bins(&["many_cgroups"])?;
     let root = workspace::root();
     let mut cmd = Command::new(root.join("target/release/many_cgroups"));
     cmd.args(["--count", &args.count.to_string()])
