@@ -28,6 +28,15 @@ fn block_on(f: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
 /// Opens a recording, saying on stderr what could not be read.
 fn open_recording(path: &std::path::Path) -> anyhow::Result<Recording> {
     let rec = Recording::open(path)?;
+    if rec.windows.is_empty() && rec.events > 0 {
+        // A part rotated at --max-size between two windows: its events were flushed by size, and
+        // the window that closes them went into the part after it.
+        anyhow::bail!(
+            "{}: holds {} events but no window (a part cut at --max-size before its window ended: the window is in the newer part, FILE or FILE.N-1); replay or report that part",
+            path.display(),
+            rec.events
+        );
+    }
     if rec.windows.is_empty() {
         anyhow::bail!(
             "{}: no readable window in the recording (it ended or was damaged before the first window was written{})",
