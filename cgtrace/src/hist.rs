@@ -296,15 +296,18 @@ pub struct HistSummary {
     pub buckets: Vec<(u64, u64)>,
 }
 
-/// A duration given in microseconds, in at most six characters: `812ns`, `6.1µs`, `180µs`,
-/// `2.21ms`, `41.2ms`, `350ms`, `1.50s`, `12.5s`, `125s`.
+/// A duration given in microseconds, in at most six characters: `0`, `<1µs`, `6.1µs`, `180µs`,
+/// `2.21ms`, `41.2ms`, `350ms`, `1.50s`, `12.5s`, `125s`. Nothing under a microsecond is
+/// printed in ns: no wait is timed that finely (the run queue's clock is updated at scheduler
+/// events, and a stamp can be stale by more than that).
 pub fn micros(us: f64) -> String {
     if !us.is_finite() || us < 0.0 {
         return "?".into();
     }
-    let ns = us * 1e3;
-    if ns < 999.5 {
-        format!("{ns:.0}ns")
+    if us == 0.0 {
+        "0".into()
+    } else if us < 0.9995 {
+        "<1µs".into()
     } else if us < 9.95 {
         format!("{us:.1}µs")
     } else if us < 999.5 {

@@ -171,8 +171,11 @@ fn p50_column(screen: &str) -> Vec<f64> {
         .collect()
 }
 
-/// `812ns`, `6.1µs`, `2.21ms`, `1.50s` in ns.
+/// `6.1µs`, `2.21ms`, `1.50s` in ns; `0` and `<1µs` (anything under a microsecond) as 0.
 fn duration_ns(text: &str) -> Option<f64> {
+    if text == "0" || text == "<1µs" {
+        return Some(0.0);
+    }
     for (unit, scale) in [("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)] {
         if let Some(v) = text.strip_suffix(unit) {
             return v.parse::<f64>().ok().map(|v| v * scale);
@@ -399,11 +402,12 @@ x
 sort WAIT/s▼ · flat · interval 1s · window #7 12:00:00Z (1s)
 NAME                 WAIT/s▼   N/s    P50    P99
 /a                     1.2ms   900 2.21ms  9.9ms
-··/b/c                 812ns     3  6.1µs   70µs
+··/b/c                  <1µs     3  6.1µs   70µs
 ";
     assert_eq!(cell(screen, "/a", "P50").as_deref(), Some("2.21ms"));
     assert_eq!(cell(screen, "/b/c", "P99").as_deref(), Some("70µs"));
-    assert_eq!(cell(screen, "/b/c", "WAIT/s").as_deref(), Some("812ns"));
+    assert_eq!(cell(screen, "/b/c", "WAIT/s").as_deref(), Some("<1µs"));
+    assert_eq!(duration_ns("<1µs"), Some(0.0));
     assert_eq!(duration_ns("6.1µs"), Some(6100.0));
     assert_eq!(duration_ns("1.50s"), Some(1.5e9));
     assert_eq!(header_window(screen).as_deref(), Some("#7"));

@@ -5,7 +5,8 @@
 //! - `runq/`: run-queue latency per cgroup and wait kind, and the blame ledger;
 //! - `throttle/`: CFS bandwidth throttle episodes, periods, and who burned the quota;
 //! - `reads/`: pseudo-file reads, the rstat flush work inside them, and cgroup churn;
-//! - `capability.rs`: empty programs the loader tries, to learn what the kernel allows.
+//! - `capability.rs`: empty programs the loader tries, to learn what the kernel allows;
+//! - `floor.rs`: empty programs on the run-queue hooks, for the benchmark's floor.
 //!
 //! Each family's `mod.rs` says which of its files does what. Program names (the functions under
 //! `#[btf_tracepoint]`, `#[fentry]`, ...) are what the daemon attaches by: never rename them.
@@ -21,6 +22,7 @@
 //! renaming a function, compare every program section of the built object with the one before
 //! (bytes and relocations); the verifiers (5.10, 6.1) are sensitive to the programs' shape.
 pub mod capability;
+pub mod floor;
 pub mod reads;
 pub mod runq;
 pub mod sched;

@@ -28,7 +28,46 @@ fn fill_free_slots(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 /// The variants that read kernel fields directly are tried first; if this kernel's verifier
 /// refuses them, the `bpf_probe_read_kernel` variants.
 pub(crate) fn attach(a: &mut Attach<'_>) -> Result<FamilyMode, LoadError> {
+    if std::env::var("CGTRACE_BENCH_FLOOR").is_ok_and(|v| v == "1") {
+        return attach_floor(a.ebpf, a.btf, a.wait_starts);
+    }
     attach_programs(a.ebpf, a.btf, a.layout, a.wait_starts)
+}
+
+/// `CGTRACE_BENCH_FLOOR=1` (`cargo xtask bench runq`'s floor configurations): empty programs on
+/// the hooks this path uses (sched_switch alone with the kernel's stamps; also both wakeups with
+/// cgtrace's own), so the benchmark can show what cgtrace costs above any program there. No
+/// wait is measured.
+fn attach_floor(
+    ebpf: &mut Ebpf,
+    btf: &AyaBtf,
+    wait_starts: WaitStarts,
+) -> Result<FamilyMode, LoadError> {
+    let all = [
+        ("floor_sched_switch", "sched_switch"),
+        ("floor_sched_wakeup", "sched_wakeup"),
+        ("floor_sched_wakeup_new", "sched_wakeup_new"),
+    ];
+    let set = if wait_starts == WaitStarts::KernelStamps {
+        &all[..1]
+    } else {
+        &all[..]
+    };
+    load_tp_btf(ebpf, btf, set)?;
+    attach_tp_btf(ebpf, set)?;
+    let hooks: Vec<&str> = set.iter().map(|(_, tp)| *tp).collect();
+    Ok(FamilyMode {
+        mode: AttachMode::TpBtf,
+        detail: format!(
+            "CGTRACE_BENCH_FLOOR=1: empty programs on {} (the benchmark's floor for the {} path); no wait is measured",
+            hooks.join(", "),
+            if wait_starts == WaitStarts::KernelStamps {
+                "kernel-stamps"
+            } else {
+                "own-stamps"
+            }
+        ),
+    })
 }
 
 fn attach_programs(

@@ -36,10 +36,16 @@ pub(super) struct Cgtrace {
 
 impl Cgtrace {
     /// Spawns it and returns once the `hello` and the first `window` line have arrived.
-    pub(super) fn start(bin: &Path, interval_ms: u64, extra: &[&str]) -> Result<Self> {
+    pub(super) fn start(
+        bin: &Path,
+        interval_ms: u64,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let mut child = Command::new(bin)
             .args(["stream", "--interval", &interval_ms.to_string()])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -106,18 +106,24 @@ pub(super) fn run(args: RunqArgs) -> Result<()> {
 fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     let (perf, tracer) = match config {
         Config::Bare => (run_perf(plan)?, None),
+        Config::Baseline => {
+            let bin = plan.baseline.as_ref().context("--baseline")?;
+            let (perf, stats) = under_cgtrace(plan, bin, config)?;
+            (perf, Some(stats))
+        }
         Config::Cgtrace
         | Config::CgtraceStats
         | Config::CgtraceReads
         | Config::CgtraceEvents
-        | Config::CgtraceBlame => {
-            let args = config.cgtrace_args().unwrap_or(&[]);
-            let (perf, stats) = under_cgtrace(plan, &plan.cgtrace, args)?;
-            (perf, Some(stats))
-        }
-        Config::Baseline => {
-            let bin = plan.baseline.as_ref().context("--baseline")?;
-            let (perf, stats) = under_cgtrace(plan, bin, &[])?;
+        | Config::CgtraceBlame
+        | Config::CgtraceOwn
+        | Config::CgtraceOwnStats
+        | Config::CgtraceOwnBlame
+        | Config::Floor
+        | Config::FloorStats
+        | Config::FloorOwn
+        | Config::FloorOwnStats => {
+            let (perf, stats) = under_cgtrace(plan, &plan.cgtrace, config)?;
             (perf, Some(stats))
         }
         Config::Runqlat => {
@@ -139,8 +145,13 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     })
 }
 
-fn under_cgtrace(plan: &Plan, bin: &Path, extra: &[&str]) -> Result<(Perf, TracerStats)> {
-    let cgtrace = Cgtrace::start(bin, plan.interval_ms, extra)?;
+fn under_cgtrace(plan: &Plan, bin: &Path, config: Config) -> Result<(Perf, TracerStats)> {
+    let cgtrace = Cgtrace::start(
+        bin,
+        plan.interval_ms,
+        config.cgtrace_args().unwrap_or(&[]),
+        config.cgtrace_env(),
+    )?;
     let (perf, cpu_pct) = perf_beside(plan, cgtrace.pid())?;
     let windows = cgtrace.stop()?;
     let stats = window_stats(&windows);

@@ -43,7 +43,10 @@ pub(crate) struct RunqArgs {
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-blame (--blame), baseline (the --baseline binary as a user starts it), runqlat,
+    /// cgtrace-blame (--blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-blame (the same on
+    /// the path kernels before 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
+    /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
+    /// cost above them); baseline (the --baseline binary as a user starts it), runqlat,
     /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
@@ -72,12 +75,32 @@ pub(super) enum Config {
     CgtraceEvents,
     /// With `--blame`: what the blame ledger's per-switch slice ring costs.
     CgtraceBlame,
+    /// `CGTRACE_RUNQ_WAITS=own`: the path kernels before 6.18 take (cgtrace's own wait stamps,
+    /// programs on sched_wakeup and sched_wakeup_new too).
+    CgtraceOwn,
+    /// The own-stamps path with `--bpf-stats`.
+    CgtraceOwnStats,
+    /// The own-stamps path with `--blame`.
+    CgtraceOwnBlame,
+    /// `CGTRACE_BENCH_FLOOR=1`: empty programs on the hooks the 6.18 path uses (sched_switch),
+    /// the rest of cgtrace as usual: what any program there costs.
+    Floor,
+    /// The floor with `--bpf-stats`: an empty program's ns per run.
+    FloorStats,
+    /// The floor of the own-stamps path (and of runqlat): empty programs on sched_switch,
+    /// sched_wakeup and sched_wakeup_new.
+    FloorOwn,
+    /// The own-stamps floor with `--bpf-stats`.
+    FloorOwnStats,
     /// The `--baseline` binary as a user starts it.
     Baseline,
     Runqlat,
     /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
     RunqlatStats,
 }
+
+const OWN: (&str, &str) = ("CGTRACE_RUNQ_WAITS", "own");
+const FLOOR: (&str, &str) = ("CGTRACE_BENCH_FLOOR", "1");
 
 impl Config {
     pub(super) fn name(self) -> &'static str {
@@ -88,22 +111,75 @@ impl Config {
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
             Config::CgtraceBlame => "cgtrace-blame",
+            Config::CgtraceOwn => "cgtrace-own",
+            Config::CgtraceOwnStats => "cgtrace-own-stats",
+            Config::CgtraceOwnBlame => "cgtrace-own-blame",
+            Config::Floor => "floor",
+            Config::FloorStats => "floor-stats",
+            Config::FloorOwn => "floor-own",
+            Config::FloorOwnStats => "floor-own-stats",
             Config::Baseline => "baseline",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
         }
     }
 
-    /// `cgtrace stream` arguments beyond `--interval`, for the cgtrace configurations.
+    /// `cgtrace stream` arguments beyond `--interval`, for the configurations that run a
+    /// cgtrace binary.
     pub(super) fn cgtrace_args(self) -> Option<&'static [&'static str]> {
         match self {
-            Config::Cgtrace | Config::Baseline => Some(&[]),
-            Config::CgtraceStats => Some(&["--bpf-stats"]),
+            Config::Cgtrace
+            | Config::Baseline
+            | Config::CgtraceOwn
+            | Config::Floor
+            | Config::FloorOwn => Some(&[]),
+            Config::CgtraceStats
+            | Config::CgtraceOwnStats
+            | Config::FloorStats
+            | Config::FloorOwnStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
-            Config::CgtraceBlame => Some(&["--blame"]),
-            _ => None,
+            Config::CgtraceBlame | Config::CgtraceOwnBlame => Some(&["--blame"]),
+            Config::Bare | Config::Runqlat | Config::RunqlatStats => None,
         }
+    }
+
+    /// Environment the cgtrace binary runs with.
+    pub(super) fn cgtrace_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Config::CgtraceOwn | Config::CgtraceOwnStats | Config::CgtraceOwnBlame => &[OWN],
+            Config::Floor | Config::FloorStats => &[FLOOR],
+            Config::FloorOwn | Config::FloorOwnStats => &[OWN, FLOOR],
+            _ => &[],
+        }
+    }
+
+    /// The floor configuration on the same hooks, with the same statistics setting: what this
+    /// configuration's slowdown is compared with. runqlat's programs sit where the own-stamps
+    /// path's do.
+    pub(super) fn floor(self) -> Option<Config> {
+        match self {
+            Config::Cgtrace
+            | Config::CgtraceReads
+            | Config::CgtraceEvents
+            | Config::CgtraceBlame
+            | Config::Baseline => Some(Config::Floor),
+            Config::CgtraceStats => Some(Config::FloorStats),
+            Config::CgtraceOwn | Config::CgtraceOwnBlame | Config::Runqlat => {
+                Some(Config::FloorOwn)
+            }
+            Config::CgtraceOwnStats | Config::RunqlatStats => Some(Config::FloorOwnStats),
+            Config::Bare
+            | Config::Floor
+            | Config::FloorStats
+            | Config::FloorOwn
+            | Config::FloorOwnStats => None,
+        }
+    }
+
+    /// Runs the workspace's cgtrace binary.
+    pub(super) fn runs_cgtrace(self) -> bool {
+        self.cgtrace_args().is_some() && self != Config::Baseline
     }
 }
 
@@ -155,12 +231,12 @@ impl Plan {
     }
 
     fn check_tracers(&self) -> Result<()> {
-        if self.has(Config::Cgtrace) || self.has(Config::Baseline) || self.has(Config::Runqlat) {
+        if self.configs.iter().any(|c| *c != Config::Bare) {
             // SAFETY: geteuid has no preconditions.
             let uid = unsafe { libc::geteuid() };
             ensure!(uid == 0, "bench runq needs root to attach BPF programs");
         }
-        if self.has(Config::Cgtrace) {
+        if self.configs.iter().any(|c| c.runs_cgtrace()) {
             ensure!(
                 self.cgtrace.is_file(),
                 "cgtrace not found at {}: cargo build --release -p cgtrace, or pass --cgtrace PATH \
@@ -176,7 +252,7 @@ impl Plan {
                 }
             }
         }
-        if self.has(Config::Runqlat) {
+        if self.has(Config::Runqlat) || self.has(Config::RunqlatStats) {
             runqlat::find_runqlat()?;
         }
         Ok(())

@@ -15,6 +15,9 @@ pub(super) struct Summary {
     pub(super) median_usecs_per_op: f64,
     /// Median total time over the bare median.
     pub(super) slowdown: Option<f64>,
+    /// The slowdown minus its floor configuration's ([`Config::floor`]), when that ran too:
+    /// what the tracer costs above empty programs on the same hooks.
+    pub(super) above_floor: Option<f64>,
     pub(super) median_events_per_s: Option<f64>,
     pub(super) events_dropped: Option<u64>,
     pub(super) median_cpu_pct: Option<f64>,
@@ -31,6 +34,20 @@ pub(super) struct ProgramSummary {
     pub(super) ns_per_run: f64,
     /// Runs per second of perf's run time.
     pub(super) runs_per_s: f64,
+}
+
+impl ProgramSummary {
+    /// Its time in % of one CPU while perf ran.
+    pub(super) fn cpu_pct(&self) -> f64 {
+        self.runs_per_s * self.ns_per_run / 1e7
+    }
+}
+
+impl Summary {
+    /// All its programs' time, in % of one CPU while perf ran.
+    pub(super) fn programs_cpu_pct(&self) -> f64 {
+        self.programs.iter().map(ProgramSummary::cpu_pct).sum()
+    }
 }
 
 fn program_summary(mine: &[&Run]) -> Vec<ProgramSummary> {
@@ -70,6 +87,17 @@ pub(super) fn summarize(configs: &[Config], runs: &[Run]) -> Vec<Summary> {
     for s in &mut out {
         s.slowdown = bare.map(|b| s.median_total_s / b);
     }
+    let slowdowns: Vec<(Config, Option<f64>)> =
+        out.iter().map(|s| (s.config, s.slowdown)).collect();
+    for s in &mut out {
+        let floor = s.config.floor().and_then(|f| {
+            slowdowns
+                .iter()
+                .find(|(c, _)| *c == f)
+                .and_then(|(_, x)| *x)
+        });
+        s.above_floor = s.slowdown.zip(floor).map(|(x, f)| x - f);
+    }
     out
 }
 
@@ -88,6 +116,7 @@ fn summarize_one(config: Config, runs: &[Run]) -> Option<Summary> {
         max_total_s: totals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         median_usecs_per_op: median(&mine.iter().map(|r| r.usecs_per_op).collect::<Vec<_>>())?,
         slowdown: None,
+        above_floor: None,
         median_events_per_s: median(&rates),
         events_dropped: (!drops.is_empty()).then(|| drops.iter().sum()),
         median_cpu_pct: median(&cpu),
@@ -157,13 +186,50 @@ mod tests {
         assert_eq!((s[1].min_total_s, s[1].max_total_s), (3.5, 9.0));
         let table = markdown_table(&s);
         assert!(
-            table.contains("| cgtrace | 3 | 3.750 | 3.500–9.000 | 37.50 | 1.25× |"),
+            table.contains("| cgtrace | 3 | 3.750 | 3.500–9.000 | 37.50 | 1.25× | – |"),
             "{table}"
         );
         // 3000 runs of 300 ns over 16.25 s of perf.
         let programs = program_table(&s);
         assert!(
             programs.contains("| cgtrace | sched_switch | 0.2 k | 300 | 0.01 |"),
+            "{programs}"
+        );
+    }
+
+    #[test]
+    fn above_floor_is_the_slowdown_minus_the_floor_on_the_same_hooks() {
+        let runs = [
+            run(Config::Bare, 2.0, None),
+            run(Config::Floor, 2.1, Some(1.0)),
+            run(Config::Cgtrace, 2.3, Some(1.0)),
+            run(Config::FloorOwn, 2.2, Some(1.0)),
+            run(Config::Runqlat, 2.6, Some(1.0)),
+            run(Config::CgtraceOwn, 2.5, Some(1.0)),
+            run(Config::CgtraceStats, 2.4, Some(1.0)),
+        ];
+        let configs = runs.iter().map(|r| r.config).collect::<Vec<_>>();
+        let s = summarize(&configs, &runs);
+        let above = |c: Config| {
+            s.iter()
+                .find(|x| x.config == c)
+                .and_then(|x| x.above_floor)
+                .map(|x| (x * 1000.0).round() / 1000.0)
+        };
+        assert_eq!(above(Config::Cgtrace), Some(0.1));
+        assert_eq!(above(Config::CgtraceOwn), Some(0.15));
+        // runqlat's programs sit on the own-stamps path's hooks.
+        assert_eq!(above(Config::Runqlat), Some(0.2));
+        // Its floor (floor-stats) did not run; a floor has none.
+        assert_eq!(above(Config::CgtraceStats), None);
+        assert_eq!(above(Config::Floor), None);
+        let table = markdown_table(&s);
+        assert!(table.contains("| 1.15× | +0.10× |"), "{table}");
+        // Program time: 1000 runs of 300 ns in 2.3 s of perf (0.013 %) against the floor's in
+        // 2.1 s (0.014 %).
+        let programs = program_table(&s);
+        assert!(
+            programs.contains("| cgtrace | **all programs** | | | **0.01** (-0.00 above floor) |"),
             "{programs}"
         );
     }
