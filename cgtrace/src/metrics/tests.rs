@@ -51,12 +51,12 @@ fn cgroup(id: u64, path: &str, waits_ns: &[u64]) -> CgroupWindow {
 #[test]
 fn quota_usage_reads_dying_memcgs_and_own_cost_are_series() {
     let mut c = cgroup(1, "/kubepods/pod-a/c1", &[5_000]);
-    c.throttle = Some(crate::family::throttle::model::ThrottleWindow {
+    c.throttle = Some(Box::new(crate::family::throttle::model::ThrottleWindow {
         quota_cores: Some(0.5),
         usage_us: Some(400_000.0),
         nr_periods: 10,
         ..Default::default()
-    });
+    }));
     let file = |fs: &str, us: f64| crate::family::reads::FileReads {
         comm: "kubelet".into(),
         pid: 1,

@@ -278,9 +278,10 @@ pub struct CgroupWindow {
     /// Run-queue wait this cgroup's tasks caused others by holding their CPU (the blame ledger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused: Option<crate::family::runq::model::Caused>,
-    /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window.
+    /// CFS bandwidth throttling, for cgroups with a quota whose period timer ran in the window
+    /// (boxed: 360 bytes most cgroups do not have; every window entry is moved into the view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttle: Option<crate::family::throttle::model::ThrottleWindow>,
+    pub throttle: Option<Box<crate::family::throttle::model::ThrottleWindow>>,
     /// Pseudo-file reads by this cgroup's tasks, per (comm, file), most time first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reads: Option<Vec<crate::family::reads::model::FileReads>>,

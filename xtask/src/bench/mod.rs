@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: benchmarks of cgtrace's overhead on the traced host, one module per
 //! benchmark: [`runq`] (a scheduler-heavy load under cgtrace and under runqlat), [`reads`] (what
-//! the reads family adds to one read syscall), [`record`] (what recording costs) and [`cgroups`]
-//! (the daemon's memory and CPU at 10 000 cgroups).
+//! the reads family adds to one read syscall), [`record`] (what recording costs), [`cgroups`]
+//! (the daemon's memory and CPU at 10 000 cgroups) and [`render`] (the view's snapshot and frame
+//! at 10 000 cgroups, against another build).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -9,6 +10,7 @@ use clap::{Args, Subcommand};
 mod cgroups;
 mod reads;
 mod record;
+mod render;
 mod runq;
 
 #[derive(Args)]
@@ -28,6 +30,9 @@ enum Bench {
     Record(record::RecordBenchArgs),
     /// The daemon's RSS and CPU with 10 000 cgroups, each with a thread waking once a second.
     Cgroups(cgroups::CgroupsArgs),
+    /// The view's snapshot plus frame at 10 000 cgroups, flat and tree, interleaved with another
+    /// build's (`cgtrace/benches/render.rs`).
+    Render(render::RenderArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -36,5 +41,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Bench::Reads(args) => reads::run(args),
         Bench::Record(args) => record::run(args),
         Bench::Cgroups(args) => cgroups::run(args),
+        Bench::Render(args) => render::run(args),
     }
 }

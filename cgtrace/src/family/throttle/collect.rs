@@ -267,7 +267,7 @@ impl Collector for Throttle {
             }
             _ => (None, None),
         };
-        cg.throttle = Some(super::window(
+        cg.throttle = Some(Box::new(super::window(
             input.periods.get(&id).copied().unwrap_or_default(),
             input.episodes.get(&id),
             input.burned.remove(&id).unwrap_or_default(),
@@ -275,7 +275,7 @@ impl Collector for Throttle {
             cur.as_ref(),
             duration_ms,
             &self.rules,
-        ));
+        )));
     }
 
     fn forget(&mut self, cgroup_id: u64) {

@@ -26,7 +26,7 @@ const PERIODS_SHOWN: usize = 3;
 const THREADS_SHOWN: usize = 4;
 
 fn data(cg: &CgroupWindow) -> Option<&ThrottleWindow> {
-    cg.throttle.as_ref()
+    cg.throttle.as_deref()
 }
 
 fn usage(cg: &CgroupWindow, _: &Ctx) -> Cell {
