@@ -35,6 +35,18 @@ enum Bench {
     Render(render::RenderArgs),
 }
 
+/// The median (the mean of the two middle values for an even count); `None` for no values.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.bench {
         Bench::Runq(args) => runq::run(args),
@@ -42,5 +54,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Bench::Record(args) => record::run(args),
         Bench::Cgroups(args) => cgroups::run(args),
         Bench::Render(args) => render::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_even_and_empty() {
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
     }
 }

@@ -13,6 +13,7 @@ use std::{
 use anyhow::{Context, Result, ensure};
 use clap::Args;
 
+use super::median;
 use crate::workspace;
 
 #[derive(Args)]
@@ -65,9 +66,9 @@ pub(super) fn run(args: RenderArgs) -> Result<()> {
         println!(
             "| {name} | {} | {:.2} ms ({:.2}) | {:.2} ms ({:.2}) |",
             t.len(),
-            median(&flat),
+            median(&flat).unwrap_or(f64::NAN),
             min(&flat),
-            median(&tree),
+            median(&tree).unwrap_or(f64::NAN),
             min(&tree)
         );
     }
@@ -130,17 +131,6 @@ fn parse(text: &str) -> Option<Times> {
     })
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn min(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
@@ -165,6 +155,5 @@ mod tests {
             })
         );
         assert_eq!(parse("nothing"), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }
 }

@@ -48,11 +48,8 @@ fn attach_floor(
         ("floor_sched_wakeup", "sched_wakeup"),
         ("floor_sched_wakeup_new", "sched_wakeup_new"),
     ];
-    let set = if wait_starts == WaitStarts::KernelStamps {
-        &all[..1]
-    } else {
-        &all[..]
-    };
+    let stamps = wait_starts == WaitStarts::KernelStamps;
+    let set = if stamps { &all[..1] } else { &all[..] };
     load_tp_btf(ebpf, btf, set)?;
     attach_tp_btf(ebpf, set)?;
     let hooks: Vec<&str> = set.iter().map(|(_, tp)| *tp).collect();
@@ -61,7 +58,7 @@ fn attach_floor(
         detail: format!(
             "CGTRACE_BENCH_FLOOR=1: empty programs on {} (the benchmark's floor for the {} path); no wait is measured",
             hooks.join(", "),
-            if wait_starts == WaitStarts::KernelStamps {
+            if stamps {
                 "kernel-stamps"
             } else {
                 "own-stamps"

@@ -111,27 +111,18 @@ fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
             let (perf, stats) = under_cgtrace(plan, bin, config)?;
             (perf, Some(stats))
         }
-        Config::Cgtrace
-        | Config::CgtraceStats
-        | Config::CgtraceReads
-        | Config::CgtraceEvents
-        | Config::CgtraceBlame
-        | Config::CgtraceOwn
-        | Config::CgtraceOwnStats
-        | Config::CgtraceOwnBlame
-        | Config::Floor
-        | Config::FloorStats
-        | Config::FloorOwn
-        | Config::FloorOwnStats => {
-            let (perf, stats) = under_cgtrace(plan, &plan.cgtrace, config)?;
-            (perf, Some(stats))
-        }
         Config::Runqlat => {
             let (perf, stats) = under_runqlat(plan, false)?;
             (perf, Some(stats))
         }
         Config::RunqlatStats => {
             let (perf, stats) = under_runqlat(plan, true)?;
+            (perf, Some(stats))
+        }
+        // Every other configuration runs the workspace's cgtrace (`Config::runs_cgtrace`), with
+        // its own arguments and environment.
+        _ => {
+            let (perf, stats) = under_cgtrace(plan, &plan.cgtrace, config)?;
             (perf, Some(stats))
         }
     };

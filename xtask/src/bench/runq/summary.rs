@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::{Run, TracerStats, plan::Config, progcost::sum_by_name};
+use crate::bench::median;
 
 #[derive(Debug, Serialize)]
 pub(super) struct Summary {
@@ -124,17 +125,6 @@ fn summarize_one(config: Config, runs: &[Run]) -> Option<Summary> {
     })
 }
 
-fn median(values: &[f64]) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,11 +222,5 @@ mod tests {
             programs.contains("| cgtrace | **all programs** | | | **0.01** (-0.00 above floor) |"),
             "{programs}"
         );
-    }
-
-    #[test]
-    fn median_of_even_and_empty() {
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
     }
 }
