@@ -261,10 +261,15 @@ pub struct RunqEvent {
     pub comm: [u8; 16],
 }
 
-/// Slices each CPU keeps for the blame ledger (a power of two). On the node simulator (200 pods
-/// on 2 CPUs, about 22 tasks waiting at any time) 16 left 52 % of the wait unattributed for want
-/// of history; a wait's charge walks only the slices since it began.
-pub const NR_SLICES: usize = 64;
+/// Slices each CPU keeps for the blame ledger (a power of two; 24 KiB a CPU). On the node
+/// simulator (200 pods on 2 CPUs, about 22 tasks waiting at any time) 64 left 32 % of the wait
+/// older than the ring; a wait's charge walks only the slices since it began, in `bpf_loop` on
+/// kernels 5.18+.
+pub const NR_SLICES: usize = 1024;
+
+/// How far back a wait's walk reaches on kernels before 5.18 (no `bpf_loop` in the programs
+/// they load): a bounded loop the verifier walks step by step.
+pub const WALK_BOUNDED: usize = 128;
 
 /// One stretch during which a CPU ran a task of one cgroup (`cgroup_id` 0: the idle task, or a
 /// cgroup that could not be read).
@@ -301,6 +306,15 @@ pub struct BlameKey {
 pub const CULPRIT_THROTTLED_OWN: u64 = u64::MAX;
 /// Culprit marker: an ancestor's quota was exhausted.
 pub const CULPRIT_THROTTLED_ANCESTOR: u64 = u64::MAX - 1;
+/// Culprit marker: the CPU it was queued on ran its idle task meanwhile (the CPU was being woken:
+/// an IPI, an idle-state exit, a vCPU the host had halted), or a task whose cgroup could not be
+/// read.
+pub const CULPRIT_IDLE: u64 = u64::MAX - 2;
+/// Culprit marker: the part of a wait older than the CPU's last [`NR_SLICES`] slices (the ring
+/// no longer says who held the CPU then).
+pub const CULPRIT_HISTORY: u64 = u64::MAX - 3;
+/// Culprit markers, lowest first: every culprit at or above this is a marker, not a cgroup.
+pub const CULPRIT_MARKERS: u64 = CULPRIT_HISTORY;
 
 #[cfg(feature = "user")]
 mod pod {

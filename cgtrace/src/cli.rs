@@ -218,12 +218,15 @@ pub struct TraceArgs {
     /// VM).
     #[arg(long)]
     pub bpf_stats: bool,
-    /// Turn on the blame ledger: each cgroup's run-queue wait charged to whoever held the CPU
-    /// meanwhile (`runq.blame`, `caused`). Off by default for its cost: a slice-ring write per
-    /// context switch and about twice the daemon's CPU on a busy node.
-    #[arg(long)]
+    /// Turn off the blame ledger, which is on by default: each cgroup's run-queue wait charged to
+    /// whoever held the CPU meanwhile (`runq.blame`, `caused`). Its cost: a slice-ring write per
+    /// context switch and a ring walk per wait of at least `--blame-min-us`.
+    #[arg(long, overrides_with = "blame")]
+    pub no_blame: bool,
+    /// The blame ledger is on by default; kept so older command lines still run.
+    #[arg(long, hide = true, overrides_with = "no_blame")]
     pub blame: bool,
-    /// With `--blame`: waits at least this long (µs) are charged; shorter ones count as
+    /// Waits at least this long (µs) are charged by the blame ledger; shorter ones count as
     /// unattributed.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub blame_min_us: u64,
@@ -327,7 +330,7 @@ impl TraceArgs {
             max_read_keys: self.max_read_keys,
             max_read_threads: self.max_read_threads,
             bpf_stats: self.bpf_stats,
-            blame_min: self.blame.then(|| Duration::from_micros(self.blame_min_us)),
+            blame_min: (!self.no_blame).then(|| Duration::from_micros(self.blame_min_us)),
             event_min: Duration::from_millis(self.event_min_ms),
             ringbuf_bytes: self.ringbuf_kib * 1024,
             throttle_mode: self.throttle_mode,

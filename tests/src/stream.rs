@@ -245,5 +245,7 @@ pub fn blame_parts_us(b: &Value) -> f64 {
         + f(b, "siblings_us")
         + named
         + f(b, "neighbours_other_us")
+        + f(b, "kernel_us")
+        + f(b, "idle_us")
         + f(b, "unattributed_us")
 }

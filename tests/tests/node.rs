@@ -382,6 +382,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
 
     // With the blame ledger: every cgroup's parts add up to its wait in every window.
     let (mut blamed, mut wait_us, mut unattributed_us) = (0u64, 0.0, 0.0);
+    let mut by_part: std::collections::BTreeMap<&str, f64> = Default::default();
     for (_, w, _) in &windows {
         for c in w["cgroups"].as_array().into_iter().flatten() {
             let b = &c["runq"]["blame"];
@@ -394,6 +395,17 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             blamed += 1;
             wait_us += wait;
             unattributed_us += f(b, "unattributed_us");
+            for part in [
+                "throttled_own_us",
+                "throttled_ancestor_us",
+                "siblings_us",
+                "neighbours_other_us",
+                "kernel_us",
+                "idle_us",
+                "unattributed_history_us",
+            ] {
+                *by_part.entry(part).or_default() += f(b, part);
+            }
             if (parts - wait).abs() > wait * 0.01 + 1.0 {
                 problems.push(format!(
                     "window {}: {}'s blame parts {parts:.1} µs vs its wait {wait:.1} µs",
@@ -408,6 +420,11 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             wait_us / 1e6,
             unattributed_us / wait_us.max(1.0) * 100.0
         );
+        let shares: Vec<String> = by_part
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1} %", v / wait_us.max(1.0) * 100.0))
+            .collect();
+        eprintln!("blame parts: {}", shares.join(", "));
     }
 
     // Throttling per throttled pod (its pod and container cgroups) against cpu.stat.

@@ -21,14 +21,16 @@ use crate::{
 twice!("sched_wakeup", sched_wakeup, sched_wakeup_probe, wakeup, ctx => ctx.arg(0));
 twice!("sched_wakeup_new", sched_wakeup_new, sched_wakeup_new_probe, wakeup, ctx => ctx.arg(0));
 // `sched_switch(preempt, prev, next, prev_state)`, kernels 5.18+.
-twice!("sched_switch", sched_switch, sched_switch_probe, switch::<false>,
+// Its blame walk runs in `bpf_loop` (5.17+).
+twice!("sched_switch", sched_switch, sched_switch_probe, switch::<false, true>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 // `sched_switch(preempt, prev, next)`, kernels before 5.18: prev's state is read from the task.
-twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch::<false>,
+// A bounded blame walk (`bpf_loop` is 5.17+).
+twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch::<false, false>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), None);
 // Waits read from the kernel's own stamps (6.18+, no wakeup program; see `runq::end_wait`):
 // programs of their own, so older kernels never verify this path.
-twice!("sched_switch", sched_switch_stamps, sched_switch_stamps_probe, switch::<true>,
+twice!("sched_switch", sched_switch_stamps, sched_switch_stamps_probe, switch::<true, true>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 
 #[inline(always)]
@@ -50,7 +52,7 @@ fn wakeup<const DIRECT: bool>(p: *const u8) {
 }
 
 #[inline(always)]
-fn switch<const DIRECT: bool, const STAMPS: bool>(
+fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     preempt: bool,
     prev: *const u8,
     next: *const u8,
@@ -97,6 +99,6 @@ fn switch<const DIRECT: bool, const STAMPS: bool>(
         runq::slice_switch(now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
-        runq::end_wait::<DIRECT, STAMPS>(c, next, next_pid, now, rq, next_cgroup);
+        runq::end_wait::<DIRECT, STAMPS, LOOP>(c, next, next_pid, now, rq, next_cgroup);
     }
 }

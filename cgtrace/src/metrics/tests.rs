@@ -199,7 +199,10 @@ fn blame_parts_neighbours_and_caused_are_counters() {
             siblings_us: 5e5,
             neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
             neighbours_other_us: 2e5,
+            kernel_us: 4e5,
+            idle_us: 3e5,
             unattributed_us: 1e5,
+            unattributed_history_us: 5e4,
         });
         let mut culprit = cgroup(8, "/noisy", &[]);
         culprit.caused = Some(Caused {
@@ -222,6 +225,8 @@ fn blame_parts_neighbours_and_caused_are_counters() {
     // 5 named (0.1 s each) + 0.2 s summed, three times.
     near(value(&format!("{blame}\"neighbours\"}}")), 2.1);
     near(value(&format!("{blame}\"unattributed\"}}")), 0.3);
+    near(value(&format!("{blame}\"kernel\"}}")), 1.2);
+    near(value(&format!("{blame}\"idle\"}}")), 0.9);
     let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",neighbour="#;
     near(value(&format!("{by}\"/n10\"}}")), 0.1);
     // 15 named neighbours seen: 10 get series, the other 5 and the summed ones are "other".

@@ -101,7 +101,7 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
 /// (`known_cgroup`: already read for the slice ring). `STAMPS`: the wait is read from the
 /// kernel's own stamps (the `sched_switch_stamps` programs, 6.18+), not from a start of ours.
 #[inline(always)]
-pub fn end_wait<const DIRECT: bool, const STAMPS: bool>(
+pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     c: *mut Counters,
     next: *const u8,
     pid: u32,
@@ -123,13 +123,13 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool>(
     // clock of run-queue waits, see `RunqStart::rq_cpu`), else in ktime; from here on the start
     // is where that wait began as ktime sees it.
     start.ts_ns = now - start.wait_ns(now, rq.cpu as u32, rq.clock);
-    charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, storage);
+    charge::<DIRECT, LOOP>(c, next, pid, now, known_cgroup, &start, storage);
 }
 
 /// Charges the wait that began at `start` and ended now to `next`'s cgroup: histograms (split
 /// at its throttled part), blame, and an event when it is long enough.
 #[inline(always)]
-fn charge<const DIRECT: bool>(
+fn charge<const DIRECT: bool, const LOOP: bool>(
     c: *mut Counters,
     next: *const u8,
     pid: u32,
@@ -194,7 +194,7 @@ fn charge<const DIRECT: bool>(
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);
-        blame(
+        blame::<LOOP>(
             c,
             cgroup_id,
             (start.ts_ns, rest_from, now),

@@ -85,5 +85,6 @@ pub(super) fn end_wait_sched_info<const DIRECT: bool>(
         0
     };
     let start = RunqStart::new(now - wait_ns, kind as u32, throttle_cfs_rq, 0, 0);
-    charge::<DIRECT>(c, next, pid, now, known_cgroup, &start, p);
+    // 6.18+: `bpf_loop` is there (5.17+).
+    charge::<DIRECT, true>(c, next, pid, now, known_cgroup, &start, p);
 }

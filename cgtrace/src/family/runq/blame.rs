@@ -7,11 +7,14 @@ use std::collections::{HashMap as StdHashMap, hash_map::Entry};
 
 pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
-use cgtrace_common::runq::{BlameKey, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN};
+use cgtrace_common::runq::{
+    BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_MARKERS, CULPRIT_THROTTLED_ANCESTOR,
+    CULPRIT_THROTTLED_OWN,
+};
 
 /// Whether a culprit id is a marker rather than a cgroup.
 pub fn is_marker(culprit: u64) -> bool {
-    culprit == CULPRIT_THROTTLED_OWN || culprit == CULPRIT_THROTTLED_ANCESTOR
+    culprit >= CULPRIT_MARKERS
 }
 
 /// Windows a charge may wait for its wait to reach the histograms before it is dropped.
@@ -95,6 +98,14 @@ pub fn attach(
                 .push((k.victim, ns));
         }
     }
+    // The root cgroup: kernel threads and host processes outside any cgroup (`kernel_us`).
+    let roots: std::collections::HashSet<u64> = by_victim
+        .values()
+        .flatten()
+        .map(|&(c, _)| c)
+        .filter(|&c| !is_marker(c) && c != 0 && describe(c).0.as_deref() == Some("/"))
+        .collect();
+    let is_root = |c: u64| roots.contains(&c);
     let mut party = |id: u64, ns: u64| {
         let (path, name) = describe(id);
         Party {
@@ -116,7 +127,14 @@ pub fn attach(
                 match culprit {
                     CULPRIT_THROTTLED_OWN => b.throttled_own_us += us,
                     CULPRIT_THROTTLED_ANCESTOR => b.throttled_ancestor_us += us,
+                    CULPRIT_IDLE => b.idle_us += us,
+                    CULPRIT_HISTORY => {
+                        // Charged by the kernel, but to nobody: unattributed, with its reason.
+                        charged -= us;
+                        b.unattributed_history_us += us;
+                    }
                     c if c == cg.id => b.siblings_us += us,
+                    c if is_root(c) => b.kernel_us += us,
                     c => others.push((c, ns)),
                 }
             }
@@ -132,15 +150,10 @@ pub fn attach(
             // ledger that did not go through it is scaled to the wait here, so the parts always
             // add up to the wait.
             let wait = cg.runq.all.sum_us;
-            if charged > wait && charged > 0.0 {
-                let f = wait / charged;
-                b.throttled_own_us *= f;
-                b.throttled_ancestor_us *= f;
-                b.siblings_us *= f;
-                b.neighbours_other_us *= f;
-                for n in &mut b.neighbours {
-                    n.wait_us *= f;
-                }
+            let history = b.unattributed_history_us;
+            if charged + history > wait && charged + history > 0.0 {
+                b.unattributed_us = history;
+                b.scale(wait / (charged + history));
             } else {
                 b.unattributed_us = wait - charged;
             }
@@ -249,6 +262,45 @@ mod tests {
         let mut runq = RunqWindow::default();
         runq.all.sum_us = wait_us;
         CgroupWindow::new(id, "cgroup2".into(), Some(format!("/c{id}")), None, runq)
+    }
+
+    #[test]
+    fn root_idle_and_history_are_parts_of_their_own() {
+        // Victim 5 waited 10 ms: 4 ms behind the root cgroup (kernel threads), 1 ms behind a pod,
+        // 2 ms its CPU idle, 2.5 ms older than the ring, 0.5 ms never charged.
+        let mut blame = StdHashMap::new();
+        let mut put = |culprit, us: u64| {
+            blame.insert(BlameKey { victim: 5, culprit }, us * 1000);
+        };
+        put(1, 4000);
+        put(20, 1000);
+        put(CULPRIT_IDLE, 2000);
+        put(CULPRIT_HISTORY, 2500);
+        let path = |id: u64| match id {
+            1 => Some("/".to_string()),
+            id => Some(format!("/pod{id}")),
+        };
+        let mut cgs = vec![cg(5, 10_000.0), cg(1, 0.0)];
+        attach(&mut cgs, &blame, |id| (path(id), None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!((b.kernel_us, b.idle_us), (4000.0, 2000.0));
+        assert_eq!(b.neighbours.iter().map(|p| p.id).collect::<Vec<_>>(), [20]);
+        assert_eq!(
+            (b.unattributed_us, b.unattributed_history_us),
+            (3000.0, 2500.0)
+        );
+        let sum: f64 = b.parts().iter().map(|p| p.1).sum();
+        assert!((sum - 10_000.0).abs() < 1e-6, "{sum}");
+        // The root cgroup still sees whom it delayed.
+        assert_eq!(cgs[1].caused.as_ref().expect("caused").wait_us, 4000.0);
+        // Charged beyond a wait of 8 ms: every part, history included, scaled to it.
+        let mut cgs = vec![cg(5, 8_000.0)];
+        attach(&mut cgs, &blame, |id| (path(id), None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        let sum: f64 = b.parts().iter().map(|p| p.1).sum();
+        assert!((sum - 8_000.0).abs() < 1e-6, "{sum}");
+        assert!((b.unattributed_history_us - 2500.0 * 8.0 / 9.5).abs() < 1e-6);
+        assert_eq!(b.unattributed_us, b.unattributed_history_us);
     }
 
     #[test]

@@ -11,12 +11,14 @@ use crate::{
 /// later ones is summed as `neighbour="other"`.
 pub const MAX_NEIGHBOUR_SERIES: usize = 10;
 
-/// The blame ledger's parts, as the `part` label has them.
-pub const BLAME_PARTS: [&str; 5] = [
+/// The blame ledger's parts, as the `part` label has them (`Blame::parts`).
+pub const BLAME_PARTS: [&str; super::model::BLAME_PARTS] = [
     "throttled_own",
     "throttled_ancestor",
     "siblings",
     "neighbours",
+    "kernel",
+    "idle",
     "unattributed",
 ];
 
@@ -40,15 +42,9 @@ impl Series {
             self.by_kind.entry(kind.clone()).or_default().add(h);
         }
         if let Some(b) = &c.runq.blame {
-            let parts = [
-                b.throttled_own_us,
-                b.throttled_ancestor_us,
-                b.siblings_us,
-                b.neighbours_us(),
-                b.unattributed_us,
-            ];
             let acc = self.blame.get_or_insert([0.0; BLAME_PARTS.len()]);
-            for (a, us) in acc.iter_mut().zip(parts) {
+            for ((a, (name, us)), label) in acc.iter_mut().zip(b.parts()).zip(BLAME_PARTS) {
+                debug_assert_eq!(name, label);
                 *a += us / 1e6;
             }
             for n in &b.neighbours {

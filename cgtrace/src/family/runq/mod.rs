@@ -180,6 +180,21 @@ pub fn blame_diagnosis(
             "other cgroups".into(),
             format!("its CPUs are oversubscribed: raise its {weight} or move it to less busy CPUs"),
         ),
+        (
+            b.kernel_us,
+            "kernel threads and host processes".into(),
+            "the root cgroup held its CPUs (kernel threads such as ksoftirqd or kworkers, or \
+             host processes outside any cgroup): find them with `top`/`perf top` on its CPUs, \
+             move interrupt load (irqbalance, RPS) or give it CPUs the host does not use (cpuset)"
+                .into(),
+        ),
+        (
+            b.idle_us,
+            "its CPU waking from idle".into(),
+            "its CPU was idle and slow to wake (idle states, a halted vCPU): limit deep idle \
+             states (cpuidle, `idle=poll` for latency-critical hosts) or keep it on busy CPUs"
+                .into(),
+        ),
     ];
     for n in &b.neighbours {
         let who = label(n);

@@ -21,10 +21,21 @@ pub struct Blame {
     pub neighbours: Vec<Party>,
     /// The neighbours past the first [`TOP`].
     pub neighbours_other_us: f64,
-    /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, the part of a
-    /// wait spent queued on another CPU before a migration, stretches older than the CPU's last
-    /// 64 slices, idle time, and parts lost to a full table (`blame_full`).
+    /// The root cgroup held the CPU: kernel threads (ksoftirqd, kworkers) and host processes
+    /// outside any cgroup.
+    #[serde(default)]
+    pub kernel_us: f64,
+    /// The CPU it was queued on sat idle: waking that CPU (an IPI, an idle-state exit, a vCPU the
+    /// host had halted) was the wait.
+    #[serde(default)]
+    pub idle_us: f64,
+    /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, stretches older
+    /// than the CPU's last 64 slices (`unattributed_history_us`), and parts lost to a full table
+    /// (`blame_full`).
     pub unattributed_us: f64,
+    /// Of `unattributed_us`: the stretches older than the CPU's last 64 slices.
+    #[serde(default)]
+    pub unattributed_history_us: f64,
 }
 
 impl Blame {
@@ -32,7 +43,39 @@ impl Blame {
     pub fn neighbours_us(&self) -> f64 {
         self.neighbours.iter().map(|n| n.wait_us).sum::<f64>() + self.neighbours_other_us
     }
+
+    /// The parts that add up to the wait, by the names the `part` metric label and the docs use
+    /// (the neighbours summed).
+    pub fn parts(&self) -> [(&'static str, f64); BLAME_PARTS] {
+        [
+            ("throttled_own", self.throttled_own_us),
+            ("throttled_ancestor", self.throttled_ancestor_us),
+            ("siblings", self.siblings_us),
+            ("neighbours", self.neighbours_us()),
+            ("kernel", self.kernel_us),
+            ("idle", self.idle_us),
+            ("unattributed", self.unattributed_us),
+        ]
+    }
+
+    /// Every part times `f` (a ledger charged beyond the wait, scaled to it).
+    pub fn scale(&mut self, f: f64) {
+        self.throttled_own_us *= f;
+        self.throttled_ancestor_us *= f;
+        self.siblings_us *= f;
+        self.neighbours_other_us *= f;
+        self.kernel_us *= f;
+        self.idle_us *= f;
+        self.unattributed_us *= f;
+        self.unattributed_history_us *= f;
+        for n in &mut self.neighbours {
+            n.wait_us *= f;
+        }
+    }
 }
+
+/// How many parts [`Blame::parts`] has.
+pub const BLAME_PARTS: usize = 7;
 
 /// A cgroup on the other side of a blame entry.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -257,6 +257,8 @@ fn blame_lines(
         part(party_label(n, name_width.min(18)), n.wait_us);
     }
     part("other neighbours".into(), b.neighbours_other_us);
+    part("kernel, host".into(), b.kernel_us);
+    part("idle CPU waking".into(), b.idle_us);
     part("unattributed".into(), b.unattributed_us);
 }
 

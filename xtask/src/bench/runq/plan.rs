@@ -43,7 +43,7 @@ pub(crate) struct RunqArgs {
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-blame (--blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-blame (the same on
+    /// cgtrace-noblame (--no-blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-noblame (the same on
     /// the path kernels before 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
     /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
     /// cost above them); baseline (the --baseline binary as a user starts it), runqlat,
@@ -73,15 +73,15 @@ pub(super) enum Config {
     /// With `--event-min-ms 0`: every wait also goes through the ring buffer as an event (the
     /// high-rate check of the event path: events absorbed, drops, daemon CPU).
     CgtraceEvents,
-    /// With `--blame`: what the blame ledger's per-switch slice ring costs.
-    CgtraceBlame,
+    /// With `--no-blame`: without the blame ledger (on by default), what it costs.
+    CgtraceNoBlame,
     /// `CGTRACE_RUNQ_WAITS=own`: the path kernels before 6.18 take (cgtrace's own wait stamps,
     /// programs on sched_wakeup and sched_wakeup_new too).
     CgtraceOwn,
     /// The own-stamps path with `--bpf-stats`.
     CgtraceOwnStats,
-    /// The own-stamps path with `--blame`.
-    CgtraceOwnBlame,
+    /// The own-stamps path with `--no-blame`.
+    CgtraceOwnNoBlame,
     /// `CGTRACE_BENCH_FLOOR=1`: empty programs on the hooks the 6.18 path uses (sched_switch),
     /// the rest of cgtrace as usual: what any program there costs.
     Floor,
@@ -110,10 +110,10 @@ impl Config {
             Config::CgtraceStats => "cgtrace-stats",
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
-            Config::CgtraceBlame => "cgtrace-blame",
+            Config::CgtraceNoBlame => "cgtrace-noblame",
             Config::CgtraceOwn => "cgtrace-own",
             Config::CgtraceOwnStats => "cgtrace-own-stats",
-            Config::CgtraceOwnBlame => "cgtrace-own-blame",
+            Config::CgtraceOwnNoBlame => "cgtrace-own-noblame",
             Config::Floor => "floor",
             Config::FloorStats => "floor-stats",
             Config::FloorOwn => "floor-own",
@@ -139,7 +139,7 @@ impl Config {
             | Config::FloorOwnStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
-            Config::CgtraceBlame | Config::CgtraceOwnBlame => Some(&["--blame"]),
+            Config::CgtraceNoBlame | Config::CgtraceOwnNoBlame => Some(&["--no-blame"]),
             Config::Bare | Config::Runqlat | Config::RunqlatStats => None,
         }
     }
@@ -147,7 +147,7 @@ impl Config {
     /// Environment the cgtrace binary runs with.
     pub(super) fn cgtrace_env(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Config::CgtraceOwn | Config::CgtraceOwnStats | Config::CgtraceOwnBlame => &[OWN],
+            Config::CgtraceOwn | Config::CgtraceOwnStats | Config::CgtraceOwnNoBlame => &[OWN],
             Config::Floor | Config::FloorStats => &[FLOOR],
             Config::FloorOwn | Config::FloorOwnStats => &[OWN, FLOOR],
             _ => &[],
@@ -162,10 +162,10 @@ impl Config {
             Config::Cgtrace
             | Config::CgtraceReads
             | Config::CgtraceEvents
-            | Config::CgtraceBlame
+            | Config::CgtraceNoBlame
             | Config::Baseline => Some(Config::Floor),
             Config::CgtraceStats => Some(Config::FloorStats),
-            Config::CgtraceOwn | Config::CgtraceOwnBlame | Config::Runqlat => {
+            Config::CgtraceOwn | Config::CgtraceOwnNoBlame | Config::Runqlat => {
                 Some(Config::FloorOwn)
             }
             Config::CgtraceOwnStats | Config::RunqlatStats => Some(Config::FloorOwnStats),
