@@ -21,6 +21,7 @@ mod json;
 mod medium;
 pub mod model;
 mod text;
+mod who_text;
 
 pub use build::build;
 pub use json::render_json;
