@@ -126,7 +126,7 @@ fn report_names_the_hog_that_delayed_the_sleeper() -> Result<()> {
     assert_eq!(code, 0, "{err}");
     let section = text.split("\n## ").nth(1).context("a first section")?;
     assert!(
-        section.starts_with("who delayed whom: run-queue wait"),
+        section.starts_with("who delayed whom: seconds of run-queue wait"),
         "{text}"
     );
     assert!(

@@ -108,7 +108,7 @@ pub(super) fn render(o: &mut String, m: &WhoDelayedWhom) {
     }
     let _ = writeln!(
         o,
-        "\n## who delayed whom: run-queue wait culprit C cost victim V, s (and s per s of {:.1} s)",
+        "\n## who delayed whom: seconds of run-queue wait culprit C cost victim V, and per s of {:.1} s",
         m.seconds
     );
     let mut head = format!("{:<4}{:<NAME$}{:>6}", "", "victim", "wait");
