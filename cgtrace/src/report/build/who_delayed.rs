@@ -399,6 +399,16 @@ pub(crate) mod tests {
                 untallied: 0
             }
         );
+        // Ten columns still fit 100 of a terminal's, and what was left out is said.
+        let mut o = String::new();
+        crate::report::who_text::render(&mut o, &m);
+        assert!(o.lines().all(|l| l.chars().count() <= 100), "{o}");
+        assert!(
+            o.contains(
+                "2 more victims (3.0 ms charged to others), 2 more culprits (3.0 ms caused)"
+            ),
+            "{o}"
+        );
     }
 
     #[test]
