@@ -11,7 +11,8 @@
 //! Where things are: [`Report`] and its parts in `model.rs` (`--json` is their serde form, one
 //! escaped line: `json.rs`); `build/` reads
 //! a recording into one ([`build`]), a file per part it sums (latency, throttle, diagnoses, reads,
-//! own cost); `text.rs` writes it for a terminal ([`render_text`]), [`html`] as one page with
+//! own cost, who delayed whom); `text.rs` writes it for a terminal ([`render_text`], opening
+//! with `who_text.rs`'s victim × culprit table), [`html`] as one page with
 //! pictures; `medium.rs` holds what those two write alike (a cgroup's name, the warnings).
 
 mod build;
@@ -21,6 +22,7 @@ mod json;
 mod medium;
 pub mod model;
 mod text;
+mod who_text;
 
 pub use build::build;
 pub use json::render_json;

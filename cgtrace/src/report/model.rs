@@ -48,6 +48,8 @@ pub struct Report {
     /// The blame ledger (recorded with `--blame`): the cgroups that cost others the most
     /// run-queue wait, with their victims.
     pub noisy_neighbours: Vec<family::runq::blame::NoisyNeighbour>,
+    /// The blame ledger as a victim × culprit matrix: who delayed whom (the report opens with it).
+    pub who_delayed_whom: WhoDelayedWhom,
     /// `reads`: the (reader cgroup, comm, file) with the slowest reads over the recording.
     pub slowest_reads: Vec<FileReadsSeen>,
     /// `reads`: memory cgroups whose stat files were read, most read time first.
@@ -240,4 +242,111 @@ pub struct Wait {
     pub comm: String,
     pub wait_kind: String,
     pub wait_us: f64,
+}
+
+/// A part of a victim's wait other than the named neighbours, as the ledger (`runq.blame`) gives
+/// it: its key there (and in `report --json`), the words the report uses for it, and how to read
+/// it. [`PARTS`] lists them once; the matrix's rows, the text, the JSON and the page iterate it.
+pub struct Part {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub of: fn(&family::runq::model::Blame) -> f64,
+}
+
+/// Every part of `runq.blame` besides `neighbours` and `neighbours_other_us`: a new part of the
+/// ledger is one line here.
+pub const PARTS: &[Part] = &[
+    Part {
+        key: "throttled_own_us",
+        label: "own quota",
+        of: |b| b.throttled_own_us,
+    },
+    Part {
+        key: "throttled_ancestor_us",
+        label: "ancestor's quota",
+        of: |b| b.throttled_ancestor_us,
+    },
+    Part {
+        key: "siblings_us",
+        label: "siblings",
+        of: |b| b.siblings_us,
+    },
+    Part {
+        key: "unattributed_us",
+        label: "unattributed",
+        of: |b| b.unattributed_us,
+    },
+];
+
+/// Who delayed whom over a recording, from the blame ledger: the [`TOP`] victims (most
+/// run-queue wait charged to other cgroups first) against the [`TOP`] culprits (most wait
+/// caused first). Times in µs, as the ledger's; `_per_s` is per second of the recording.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct WhoDelayedWhom {
+    /// Whether the recording carries the ledger (recorded with `--blame`); without it the rest
+    /// is empty.
+    pub ledger: bool,
+    /// The windows' length summed: what `_per_s` divides by.
+    pub seconds: f64,
+    /// Run-queue wait of every cgroup on the node over the recording.
+    pub node_wait_us: f64,
+    /// The cells summed, and their share of `node_wait_us` (0 to 1).
+    pub explained_us: f64,
+    pub explained_share: f64,
+    pub victims: Vec<Victim>,
+    pub culprits: Vec<Culprit>,
+    /// The non-zero cells, by victim then culprit (indices into `victims` and `culprits`).
+    pub cells: Vec<Cell>,
+    pub left_out: LeftOut,
+}
+
+/// A row of the matrix: a cgroup that waited for CPUs other cgroups held.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Victim {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    /// Its whole run-queue wait (the row's total: its cells, `other_neighbours_us` and `parts`).
+    pub wait_us: f64,
+    pub wait_us_per_s: f64,
+    /// What other cgroups held its CPU for (the ranking): its cells and `other_neighbours_us`.
+    pub charged_to_others_us: f64,
+    /// Neighbours outside the culprit columns (and those the ledger did not name).
+    pub other_neighbours_us: f64,
+    /// The rest of its wait, by [`PARTS`] key.
+    pub parts: BTreeMap<&'static str, f64>,
+}
+
+/// A column of the matrix: a cgroup whose tasks held CPUs others waited for.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Culprit {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    /// Run-queue wait it caused every other cgroup (its `caused`), not only the victims shown.
+    pub caused_us: f64,
+    pub caused_us_per_s: f64,
+}
+
+/// The wait a culprit cost a victim.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Cell {
+    pub victim: usize,
+    pub culprit: usize,
+    pub wait_us: f64,
+    pub wait_us_per_s: f64,
+}
+
+/// What the matrix does not show.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LeftOut {
+    /// Victims past the first [`TOP`], and the wait other cgroups cost them.
+    pub victims: u64,
+    pub victims_charged_to_others_us: f64,
+    /// Culprits past the first [`TOP`], and the wait they caused.
+    pub culprits: u64,
+    pub culprits_caused_us: f64,
+    /// Cgroups and (victim, culprit) pairs not tallied once the report's memory bound was
+    /// reached (their wait is in `node_wait_us`, not in the matrix).
+    pub untallied: u64,
 }

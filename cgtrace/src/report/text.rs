@@ -47,6 +47,7 @@ pub fn render_text(r: &Report) -> String {
             esc(&s.detail)
         );
     }
+    super::who_text::render(&mut o, &r.who_delayed_whom);
     for (f, fr) in &r.families {
         let _ = writeln!(o, "\n## {}: worst of {} cgroups", esc(f), fr.cgroups);
         if !fr.worst_p99.is_empty() {

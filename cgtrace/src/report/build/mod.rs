@@ -1,7 +1,7 @@
 //! [`build`]: the report from a recording, in one pass over the file.
 //!
 //! Windows feed the per-section sums ([`latency`], [`throttle`], [`diagnoses`], [`reads`],
-//! [`own_cost`], the blame ledger); single events are played back into event lines, of which the
+//! [`own_cost`], the blame ledger and [`who_delayed`]); single events are played back into event lines, of which the
 //! report keeps the slowest waits and the longest throttle episodes ([`place`]).
 
 mod budget;
@@ -11,10 +11,13 @@ mod own_cost;
 mod reads;
 mod throttle;
 mod totals;
+mod who_delayed;
 
 use std::collections::BTreeMap;
 
 pub(super) use budget::MAX_TALLY_BYTES;
+#[cfg(test)]
+pub(super) use who_delayed::tests as who_tests;
 
 use serde_json::Value;
 
@@ -97,6 +100,7 @@ pub fn build(rec: &Recording) -> Report {
     let mut reads = reads::Reads::default();
     let mut own = own_cost::OwnAcc::default();
     let mut noisy = family::runq::blame::Noisy::default();
+    let mut who = who_delayed::WhoDelayed::new(hello.blame_min_us.is_some());
     let mut budget = budget::Budget::default();
     let (mut first, mut last) = (u64::MAX, 0u64);
     // CLOCK_MONOTONIC → wall clock, from the last window's pair of both.
@@ -150,11 +154,13 @@ pub fn build(rec: &Recording) -> Report {
             dropped = dropped.saturating_add(w.events.dropped);
             reads.add(&w, &mut budget);
             own.add(&w);
+            who.window(w.duration_ms);
             for c in &w.cgroups {
                 latency.add_cgroup(c, end_unix_ms, &mut budget);
                 throttled.add(c, &mut budget);
                 diagnoses.add(c, &mut budget);
                 noisy.add(c, &mut |bytes| budget.take(bytes));
+                who.add(c, &mut budget);
             }
         }
         Item::Loss(j) => {
@@ -199,6 +205,7 @@ pub fn build(rec: &Recording) -> Report {
         longest_episodes: episodes,
         slowest_waits: waits,
         noisy_neighbours: noisy,
+        who_delayed_whom: who.finish(),
         slowest_reads: reads.slowest,
         memcgs: reads.memcgs,
         dying_memcgs_max: reads.dying_max,

@@ -12,7 +12,8 @@
 //! longer recording merges neighbouring windows into a column) for the host and the few cgroups
 //! drawn.
 //!
-//! Here: the page and its plain parts (header, diagnoses, kernel counters, own cost). `series.rs`
+//! Here: the page and its plain parts (header, diagnoses, kernel counters, own cost); `who.rs`
+//! is the opening "who delayed whom" matrix. `series.rs`
 //! buckets the windows into time columns, `svg.rs` draws the pictures from them, and `runq.rs`,
 //! `throttle.rs` and `reads.rs` are the families' sections.
 
@@ -21,6 +22,7 @@ mod runq;
 mod series;
 mod svg;
 mod throttle;
+mod who;
 
 use std::{collections::HashMap, fmt::Write as _};
 
@@ -97,10 +99,17 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .sug{color:var(--fg)}
 .legend span{display:inline-block;margin-right:1em;font-size:.85em;color:var(--mut)}
 .legend i{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:-2px}
+table.who td{min-width:4.5em}table.who small{opacity:.8}
 code{font:12.5px ui-monospace,monospace;word-break:break-all}
 @media (max-width:600px){body{font-size:14px;padding:6px}th,td{padding:.2em .3em}figure svg{min-width:820px}}
 @media print{body{max-width:none}h2{break-after:avoid}figure,table,.flag{break-inside:avoid}.scroll{overflow:visible}}
 ";
+
+/// The page of a report alone (no windows to draw: tests).
+#[cfg(test)]
+pub(super) fn page_of(r: &Report) -> String {
+    page(Some(r), &Series::new(0, std::iter::empty()))
+}
 
 fn page(r: Option<&Report>, s: &Series) -> String {
     let mut o = String::with_capacity(64 << 10);
@@ -116,6 +125,7 @@ fn page(r: Option<&Report>, s: &Series) -> String {
     );
     if let Some(r) = r {
         header(&mut o, r);
+        who::who_delayed_whom(&mut o, r);
         flags(&mut o, r);
     }
     runq(&mut o, r, s);
