@@ -415,6 +415,14 @@ mod tests {
                     total / 1e6
                 );
             }
+            if hot_v == "/c" {
+                // /a<-/x, cold for 30 windows, has given its place to /c<-/y.
+                assert!(
+                    !values(&p).contains_key(&key("/a", "/x")),
+                    "{:?}",
+                    values(&p)
+                );
+            }
             // Each hot pair has won a place within its phase.
             assert!(
                 values(&p).contains_key(&key(hot_v, hot_c)),
