@@ -251,7 +251,7 @@ impl Pairs {
             "seconds",
             "Run-queue wait charged by the blame ledger to the culprit cgroup that held the victim's \
              CPU (--blame), for the node's top --max-pairs (victim, culprit) pairs by recent rate; \
-             the rest in cgroup=\"other\", culprit=\"other\"",
+             the rest in one series with cgroup and culprit both other",
         );
         let mut pairs: Vec<&Pair> = self.pairs.values().filter(|p| p.exported).collect();
         pairs.sort_by(|a, b| a.labels.cmp(&b.labels));
