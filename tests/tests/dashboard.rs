@@ -489,7 +489,7 @@ fn who_delays_whom_panel_names_the_hog_and_its_victim() -> Result<()> {
         "panel {pair} s/s > the victim's whole wait {wait} s/s: {answer:?}"
     );
     drop(prometheus);
-    let (code, _) = s.stop(libc::SIGINT)?;
-    assert_eq!(code, 0);
+    let (code, _) = s.stop(libc::SIGINT).context("stopping cgtrace stream")?;
+    assert_eq!(code, 0, "cgtrace stream's exit status after SIGINT");
     Ok(())
 }
