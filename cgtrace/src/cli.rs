@@ -64,7 +64,7 @@ pub struct PrometheusArgs {
     /// Most (victim, culprit) pairs with a cgtrace_runq_wait_delayed_by_seconds series of their
     /// own (with --blame): the node's top pairs by recent wait; the rest are summed into
     /// cgroup="other", culprit="other".
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    #[arg(long, default_value_t = cgtrace::family::runq::pairs::DEFAULT_MAX_PAIRS as u64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_pairs: u64,
     /// Push the same metrics as OTLP/HTTP protobuf after every window (an OpenTelemetry
     /// collector: http://HOST:4318/v1/metrics).
