@@ -61,6 +61,11 @@ pub struct PrometheusArgs {
     /// Drop a cgroup's series after this many seconds without activity.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub series_ttl: u64,
+    /// Most (victim, culprit) pairs with a cgtrace_runq_wait_delayed_by_seconds series of their
+    /// own (with --blame): the node's top pairs by recent wait; the rest are summed into
+    /// cgroup="other", culprit="other".
+    #[arg(long, default_value_t = cgtrace::family::runq::pairs::DEFAULT_MAX_PAIRS as u64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_pairs: u64,
     /// Push the same metrics as OTLP/HTTP protobuf after every window (an OpenTelemetry
     /// collector: http://HOST:4318/v1/metrics).
     #[arg(long, value_name = "URL", value_parser = cgtrace::metrics::otlp::parse_url)]
@@ -80,6 +85,7 @@ impl PrometheusArgs {
         MetricsOptions {
             max_series: self.max_series as usize,
             ttl: Duration::from_secs(self.series_ttl),
+            max_pairs: self.max_pairs as usize,
         }
     }
 }

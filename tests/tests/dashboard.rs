@@ -2,7 +2,9 @@
 //! (Debian's `prometheus`) scraping `cgtrace serve` on a host with three Kubernetes-shaped pods
 //! (cgroupfs-driver paths, kubelet's log directories for their names): a busy one, one throttled
 //! by its quota, one reading memory.stat. Every query of every panel, with its template variables
-//! set to `.+`, must return data; the pod-level ones must name the test's pods.
+//! set to `.+`, must return data; the pod-level ones must name the test's pods. And the "who
+//! delays whom" panel on a host without Kubernetes names: a hog and a victim cgroup on one CPU,
+//! the panel's pair hog → victim at the rate the stream charged.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -15,7 +17,7 @@ use cgtrace_tests::{
     Killed, can_trace,
     cgroup::{TestCgroup, runq_mount},
     record::free_port,
-    stream::cgtrace_bin,
+    stream::{Stream, cgtrace_bin},
     workload::{self, cpus},
 };
 use serde_json::Value;
@@ -107,6 +109,63 @@ fn plant_names(planted: &mut Planted, ns: &str, p: &Pod) -> Result<()> {
     Ok(())
 }
 
+/// Debian's `prometheus`, or why the test cannot run.
+fn prometheus_bin() -> Result<&'static str> {
+    ["/usr/bin/prometheus", "prometheus"]
+        .into_iter()
+        .find(|p| Command::new(p).arg("--version").output().is_ok())
+        .context("Debian's prometheus is not installed (apt-get install prometheus)")
+}
+
+/// The shipped dashboard.
+fn dashboard() -> Result<Value> {
+    Ok(serde_json::from_str(&fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/cgtrace.json"),
+    )?)?)
+}
+
+/// A running Prometheus and its data directory, removed after it stops.
+struct Prometheus {
+    child: std::process::Child,
+    dir: PathBuf,
+    addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Prometheus scraping `target` every second, its data in a directory of its own (`name`).
+fn start_prometheus(bin: &str, name: &str, target: &str) -> Result<Prometheus> {
+    let dir = std::env::temp_dir().join(format!("cgtrace-prom-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    let config = dir.join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cgtrace\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )?;
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let child = Command::new(bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting prometheus")?;
+    Ok(Prometheus { child, dir, addr })
+}
+
 /// Prometheus' answer to an instant query.
 fn query(prom: &str, expr: &str) -> Result<Vec<Value>> {
     let out = Command::new("curl")
@@ -129,13 +188,8 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let prometheus = ["/usr/bin/prometheus", "prometheus"]
-        .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok())
-        .context("Debian's prometheus is not installed (apt-get install prometheus)")?;
-    let dash: Value = serde_json::from_str(&fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/cgtrace.json"),
-    )?)?;
+    let prometheus = prometheus_bin()?;
+    let dash = dashboard()?;
 
     let ns = format!("cgt{}", std::process::id());
     let (cpu_mount, _) = runq_mount();
@@ -171,6 +225,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
                 "150",
                 "--reads-mode",
                 "syscall",
+                "--blame",
             ])
             .stdout(Stdio::null())
             .spawn()?,
@@ -214,30 +269,8 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     cmd.args(["--file", reader_file]);
     let _reader = Killed(cmd.stdout(Stdio::null()).spawn()?);
 
-    let dir = std::env::temp_dir().join(format!("cgtrace-prom-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    planted.0.insert(0, dir.clone());
-    let config = dir.join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cgtrace\n    static_configs:\n      - targets: ['{metrics}']\n"
-        ),
-    )?;
-    let prom = format!("127.0.0.1:{}", free_port()?);
-    let _prometheus = Killed(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let prometheus = start_prometheus(prometheus, "all", &metrics)?;
+    let prom = prometheus.addr.clone();
 
     // Every panel's queries, variables set to `.+`, the rate interval to 30 s.
     let mut exprs = Vec::new();
@@ -307,5 +340,156 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     assert!(batch_share > 0.9, "batch-0 throttled share {batch_share}");
     drop(planted);
     drop(tree);
+    Ok(())
+}
+
+/// The "who delays whom" panel's query, its rate interval set to `range`.
+fn who_delays_whom(dash: &Value, range: &str) -> Result<String> {
+    let p = dash["panels"]
+        .as_array()
+        .context("panels")?
+        .iter()
+        .find(|p| p["title"] == "Who delays whom")
+        .context("no \"Who delays whom\" panel")?;
+    let e = p["targets"][0]["expr"].as_str().context("expr")?;
+    assert!(
+        !e.contains("$namespace") && !e.contains("$pod"),
+        "the panel must not need Kubernetes labels: {e}"
+    );
+    Ok(e.replace("$__rate_interval", range))
+}
+
+/// A hog and a victim cgroup, plain paths without Kubernetes names, one spinner each on the last
+/// CPU: each waits about half the time, the ledger charging it to the other. The panel's query
+/// against a real Prometheus names hog → victim at 90–110 % of the wait per second the stream charged the hog for in its windows of the same 10 s.
+#[test]
+fn who_delays_whom_panel_names_the_hog_and_its_victim() -> Result<()> {
+    use cgtrace_tests::cgroup::TestCgroup;
+    if !can_trace() {
+        return Ok(());
+    }
+    let bin = prometheus_bin()?;
+    let expr = who_delays_whom(&dashboard()?, "10s")?;
+    let hog = TestCgroup::new("dash-hog")?;
+    let victim = TestCgroup::new("dash-victim")?;
+    let cpu = cpus() - 1;
+    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let mut s = Stream::start(&["--interval", "1000", "--blame", "--prometheus", &metrics])?;
+    let _tasks = [
+        workload::spin(1, &hog.procs_file(), Some(cpu))?,
+        workload::spin(1, &victim.procs_file(), Some(cpu))?,
+    ];
+    let prometheus = start_prometheus(bin, "pairs", &metrics)?;
+    // Once Prometheus has the pair's series for the whole 10 s (its rate is not extrapolated
+    // from part of the range), the panel's answer.
+    let started = Instant::now();
+    let full = format!(
+        "count_over_time(cgtrace_runq_wait_delayed_by_seconds_total{{cgroup=\"{}\",culprit=\"{}\"}}[10s])",
+        victim.rel, hog.rel
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        s.windows(1)?;
+        let n = query(&prometheus.addr, &full)
+            .unwrap_or_default()
+            .first()
+            .and_then(|x| x["value"][1].as_str()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if n >= 10.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus has {n} samples of the pair after 40 s: {full}"
+        );
+    }
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    let answer = query(&prometheus.addr, &expr)?;
+    let rate = |cgroup: &str, culprit: &str| {
+        answer
+            .iter()
+            .find(|x| x["metric"]["cgroup"] == cgroup && x["metric"]["culprit"] == culprit)
+            .and_then(|x| x["value"][1].as_str()?.parse::<f64>().ok())
+    };
+    let pair = rate(&victim.rel, &hog.rel).with_context(|| {
+        format!(
+            "no {} → {} pair from {expr}: {answer:?}",
+            hog.rel, victim.rel
+        )
+    })?;
+    // The stream's windows of the same 10 s (those that ended in it: the scrapes saw them).
+    while s
+        .seen
+        .iter()
+        .rev()
+        .find(|w| w["type"] == "window")
+        .and_then(|w| w["end_unix_ms"].as_u64())
+        .is_none_or(|end| end <= at_ms)
+    {
+        s.windows(1)?;
+    }
+    let windows: Vec<&Value> = s
+        .seen
+        .iter()
+        .filter(|w| w["type"] == "window")
+        .filter(|w| {
+            let end = w["end_unix_ms"].as_u64().unwrap_or(0);
+            end + 10_000 > at_ms && end <= at_ms
+        })
+        .collect();
+    assert!(windows.len() >= 8, "{} windows in the 10 s", windows.len());
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let (mut charged_us, mut by_hog_us, mut wait_us, mut ms) = (0.0, 0.0, 0.0, 0.0);
+    for w in &windows {
+        ms += f(w, "duration_ms");
+        let Some(c) = w["cgroups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["path"] == victim.rel.as_str())
+        else {
+            continue;
+        };
+        let b = &c["runq"]["blame"];
+        let named = b["neighbours"].as_array().cloned().unwrap_or_default();
+        charged_us +=
+            named.iter().map(|n| f(n, "wait_us")).sum::<f64>() + f(b, "neighbours_other_us");
+        by_hog_us += named
+            .iter()
+            .filter(|n| n["path"] == hog.rel.as_str())
+            .map(|n| f(n, "wait_us"))
+            .sum::<f64>();
+        wait_us += f(&c["runq"], "sum_us");
+    }
+    let per_s = |us: f64| us / 1e6 / (ms / 1e3);
+    let (charged, by_hog, wait) = (per_s(charged_us), per_s(by_hog_us), per_s(wait_us));
+    eprintln!(
+        "panel: {} → {} {pair:.3} s/s; stream over {} windows: victim waited {wait:.3} s/s, charged to neighbours {charged:.3} s/s, to the hog {by_hog:.3} s/s; {:.1} s in all",
+        hog.rel,
+        victim.rel,
+        windows.len(),
+        started.elapsed().as_secs_f64()
+    );
+    // The scene: the hog is most of the victim's wait (the rest is the host's own tasks on that
+    // CPU, charged to `/`).
+    assert!(
+        by_hog > 0.2,
+        "the victim waited behind the hog: {by_hog} s/s"
+    );
+    assert!(by_hog >= 0.5 * charged, "{by_hog} of {charged} s/s");
+    // The panel says what the stream charged, and no more than the victim's wait.
+    assert!(
+        pair >= 0.9 * by_hog && pair <= 1.1 * by_hog,
+        "panel {pair} s/s, stream {by_hog} s/s charged to the hog: {answer:?}"
+    );
+    assert!(
+        pair <= 1.1 * wait,
+        "panel {pair} s/s > the victim's whole wait {wait} s/s: {answer:?}"
+    );
+    drop(prometheus);
+    let (code, _) = s.stop(libc::SIGINT).context("stopping cgtrace stream")?;
+    assert_eq!(code, 0, "cgtrace stream's exit status after SIGINT");
     Ok(())
 }

@@ -8,7 +8,9 @@
 //! (`le` in seconds; every one is a boundary of cgtrace's own buckets, so counts are exact; a wait
 //! of exactly 2^k ns counts in the bucket above). At most `max_series` cgroups get series of their
 //! own; later ones are summed into `cgroup="other"` (and counted). A cgroup with no activity for
-//! `ttl` (or removed that long ago) loses its series, freeing its place.
+//! `ttl` (or removed that long ago) loses its series, freeing its place. Per node, with the
+//! blame ledger: the top `max_pairs` (victim, culprit) pairs' wait, the rest in one `other`
+//! series (`family::runq::pairs`).
 //!
 //! The house: [`encode`] is the data every metric is made of and its OpenMetrics text (a leaf:
 //! the families' series, `family::<name>::metrics`, build on it); this file keeps the per-cgroup
@@ -40,6 +42,8 @@ use crate::{
 pub struct MetricsOptions {
     pub max_series: usize,
     pub ttl: Duration,
+    /// Most (victim, culprit) pairs with a `cgtrace_runq_wait_delayed_by_seconds` series.
+    pub max_pairs: usize,
 }
 
 impl Default for MetricsOptions {
@@ -47,6 +51,7 @@ impl Default for MetricsOptions {
         Self {
             max_series: 1000,
             ttl: Duration::from_secs(300),
+            max_pairs: family::runq::pairs::DEFAULT_MAX_PAIRS,
         }
     }
 }
@@ -100,6 +105,8 @@ pub struct Metrics {
     folded_total: u64,
     expired_total: u64,
     reads_host: family::reads::metrics::Host,
+    /// The node's top "who delays whom" pairs.
+    pairs: family::runq::pairs::Pairs,
     host: host::Host,
 }
 
@@ -133,6 +140,7 @@ impl Metrics {
             folded_total: 0,
             expired_total: 0,
             reads_host: family::reads::metrics::Host::default(),
+            pairs: family::runq::pairs::Pairs::new(opts.max_pairs, opts.ttl.as_millis() as u64),
             host: host::Host::default(),
         }
     }
@@ -142,6 +150,7 @@ impl Metrics {
         self.host.add(w);
         self.expire(w.end_unix_ms);
         self.reads_host.add(w);
+        self.pairs.add(w);
         for c in &w.cgroups {
             // Series are keyed by the `cgroup` label, not the id: a cgroup removed and made
             // again at the same path (a restarted service) continues its series, and no two
@@ -211,6 +220,7 @@ impl Metrics {
         }
         let mut out = Vec::with_capacity(32);
         family::runq::metrics::families(&parts(&series, |s| &s.runq), &mut out);
+        self.pairs.families(&mut out);
         family::throttle::metrics::families(&parts(&series, |s| &s.throttle), &mut out);
         family::reads::metrics::families(&parts(&series, |s| &s.reads), &self.reads_host, &mut out);
         let mut f = MetricFamily::new(
@@ -233,9 +243,14 @@ impl Metrics {
             expired: self.expired_total,
         };
         self.host.families(&counts, &mut out);
-        // Each cgroup's samples carry its series' start (OTLP's `start_time_unix_nano`); `other`
-        // and the host's series count since cgtrace started.
-        for s in out.iter_mut().flat_map(|f| f.samples.iter_mut()) {
+        // Each cgroup's samples carry its series' start (OTLP's `start_time_unix_nano`), unless
+        // they have their own (a pair's); `other` and the host's series count since cgtrace
+        // started.
+        for s in out
+            .iter_mut()
+            .flat_map(|f| f.samples.iter_mut())
+            .filter(|s| s.start_unix_ms.is_none())
+        {
             if let Some((_, key)) = s.labels.first().filter(|(k, _)| *k == "cgroup") {
                 s.start_unix_ms = self.series.get(key).map(|x| x.start_ms);
             }

@@ -380,6 +380,7 @@ mod tests {
         let mut m = Metrics::new(MetricsOptions {
             max_series: 10,
             ttl: Duration::from_secs(10),
+            ..MetricsOptions::default()
         });
         let ms = 1_000_000u64; // ns in a ms
         m.update(&window(101_000, vec![cg("/a", 3), cg("/b", 1)]));

@@ -250,6 +250,7 @@ fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
     let mut m = Metrics::new(MetricsOptions {
         max_series: 2,
         ttl: Duration::from_secs(10),
+        ..MetricsOptions::default()
     });
     m.update(&window(
         1,
@@ -289,4 +290,72 @@ fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
         ),
         "{t}"
     );
+}
+
+/// The "who delays whom" pairs in the exposition: the top `max_pairs` named by victim labels and
+/// culprit (a tenant's path escaped), the rest in `other`, all adding up to the neighbours part.
+#[test]
+fn delayed_by_pairs_are_bounded_escaped_and_add_up() {
+    use crate::family::runq::model::{Blame, Party};
+    const EVIL: &str = "/kubepods/a\"b\\c\nd";
+    let mut m = Metrics::new(MetricsOptions {
+        max_pairs: 2,
+        ..MetricsOptions::default()
+    });
+    for seq in 1..=3u64 {
+        let mut c = cgroup(7, "/slow", &[5000]);
+        let mut b = Blame::default();
+        for (i, path) in [EVIL, "/n1", "/n2", "/n3"].into_iter().enumerate() {
+            b.neighbours.push(Party {
+                id: 100 + i as u64,
+                path: Some(path.to_string()),
+                name: Some("evil\"name".to_string()),
+                wait_us: 4e5 - i as f64 * 1e5,
+            });
+        }
+        b.neighbours_other_us = 5e4;
+        c.runq.blame = Some(b);
+        m.update(&window(seq, seq * 1000, vec![c]));
+    }
+    let t = m.render();
+    let lines: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("cgtrace_runq_wait_delayed_by_seconds_total{"))
+        .collect();
+    assert_eq!(lines.len(), 3, "2 pairs and other:\n{t}");
+    let value = |l: &str| -> f64 { l.rsplit_once(' ').unwrap().1.parse().unwrap() };
+    let evil = lines
+        .iter()
+        .find(|l| l.contains(r#"culprit="/kubepods/a\"b\\c\nd",culprit_name="evil\"name"}"#))
+        .unwrap_or_else(|| panic!("the evil culprit escaped in\n{t}"));
+    assert!(
+        evil.starts_with(r#"cgtrace_runq_wait_delayed_by_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",culprit="#),
+        "{evil}"
+    );
+    assert!((value(evil) - 1.2).abs() < 1e-9, "{evil}");
+    let other = lines
+        .iter()
+        .find(|l| l.contains(r#"{cgroup="other",culprit="other"}"#))
+        .unwrap_or_else(|| panic!("other in\n{t}"));
+    // /n2 (0.2 s) and /n3 (0.1 s) and the unnamed 0.05 s, three times.
+    assert!((value(other) - 1.05).abs() < 1e-9, "{other}");
+    // The pairs add up to the ledger's neighbours part (1.05 s a window).
+    let sum: f64 = lines.iter().map(|l| value(l)).sum();
+    let part = t
+        .lines()
+        .find(|l| {
+            l.starts_with("cgtrace_runq_wait_blame_seconds_total{cgroup=\"/slow\"")
+                && l.contains("part=\"neighbours\"")
+        })
+        .map(value)
+        .unwrap_or_else(|| panic!("the neighbours part in\n{t}"));
+    assert!((part - 3.15).abs() < 1e-9, "{part}");
+    assert!((sum - part).abs() < 1e-9, "{sum} vs {part}");
+    // A pair's series counts from its first window (OTLP's start), not its victim's.
+    let f = m.families();
+    let pairs = f
+        .iter()
+        .find(|f| f.name == "cgtrace_runq_wait_delayed_by_seconds")
+        .unwrap();
+    assert_eq!(pairs.samples[0].start_unix_ms, Some(0));
 }

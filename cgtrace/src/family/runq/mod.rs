@@ -7,6 +7,7 @@ pub mod blame;
 pub mod collect;
 pub mod metrics;
 pub mod model;
+pub mod pairs;
 pub mod starts;
 
 use cgtrace_common::runq::{RunqEvent, WaitKind};
