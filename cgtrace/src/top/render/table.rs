@@ -24,13 +24,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
         return;
     }
     let t = &app.theme;
-    let cols = columns::fit(&app.columns, area.width, app.any_flags);
-    let fixed: u16 = cols
-        .iter()
-        .filter(|c| c.id != columns::NAME.id)
-        .map(|c| c.width + 1)
-        .sum();
-    let name_w = usize::from(area.width.saturating_sub(fixed).max(4));
+    let fitted = app.fitted(area.width);
+    let (cols, name_w) = (&fitted.columns, fitted.name_width);
     let sort_id = app.sort_column().id;
     let arrow = if app.descending() { "▼" } else { "▲" };
 
@@ -136,29 +131,27 @@ fn width_of(c: &Column, name_w: usize) -> usize {
     }
 }
 
-/// Left-aligned for text columns, right-aligned for numbers; cut to `w` characters.
+/// Left-aligned for text columns, right-aligned for numbers; cut to `w` display columns.
 fn pad(text: &str, w: usize, c: &Column) -> String {
-    match c.source {
-        Source::Name | Source::Flags => {
-            format!("{:<w$}", format::ellipsize_end(text, w))
-        }
-        Source::Data(_) => format!("{:>w$}", format::ellipsize_end(text, w)),
-    }
+    format::pad(text, w, !matches!(c.source, Source::Data(_)))
 }
 
-/// The name with its depth: dots before a name in the flat list (a path shows its own depth),
-/// indentation and a fold marker in the tree.
-fn name_cell(row: &Row, label: &str, w: usize) -> String {
+/// Display columns a row's name cell needs to show its label whole (what the name column grows
+/// to, up to the room the numbers leave).
+pub fn name_cell_width(row: &Row, label: &str) -> usize {
+    let (lead, suffix) = name_decoration(row, label, usize::MAX);
+    lead.chars().count() + format::width(label) + suffix.chars().count()
+}
+
+/// What goes around a label in its cell `w` columns wide: the depth dots, or the tree's indent
+/// and fold marker before it; the folded count after it.
+fn name_decoration(row: &Row, label: &str, w: usize) -> (String, String) {
     match row.tree {
-        None => {
-            let dots = if label.starts_with('/') {
-                String::new()
-            } else {
-                "·".repeat(usize::from(row.depth.saturating_sub(1).min(4)))
-            };
-            let room = w.saturating_sub(dots.chars().count());
-            format!("{dots}{}", format::ellipsize_middle(label, room))
-        }
+        None if label.starts_with('/') => (String::new(), String::new()),
+        None => (
+            "·".repeat(usize::from(row.depth.saturating_sub(1).min(4))),
+            String::new(),
+        ),
         Some(mark) => {
             let max_indent = w / usize::from(MAX_INDENT_SHARE);
             let indent = " ".repeat((usize::from(row.depth) * 2).min(max_indent));
@@ -167,15 +160,20 @@ fn name_cell(row: &Row, label: &str, w: usize) -> String {
                 TreeMark::Open => ("▾ ", String::new()),
                 TreeMark::Folded(n) => ("▸ ", format!(" (+{n})")),
             };
-            let room = w
-                .saturating_sub(indent.len() + 2)
-                .saturating_sub(suffix.chars().count());
-            format!(
-                "{indent}{marker}{}{suffix}",
-                format::ellipsize_middle(label, room)
-            )
+            (indent + marker, suffix)
         }
     }
+}
+
+/// The name with its depth: dots before a name in the flat list (a path shows its own depth),
+/// indentation and a fold marker in the tree. A long label is cut in the middle, keeping its end
+/// (the container, the unit) and every escape whole.
+fn name_cell(row: &Row, label: &str, w: usize) -> String {
+    let (lead, suffix) = name_decoration(row, label, w);
+    let room = w
+        .saturating_sub(lead.chars().count())
+        .saturating_sub(suffix.chars().count());
+    format!("{lead}{}{suffix}", format::ellipsize_middle(label, room))
 }
 
 fn empty_message(app: &App) -> String {
