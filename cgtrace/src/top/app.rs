@@ -13,7 +13,7 @@ use super::{
     columns::{self, Column},
     family::{FAMILIES, Family},
     filter::{Filter, FilterKind},
-    render::{layout, table, theme::Theme},
+    render::{layout, name, theme::Theme},
     rows::{self, Row, RowKey, Store, TreeMark, ViewSpec},
 };
 
@@ -390,7 +390,7 @@ impl App {
         self.name_width = self
             .rows
             .iter()
-            .map(|r| table::name_cell_width(r, &self.store.label(r)))
+            .map(|r| name::name_cell_width(r, &self.store.label(r)))
             .max()
             .unwrap_or(0);
         if let Some(key) = &self.selected

@@ -6,6 +6,7 @@ pub mod footer;
 pub mod header;
 pub mod help;
 pub mod layout;
+pub mod name;
 pub mod table;
 pub mod theme;
 
