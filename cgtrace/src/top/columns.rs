@@ -170,6 +170,10 @@ pub fn available(
 /// middle, keeping its end).
 pub const NAME_MIN: u16 = 20;
 
+/// Room the name column keeps before a column below [`CORE`] is shown (or its longest label, if
+/// shorter): a pod or test cgroup name whole, rather than one more optional number.
+pub const NAME_COMFORT: u16 = 32;
+
 /// Columns of at least this priority are promised on an 80-column terminal, whatever families
 /// are attached and with the blame ledger on: their widths plus [`NAME_MIN`] fit in 80 (a test
 /// checks it). Lower ones are shown when there is room.
@@ -187,9 +191,10 @@ pub struct Fitted {
 }
 
 /// Fits the columns to `width` (one space between columns). Every column but `NAME` keeps its
-/// width; the lowest-priority ones go first until the rest leave `NAME` at least [`NAME_MIN`]
-/// (the sort column `sort_id` always stays). `NAME` then takes what it needs to show its longest
-/// label (`natural_name` columns), and no more than what is left.
+/// width. The lowest-priority ones go first: those below [`CORE`] until the rest leave `NAME` its
+/// longest label (`natural_name` columns) or [`NAME_COMFORT`], then core ones until the rest
+/// leave it [`NAME_MIN`]; the sort column `sort_id` always stays. `NAME` then takes what it needs
+/// for its longest label, and no more than what is left (no gap before the numbers).
 pub fn fit(
     columns: &[&'static Column],
     width: u16,
@@ -210,15 +215,23 @@ pub fn fit(
             .sum()
     };
     let width = usize::from(width);
-    while fixed(&keep) + usize::from(NAME_MIN) > width {
-        let Some((i, _)) = keep
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.id != NAME.id && c.id != sort_id)
-            .min_by_key(|(i, c)| (c.priority, std::cmp::Reverse(*i)))
-        else {
-            break;
+    let comfort = natural_name.clamp(usize::from(NAME_MIN), usize::from(NAME_COMFORT));
+    loop {
+        let left = width.saturating_sub(fixed(&keep));
+        let lowest = |core: bool| {
+            keep.iter()
+                .enumerate()
+                .filter(|(_, c)| c.id != NAME.id && c.id != sort_id)
+                .filter(|(_, c)| core || c.priority < CORE)
+                .min_by_key(|(i, c)| (c.priority, std::cmp::Reverse(*i)))
+                .map(|(i, _)| i)
         };
+        let drop = if left < comfort {
+            lowest(false).or_else(|| (left < usize::from(NAME_MIN)).then(|| lowest(true))?)
+        } else {
+            None
+        };
+        let Some(i) = drop else { break };
         hidden.push(keep.remove(i));
     }
     hidden.sort_by_key(|h| columns.iter().position(|c| c.id == h.id));
@@ -286,6 +299,12 @@ mod tests {
         assert_eq!(f.name_width, usize::from(NAME_MIN));
         let f = fit(&all, 80, true, "reads.rate", 200);
         assert!(f.columns.iter().any(|c| c.id == "reads.rate"));
+        // Optional columns give way to a readable name; core ones only to the minimum.
+        let f = fit(&all, 120, true, "runq.wait", 31);
+        assert_eq!(f.name_width, 31);
+        assert!(f.hidden.iter().all(|c| c.priority < CORE));
+        let f = fit(&all, 120, true, "runq.wait", 100);
+        assert!(f.name_width >= usize::from(NAME_COMFORT), "{f:?}");
         // Too narrow for anything but the name and the sort column.
         let f = fit(&all, 12, true, "runq.p99", 200);
         let ids: Vec<&str> = f.columns.iter().map(|c| c.id).collect();
