@@ -133,7 +133,8 @@ static COLUMNS: [Column; 8] = [
         id: "runq.caused",
         title: "CAUSE/s",
         help: "run-queue wait its tasks caused other cgroups by holding their CPU, per second (--blame); sort by it to find the noisy neighbour",
-        width: 7,
+        // Its title and the sort arrow.
+        width: 8,
         priority: 80,
         needs: &[crate::top::columns::BLAME],
         source: Source::Data(caused_per_s),
