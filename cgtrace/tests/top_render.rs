@@ -80,6 +80,58 @@ fn main_screen_140x30() {
     insta::assert_snapshot!(screen(&app(140, 30)));
 }
 
+/// The fixture with the blame ledger on: the batch job and php-fpm delayed the others (a share
+/// of the next cgroup's wait each), so the header's culprits line and the NBR% and CAUSE/s
+/// columns show, sorted by harm caused (`c`).
+fn blamed(width: u16, height: u16) -> App {
+    use cgtrace::family::runq::model::Caused;
+    let (mut hello, windows) = fixture();
+    hello.blame_min_us = Some(100);
+    let mut a = App::new(hello, Theme::plain());
+    a.apply(Action::Resize(width, height));
+    for mut w in windows {
+        let total: f64 = w.cgroups.iter().map(|c| c.runq.all.sum_us).sum();
+        for c in &mut w.cgroups {
+            let share = match c.path.as_deref() {
+                Some("/batch/nightly-rollup") => 0.41,
+                Some(p)
+                    if p.contains("kubepods")
+                        && c.name.as_deref().is_some_and(|n| n.ends_with("php-fpm")) =>
+                {
+                    0.12
+                }
+                _ => continue,
+            };
+            c.caused = Some(Caused {
+                wait_us: total * share,
+                victims: Vec::new(),
+            });
+        }
+        a.apply(Action::Window(Box::new(w)));
+    }
+    cmd(&mut a, Command::SortCaused);
+    a
+}
+
+#[test]
+fn blame_on_80x24_names_the_culprits_and_keeps_cause_visible() {
+    let a = blamed(80, 24);
+    let s = screen(&a);
+    // Two culprits fit 80 columns, the batch job first, its name cut keeping its end.
+    assert!(s.contains("culprits /bat…/nightly-rollup"), "{s}");
+    assert!(s.contains("php-fpm"), "{s}");
+    assert!(
+        s.contains("(41%)") && s.contains("CAUSE/s▼") && s.contains("NBR%"),
+        "{s}"
+    );
+    insta::assert_snapshot!(s);
+}
+
+#[test]
+fn blame_on_200x30() {
+    insta::assert_snapshot!(screen(&blamed(200, 30)));
+}
+
 #[test]
 fn detail_pane_of_a_flagged_container_80x24() {
     let mut a = app(80, 24);

@@ -272,6 +272,16 @@ pub const PARTS: &[Part] = &[
         of: |b| b.siblings_us,
     },
     Part {
+        key: "kernel_us",
+        label: "kernel, host",
+        of: |b| b.kernel_us,
+    },
+    Part {
+        key: "idle_us",
+        label: "idle CPU waking",
+        of: |b| b.idle_us,
+    },
+    Part {
         key: "unattributed_us",
         label: "unattributed",
         of: |b| b.unattributed_us,

@@ -8,7 +8,8 @@ use super::model::{PARTS, WhoDelayedWhom};
 use crate::safety::escape::terminal as esc;
 
 /// What the text report says instead of the table when the recording has no ledger.
-pub(super) const NO_LEDGER: &str = "no blame ledger in this recording: record with --blame";
+pub(super) const NO_LEDGER: &str =
+    "no blame ledger in this recording: it was recorded with --no-blame or by an older cgtrace";
 
 /// Widest line the section writes.
 const WIDTH: usize = 100;

@@ -13,9 +13,12 @@ use super::{
     columns::{self, Column},
     family::{FAMILIES, Family},
     filter::{Filter, FilterKind},
-    render::{layout, theme::Theme},
+    render::{layout, name, theme::Theme},
     rows::{self, Row, RowKey, Store, TreeMark, ViewSpec},
 };
+
+/// The column `c` sorts by: the harm a cgroup caused others.
+pub const CAUSED: &str = "runq.caused";
 
 /// Interval steps for `+` / `-`.
 pub const INTERVAL_STEPS_MS: [u64; 10] =
@@ -36,6 +39,8 @@ pub enum Command {
     DetailDown,
     SortPrev,
     SortNext,
+    /// Sort by the harm each cgroup caused others (`CAUSE/s`, blame ledger on).
+    SortCaused,
     Reverse,
     /// Open the filter prompt.
     Filter,
@@ -167,7 +172,11 @@ pub struct App {
     pub status: Status,
     frozen: bool,
     pub rows: Vec<Row>,
+    /// Display columns the longest name cell of `rows` needs (the name column grows to it).
+    pub name_width: usize,
     pub any_flags: bool,
+    /// The window's top culprits (blame ledger on), for the header.
+    pub culprits: Vec<super::culprits::Culprit>,
     /// Index into `columns`.
     pub sort: usize,
     /// Against the column's natural direction.
@@ -223,7 +232,9 @@ impl App {
             status: Status::Live,
             frozen: false,
             rows: Vec::new(),
+            name_width: 0,
             any_flags: false,
+            culprits: Vec::new(),
             sort,
             reversed: false,
             filter: Filter::default(),
@@ -266,6 +277,22 @@ impl App {
         self.rows.get(self.cursor)
     }
 
+    /// Whether the blame ledger is on in this session (its columns and the culprits line).
+    pub fn blame_on(&self) -> bool {
+        self.hello.blame_min_us.is_some()
+    }
+
+    /// The columns a table `width` wide shows, the name column's width and what is hidden.
+    pub fn fitted(&self, width: u16) -> columns::Fitted {
+        columns::fit(
+            &self.columns,
+            width,
+            self.any_flags,
+            self.sort_column().id,
+            self.name_width,
+        )
+    }
+
     /// A row's label (name, path or tree node).
     pub fn label<'a>(&'a self, row: &'a Row) -> std::borrow::Cow<'a, str> {
         self.store.label(row)
@@ -282,6 +309,7 @@ impl App {
             self.size.0,
             self.size.1,
             self.detail,
+            layout::header_rows(self.blame_on()),
         ))
         .max(1)
     }
@@ -342,6 +370,9 @@ impl App {
         w.cgroups = cgroups;
         self.store.update(w, self.families);
         self.any_flags = self.store.any_flags;
+        if self.blame_on() {
+            self.culprits = super::culprits::of(&self.store);
+        }
         self.rebuild();
     }
 
@@ -356,6 +387,12 @@ impl App {
             folded: &self.folded,
         };
         rows::build(&self.store, &spec, &mut self.tree_shape, &mut self.rows);
+        self.name_width = self
+            .rows
+            .iter()
+            .map(|r| name::name_cell_width(r, &self.store.label(r)))
+            .max()
+            .unwrap_or(0);
         if let Some(key) = &self.selected
             && let Some(i) = self.rows.iter().position(|r| &r.key == key)
         {
@@ -424,6 +461,17 @@ impl App {
                 self.reversed = false;
                 self.rebuild();
             }
+            Command::SortCaused => match self.columns.iter().position(|c| c.id == CAUSED) {
+                Some(i) => {
+                    self.sort = i;
+                    self.reversed = false;
+                    self.rebuild();
+                }
+                None => {
+                    self.message =
+                        Some("CAUSE/s needs the blame ledger (started with --no-blame)".into());
+                }
+            },
             Command::Reverse => {
                 self.reversed = !self.reversed;
                 self.rebuild();

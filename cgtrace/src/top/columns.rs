@@ -105,8 +105,9 @@ pub const NAME: Column = Column {
     id: "name",
     title: "NAME",
     help: "pod/container, Docker or unit name, else path; dots show depth",
-    // The least it gets: other columns go first (32 keeps a pod or test cgroup name whole).
-    width: 32,
+    // The least it gets before other columns go ([`NAME_MIN`]); it grows to its longest label
+    // and no further, so the numbers stay next to the names on a wide terminal.
+    width: NAME_MIN,
     priority: u8::MAX,
     needs: &[],
     source: Source::Name,
@@ -132,7 +133,7 @@ pub fn family_active(hello: &Hello, family: &str) -> bool {
         .is_some_and(|m| m.mode.is_attached())
 }
 
-/// The `needs` entry of columns that show the blame ledger (`--blame`, `hello.blame_min_us`).
+/// The `needs` entry of columns that show the blame ledger (`hello.blame_min_us`: on unless `--no-blame`).
 pub const BLAME: &str = "blame";
 
 /// Whether one of a column's `needs` is met in this session.
@@ -165,25 +166,149 @@ pub fn available(
     out
 }
 
-/// The columns that fit in `width` (one space between columns): the lowest-priority ones go
-/// first; `NAME` always stays and takes what is left.
-pub fn fit(columns: &[&'static Column], width: u16, show_flags: bool) -> Vec<&'static Column> {
+/// The name column's minimum: room for a container and a bit of its pod (the name is cut in the
+/// middle, keeping its end).
+pub const NAME_MIN: u16 = 20;
+
+/// Room the name column keeps before a column below [`CORE`] is shown (or its longest label, if
+/// shorter): a pod or test cgroup name whole, rather than one more optional number.
+pub const NAME_COMFORT: u16 = 32;
+
+/// Columns of at least this priority are promised on an 80-column terminal, whatever families
+/// are attached and with the blame ledger on: their widths plus [`NAME_MIN`] fit in 80 (a test
+/// checks it). Lower ones are shown when there is room.
+pub const CORE: u8 = 72;
+
+/// The columns a terminal shows, how wide the name column is, and what did not fit.
+#[derive(Debug)]
+pub struct Fitted {
+    /// In order, `NAME` first.
+    pub columns: Vec<&'static Column>,
+    /// Display columns of the name column.
+    pub name_width: usize,
+    /// Columns left out for lack of room, in column order (said in the header).
+    pub hidden: Vec<&'static Column>,
+}
+
+/// Fits the columns to `width` (one space between columns). Every column but `NAME` keeps its
+/// width. The lowest-priority ones go first: those below [`CORE`] until the rest leave `NAME` its
+/// longest label (`natural_name` columns) or [`NAME_COMFORT`], then core ones until the rest
+/// leave it [`NAME_MIN`]; the sort column `sort_id` always stays. `NAME` then takes what it needs
+/// for its longest label, and no more than what is left (no gap before the numbers).
+pub fn fit(
+    columns: &[&'static Column],
+    width: u16,
+    show_flags: bool,
+    sort_id: &str,
+    natural_name: usize,
+) -> Fitted {
     let mut keep: Vec<&'static Column> = columns
         .iter()
         .copied()
         .filter(|c| show_flags || c.id != FLAGS.id)
         .collect();
-    let need = |cols: &[&Column]| -> u32 { cols.iter().map(|c| u32::from(c.width) + 1).sum() };
-    while need(&keep) > u32::from(width) + 1 && keep.len() > 1 {
-        let Some((i, _)) = keep
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.id != NAME.id)
-            .min_by_key(|(i, c)| (c.priority, std::cmp::Reverse(*i)))
-        else {
-            break;
+    let mut hidden: Vec<&'static Column> = Vec::new();
+    let fixed = |cols: &[&Column]| -> usize {
+        cols.iter()
+            .filter(|c| c.id != NAME.id)
+            .map(|c| usize::from(c.width) + 1)
+            .sum()
+    };
+    let width = usize::from(width);
+    let comfort = natural_name.clamp(usize::from(NAME_MIN), usize::from(NAME_COMFORT));
+    loop {
+        let left = width.saturating_sub(fixed(&keep));
+        let lowest = |core: bool| {
+            keep.iter()
+                .enumerate()
+                .filter(|(_, c)| c.id != NAME.id && c.id != sort_id)
+                .filter(|(_, c)| core || c.priority < CORE)
+                .min_by_key(|(i, c)| (c.priority, std::cmp::Reverse(*i)))
+                .map(|(i, _)| i)
         };
-        keep.remove(i);
+        let drop = if left < comfort {
+            lowest(false).or_else(|| (left < usize::from(NAME_MIN)).then(|| lowest(true))?)
+        } else {
+            None
+        };
+        let Some(i) = drop else { break };
+        hidden.push(keep.remove(i));
     }
-    keep
+    hidden.sort_by_key(|h| columns.iter().position(|c| c.id == h.id));
+    let left = width.saturating_sub(fixed(&keep));
+    Fitted {
+        name_width: natural_name
+            .max(usize::from(NAME_MIN))
+            .min(left)
+            .max(4.min(left)),
+        columns: keep,
+        hidden,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::top::family::FAMILIES;
+
+    fn every_column() -> Vec<&'static Column> {
+        let mut all: Vec<&'static Column> = vec![&NAME];
+        all.extend(FAMILIES.iter().flat_map(|f| f.columns().iter()));
+        all.push(&FLAGS);
+        all
+    }
+
+    #[test]
+    fn core_columns_fit_80_with_every_family_and_the_ledger() {
+        let all = every_column();
+        let core: usize = all
+            .iter()
+            .filter(|c| c.id != NAME.id && c.priority >= CORE)
+            .map(|c| usize::from(c.width) + 1)
+            .sum();
+        assert!(
+            core + usize::from(NAME_MIN) <= 80,
+            "core columns take {core} of 80"
+        );
+        let f = fit(&all, 80, true, "runq.wait", 200);
+        for c in all.iter().filter(|c| c.priority >= CORE) {
+            assert!(f.columns.iter().any(|k| k.id == c.id), "{} hidden", c.id);
+        }
+        let shown: usize = f
+            .columns
+            .iter()
+            .map(|c| usize::from(c.width) + 1)
+            .sum::<usize>()
+            - usize::from(NAME.width)
+            - 1
+            + f.name_width;
+        assert!(shown <= 80, "{shown}");
+        assert!(f.name_width >= usize::from(NAME_MIN));
+        // What went is said, and nothing is both shown and hidden.
+        assert_eq!(f.columns.len() + f.hidden.len(), all.len());
+        assert!(f.hidden.iter().all(|h| h.priority < CORE));
+    }
+
+    #[test]
+    fn the_name_takes_what_it_needs_and_the_sort_column_stays() {
+        let all = every_column();
+        let f = fit(&all, 250, true, "runq.wait", 30);
+        assert!(f.hidden.is_empty());
+        assert_eq!(f.name_width, 30, "no gap between names and numbers");
+        let f = fit(&all, 250, true, "runq.wait", 5);
+        assert_eq!(f.name_width, usize::from(NAME_MIN));
+        let f = fit(&all, 80, true, "reads.rate", 200);
+        assert!(f.columns.iter().any(|c| c.id == "reads.rate"));
+        // Optional columns give way to a readable name; core ones only to the minimum.
+        let f = fit(&all, 120, true, "runq.wait", 31);
+        assert_eq!(f.name_width, 31);
+        assert!(f.hidden.iter().all(|c| c.priority < CORE));
+        let f = fit(&all, 120, true, "runq.wait", 100);
+        assert!(f.name_width >= usize::from(NAME_COMFORT), "{f:?}");
+        // Too narrow for anything but the name and the sort column.
+        let f = fit(&all, 12, true, "runq.p99", 200);
+        let ids: Vec<&str> = f.columns.iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["name", "runq.p99"]);
+        assert_eq!(f.name_width, 5);
+    }
 }

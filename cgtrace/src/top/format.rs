@@ -72,50 +72,135 @@ pub fn interval(ms: u64) -> String {
 
 pub use crate::units::clock_utc;
 
-/// Keeps the end of `s` (the most specific part of a path) within `width` characters, marking the
-/// cut with `…`.
-pub fn ellipsize_start(s: &str, width: usize) -> String {
-    let n = s.chars().count();
-    if n <= width {
+/// Display columns `s` takes on a terminal (a CJK character takes two, a combining mark none).
+pub fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// The pieces of `s` a cut must not split, with their display widths: each escape the view wrote
+/// for an unsafe character (`\x1b`, `\u{202e}`: see [`crate::safety::escape`]) is one piece, as is
+/// every other character. Cutting by pieces never leaves half a multi-byte character or half an
+/// escape (which would show a different, misleading one).
+fn pieces(s: &str) -> Vec<&str> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let len =
+            escape_len(&b[i..]).unwrap_or_else(|| s[i..].chars().next().map_or(1, char::len_utf8));
+        out.push(&s[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+/// The length of the `\xNN` or `\u{N…}` escape at the start of `b`, if one is there.
+fn escape_len(b: &[u8]) -> Option<usize> {
+    match b {
+        [b'\\', b'x', h1, h2, ..] if h1.is_ascii_hexdigit() && h2.is_ascii_hexdigit() => Some(4),
+        [b'\\', b'u', b'{', rest @ ..] => {
+            let digits = rest.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+            (digits > 0 && rest.get(digits) == Some(&b'}')).then_some(3 + digits + 1)
+        }
+        _ => None,
+    }
+}
+
+/// The most pieces from the end of `p` that fit in `room` columns, and their width.
+fn tail_fitting(p: &[&str], room: usize) -> (usize, usize) {
+    let mut used = 0;
+    let mut n = 0;
+    for piece in p.iter().rev() {
+        let w = width(piece);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        n += 1;
+    }
+    (n, used)
+}
+
+/// The most pieces from the start of `p` that fit in `room` columns.
+fn head_fitting(p: &[&str], room: usize) -> usize {
+    let mut used = 0;
+    p.iter()
+        .take_while(|piece| {
+            used += width(piece);
+            used <= room
+        })
+        .count()
+}
+
+/// Keeps the end of `s` (the most specific part of a path) within `cols` display columns, marking
+/// the cut with `…`.
+pub fn ellipsize_start(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
         return s.to_string();
     }
-    if width == 0 {
+    if cols == 0 {
         return String::new();
     }
-    let keep: String = s.chars().skip(n - (width - 1)).collect();
-    format!("…{keep}")
+    let p = pieces(s);
+    let (n, _) = tail_fitting(&p, cols - 1);
+    let mut out = String::from("…");
+    out.push_str(&p[p.len() - n..].concat());
+    out
 }
 
 /// Keeps both ends of `s` (a name's namespace and container, a path's root and leaf) within
-/// `width` characters, cutting the middle (a pod hash, a long id) with `…`.
-pub fn ellipsize_middle(s: &str, width: usize) -> String {
-    let n = s.chars().count();
-    if n <= width {
+/// `cols` display columns, cutting the middle (a pod hash, a long id) with `…`. The end is the
+/// informative part: it keeps the whole last path component (the container, the unit) when that
+/// fits, and at least two thirds of the room.
+pub fn ellipsize_middle(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
         return s.to_string();
     }
-    if width < 5 {
-        return ellipsize_start(s, width);
+    if cols < 5 {
+        return ellipsize_start(s, cols);
     }
-    let head = (width - 1) / 3;
-    let tail = width - 1 - head;
-    let mut out: String = s.chars().take(head).collect();
+    let room = cols - 1;
+    let leaf = s.rfind('/').map_or(s.len(), |i| width(&s[i..]));
+    let tail_room = if leaf <= room {
+        leaf.max(room - room / 3)
+    } else {
+        room - room / 3
+    };
+    let p = pieces(s);
+    let (tail_n, tail_w) = tail_fitting(&p, tail_room);
+    let head_n = head_fitting(&p[..p.len() - tail_n], room - tail_w);
+    let mut out: String = p[..head_n].concat();
     out.push('…');
-    out.extend(s.chars().skip(n - tail));
+    out.push_str(&p[p.len() - tail_n..].concat());
     out
 }
 
-/// Keeps the start of `s` within `width` characters, marking the cut with `…`.
-pub fn ellipsize_end(s: &str, width: usize) -> String {
-    let n = s.chars().count();
-    if n <= width {
+/// Keeps the start of `s` within `cols` display columns, marking the cut with `…`.
+pub fn ellipsize_end(s: &str, cols: usize) -> String {
+    if width(s) <= cols {
         return s.to_string();
     }
-    if width == 0 {
+    if cols == 0 {
         return String::new();
     }
-    let mut out: String = s.chars().take(width - 1).collect();
+    let p = pieces(s);
+    let n = head_fitting(&p, cols - 1);
+    let mut out: String = p[..n].concat();
     out.push('…');
     out
+}
+
+/// `s` cut to `cols` display columns ([`ellipsize_end`]) and padded to exactly `cols`, on the
+/// right (`left_aligned`) or on the left.
+pub fn pad(s: &str, cols: usize, left_aligned: bool) -> String {
+    let mut cut = ellipsize_end(s, cols);
+    let fill = " ".repeat(cols.saturating_sub(width(&cut)));
+    if left_aligned {
+        cut.push_str(&fill);
+        cut
+    } else {
+        fill + &cut
+    }
 }
 
 #[cfg(test)]
@@ -179,5 +264,40 @@ mod tests {
         assert_eq!(ellipsize_middle(name, 20), "shop/c…xk2p9/php-fpm");
         assert_eq!(ellipsize_middle(name, 40), name);
         assert_eq!(ellipsize_middle(name, 3), "…pm");
+        // The leaf is kept whole when it fits.
+        let path = "/kubepods/burstable/pod0a1b2c3d-4e5f/cri-containerd-abc.scope";
+        assert_eq!(
+            ellipsize_middle(path, 40),
+            "/kubepods/bur…f/cri-containerd-abc.scope"
+        );
+        assert_eq!(ellipsize_middle(path, 30), "/kub…/cri-containerd-abc.scope");
+    }
+
+    #[test]
+    fn cuts_never_split_a_character_or_an_escape() {
+        // Tenant names reach the view escaped (`\x1b`, `\u{202e}`): a cut keeps each escape whole.
+        let hostile = "evil\\x1b[31m\\u{202e}服务-αβγ/\\x07leaf\\u{200b}";
+        for cols in 0..=width(hostile) + 1 {
+            for cut in [
+                ellipsize_start(hostile, cols),
+                ellipsize_middle(hostile, cols),
+                ellipsize_end(hostile, cols),
+            ] {
+                assert!(width(&cut) <= cols, "{cut:?} wider than {cols}");
+                let kept: String = cut.split('…').collect();
+                // Every escape left in the cut is complete and was in the name.
+                for (i, _) in kept.match_indices('\\') {
+                    let len = escape_len(&kept.as_bytes()[i..]).expect("a whole escape");
+                    assert!(hostile.contains(&kept[i..i + len]), "{cut:?}");
+                }
+            }
+        }
+        // A double-width character counts two columns and is never halved.
+        assert_eq!(ellipsize_end("服务服务", 4), "服…");
+        assert_eq!(pad("服务", 5, true), "服务 ");
+        assert_eq!(pad("12", 4, false), "  12");
+        assert_eq!(ellipsize_start("ab\\x1bcd", 7), "…\\x1bcd");
+        assert_eq!(ellipsize_start("ab\\x1bcd", 5), "…cd");
+        assert_eq!(ellipsize_end("ab\\x1bcd", 5), "ab…");
     }
 }

@@ -57,6 +57,7 @@ pub const BINDINGS: &[Binding] = &[
     bind(&[Code(Char('J'))], "J", "scroll detail down", Command::DetailDown),
     bind(&[Code(Char('<')), Code(Char(','))], "< ,", "sort: column to the left", Command::SortPrev),
     bind(&[Code(Char('>')), Code(Char('.')), Code(KeyCode::F(6))], "> . F6", "sort: column to the right", Command::SortNext),
+    bind(&[Code(Char('c'))], "c", "sort by CAUSE/s (blame)", Command::SortCaused),
     bind(&[Code(Char('r')), Code(Char('I'))], "r I", "reverse the sort order", Command::Reverse),
     bind(&[Code(Char('/')), Code(KeyCode::F(4))], "/ F4", "filter names and paths", Command::Filter),
     bind(&[Code(Char('t')), Code(KeyCode::F(5))], "t F5", "tree / flat list", Command::Tree),
@@ -171,7 +172,7 @@ mod tests {
         assert_eq!(commands.len(), all.len(), "one binding per command");
         assert_eq!(
             commands.len(),
-            32,
+            33,
             "a new Command needs a binding and a help line"
         );
         for b in &all {
@@ -198,8 +199,11 @@ mod tests {
             action(&table, ctrl_c),
             Some(Action::Command(Command::Quit))
         ));
-        // Plain `c` is not Ctrl-C.
-        assert!(action(&table, key(KeyCode::Char('c'))).is_none());
+        // Plain `c` is not Ctrl-C: it sorts by the harm caused.
+        assert!(matches!(
+            action(&table, key(KeyCode::Char('c'))),
+            Some(Action::Command(Command::SortCaused))
+        ));
         // In the help, any key closes it.
         assert!(matches!(
             action(&Mode::Help, key(KeyCode::Char('x'))),

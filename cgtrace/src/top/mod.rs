@@ -11,6 +11,7 @@
 
 pub mod app;
 pub mod columns;
+pub mod culprits;
 pub mod event;
 pub mod family;
 pub mod filter;

@@ -276,6 +276,7 @@ pub(crate) mod tests {
             neighbours: neighbours.iter().map(|&(id, ms)| party(id, ms)).collect(),
             neighbours_other_us: other_ms * 1e3,
             unattributed_us: parts[3] * 1e3,
+            ..Blame::default()
         }
     }
 

@@ -12,6 +12,7 @@ use crate::{
     top::{
         columns::{Cell, Source},
         family::{Ctx, Flag},
+        format,
     },
 };
 
@@ -767,4 +768,269 @@ fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
         app.apply(cmd(Command::SortNext));
     }
     assert_eq!(labels(&app)[0], "/batch");
+}
+
+/// The screen drawn into a test terminal, one string a row.
+fn screen_lines(app: &App) -> Vec<String> {
+    let backend = ratatui::backend::TestBackend::new(app.size.0, app.size.1);
+    let mut t = ratatui::Terminal::new(backend).expect("terminal");
+    t.draw(|f| crate::top::render::draw(f, app)).expect("draw");
+    let buf = t.backend().buffer();
+    (0..buf.area.height)
+        .map(|y| {
+            // The cell after a double-width character is its second half: skipped.
+            let mut skip = 0;
+            let mut line = String::new();
+            for x in 0..buf.area.width {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                let sym = buf[(x, y)].symbol();
+                skip = format::width(sym).saturating_sub(1);
+                line.push_str(sym);
+            }
+            line
+        })
+        .collect()
+}
+
+/// Every backslash on screen starts a whole escape (`\x1b`, `\u{202e}`): a cut never leaves a
+/// piece of one that reads as another.
+fn assert_escapes_whole(line: &str) {
+    assert!(
+        !line.chars().any(crate::safety::escape::is_unsafe),
+        "{line:?}"
+    );
+    for (i, _) in line.match_indices('\\') {
+        let rest = &line[i + 1..];
+        let whole = rest.len() >= 3
+            && rest.starts_with('x')
+            && rest[1..3].chars().all(|c| c.is_ascii_hexdigit())
+            || rest.starts_with("u{")
+                && rest[2..].find('}').is_some_and(|e| {
+                    e > 0 && rest[2..2 + e].chars().all(|c| c.is_ascii_hexdigit())
+                });
+        assert!(whole, "a cut escape in {line:?}");
+    }
+}
+
+/// Cgroups named by a hostile tenant: escape sequences, bidi overrides, double-width characters,
+/// a 300-character path; each ends in a container name worth keeping.
+fn hostile() -> Vec<CgroupWindow> {
+    let long = format!(
+        "/kubepods/burstable/pod{}/\u{1b}]0;owned\u{7}{}-leaf-container",
+        "0a1b2c3d".repeat(20),
+        "x".repeat(60)
+    );
+    let mut cgs = three();
+    cgs.push(cg(20, &long, None, 50, 300));
+    cgs.push(cg(
+        21,
+        "/kubepods/pod-evil/c1",
+        Some("shop/\u{1b}[2J\u{1b}[31mcheckout-6c9f7d8b5-xk2p9/\u{202e}php-fpm"),
+        40,
+        500,
+    ));
+    cgs.push(cg(
+        22,
+        "/kubepods/pod-cjk/c2",
+        Some("服务-命名空间/数据库-主节点-非常长的名字/容器-主进程"),
+        30,
+        700,
+    ));
+    cgs
+}
+
+fn app_sized(hello: Hello, cgroups: Vec<CgroupWindow>, w: u16, h: u16) -> App {
+    let mut app = App::new(hello, Theme::plain());
+    app.apply(Action::Resize(w, h));
+    app.apply(window(1, cgroups));
+    app
+}
+
+/// Every family attached and the blame ledger on: the most columns the view can have.
+fn hello_all() -> Hello {
+    Hello {
+        blame_min_us: Some(100),
+        ..hello(&["runq", "throttle", "reads"])
+    }
+}
+
+/// At 80 columns every core numeric column is on screen however long the names are, the names
+/// are cut keeping their end and every escape whole, and the columns that did not fit are named
+/// in the header; at 200 every column is shown and the numbers sit next to the names.
+#[test]
+fn the_table_fits_80_and_200_columns_with_hostile_names() {
+    let app = app_sized(hello_all(), hostile(), 80, 24);
+    let lines = screen_lines(&app);
+    let title = lines
+        .iter()
+        .find(|l| l.starts_with("NAME"))
+        .expect("title row");
+    let core: Vec<&Column> = app
+        .columns
+        .iter()
+        .copied()
+        .filter(|c| matches!(c.source, Source::Data(_)) && c.priority >= columns::CORE)
+        .collect();
+    assert!(core.len() >= 7, "{core:?}");
+    for c in &core {
+        assert!(
+            title
+                .split_whitespace()
+                .any(|t| t.trim_end_matches(['▼', '▲']) == c.title),
+            "{} missing at 80 columns: {title:?}",
+            c.title
+        );
+    }
+    assert!(format::width(title) <= 80);
+    // What did not fit is said, by name.
+    let fitted = app.fitted(80);
+    assert!(!fitted.hidden.is_empty());
+    let settings = &lines[2];
+    assert!(
+        settings.contains(&format!("{} hidden:", fitted.hidden.len())),
+        "{settings:?}"
+    );
+    assert!(settings.contains(fitted.hidden[0].title), "{settings:?}");
+    for l in &lines {
+        assert_escapes_whole(l);
+    }
+    let body = lines.join("\n");
+    // The informative end survives the cut: the leaf container, the container name.
+    assert!(body.contains("-leaf-container"), "{body}");
+    assert!(body.contains("php-fpm"), "{body}");
+    assert!(body.contains("容器-主进程"), "{body}");
+    // Rows line up: the WAIT/s values end where the title does, on every row.
+    // The sort column's title carries the arrow: the column is 7 wide.
+    let wait_end = title.find("WAIT/s▼").expect("WAIT/s") + 7;
+    for name in ["db.service", "-leaf-container", "容器-主进程"] {
+        let row = lines.iter().find(|l| l.contains(name)).expect(name);
+        let mut cols = 0;
+        let before: String = row
+            .chars()
+            .take_while(|c| {
+                cols += format::width(c.encode_utf8(&mut [0; 4]));
+                cols <= wait_end
+            })
+            .collect();
+        assert!(
+            before.ends_with(|c: char| c.is_ascii_digit() || c == 's'),
+            "{name}: {row:?} / {title:?}"
+        );
+    }
+
+    let wide = app_sized(hello_all(), hostile(), 200, 30);
+    assert!(wide.fitted(200).hidden.is_empty());
+    let lines = screen_lines(&wide);
+    let title = lines.iter().find(|l| l.starts_with("NAME")).expect("title");
+    for c in wide
+        .columns
+        .iter()
+        .filter(|c| matches!(c.source, Source::Data(_)))
+    {
+        assert!(
+            title.contains(c.title),
+            "{} missing at 200: {title:?}",
+            c.title
+        );
+    }
+    lines.iter().for_each(|l| assert_escapes_whole(l));
+
+    // Short names on a wide screen: the numbers follow the longest name, no wide gap.
+    let short = app_sized(hello_all(), three(), 200, 30);
+    let lines = screen_lines(&short);
+    let title = lines.iter().find(|l| l.starts_with("NAME")).expect("title");
+    let longest = "··web.service"
+        .chars()
+        .count()
+        .max(columns::NAME_MIN.into());
+    let first_number = title[4..].find(|c: char| c != ' ').expect("a column") + 4;
+    assert!(
+        first_number <= longest + 1 + 7,
+        "numbers start at {first_number}: {title:?}"
+    );
+}
+
+/// Three culprits by caused wait, fed through the window: the header's culprits line names the
+/// worst first with its caused wait per second and its share of all run-queue wait, computed
+/// here from the same data.
+#[test]
+fn the_culprits_line_names_the_worst_cgroup_and_its_share() {
+    use crate::family::runq::blame::Caused;
+    let mut cgs = hostile();
+    // By id: the hostile long path most, then web, the CJK name, db (not in the top three).
+    let caused = [(20, 0.5), (10, 0.2), (22, 0.1), (11, 0.05)];
+    let total: f64 = cgs.iter().map(|c| c.runq.all.sum_us).sum();
+    for (id, frac) in caused {
+        let idx = cgs.iter().position(|c| c.id == id).expect("id");
+        cgs[idx].caused = Some(Caused {
+            wait_us: total * frac,
+            victims: Vec::new(),
+        });
+    }
+    let worst = cgs
+        .iter()
+        .max_by(|a, b| {
+            let w = |c: &CgroupWindow| c.caused.as_ref().map_or(0.0, |c| c.wait_us);
+            w(a).total_cmp(&w(b))
+        })
+        .expect("cgroups");
+    let share = worst.caused.as_ref().expect("caused").wait_us / total * 100.0;
+    let per_s = worst.caused.as_ref().expect("caused").wait_us; // 1 s window
+    for width in [80u16, 200] {
+        let app = app_sized(hello_all(), cgs.clone(), width, 24);
+        assert_eq!(app.culprits.len(), 3);
+        assert_eq!(app.culprits[0].share_pct, share);
+        let line = screen_lines(&app)[3].trim_end().to_string();
+        assert!(line.starts_with("culprits "), "{line:?}");
+        assert_escapes_whole(&line);
+        let first = line.split(" · ").next().expect("a culprit");
+        assert!(
+            first.ends_with(&format!(
+                " {}/s ({})",
+                format::micros(per_s),
+                format::percent(share)
+            )),
+            "{first:?}"
+        );
+        // Named by the end of its label, cut in the middle to fit.
+        assert!(
+            first.contains("…") && first.contains("container "),
+            "{first:?}"
+        );
+        assert!(first.starts_with("culprits /kubep"), "{first:?}");
+        assert!(format::width(line.trim_end()) <= usize::from(width));
+        // Two fit 80 with readable names, three fit 200.
+        let shown = if width == 200 { 3 } else { 2 };
+        assert_eq!(line.matches(" · ").count(), shown - 1, "{line:?}");
+        assert!(line.contains("web.service"), "{line:?}");
+    }
+    // Nobody caused anything: said, not blank.
+    let app = app_sized(hello_all(), hostile(), 80, 24);
+    assert!(screen_lines(&app)[3].starts_with("culprits none"));
+    // The ledger off: no culprits line, three header rows.
+    let off = app_sized(hello(&["runq"]), cgs, 80, 24);
+    let lines = screen_lines(&off);
+    assert!(!lines.iter().any(|l| l.contains("culprits")));
+    assert!(lines[3].starts_with("NAME"));
+}
+
+/// `c` sorts by CAUSE/s when the ledger is on, and says why not when it is off.
+#[test]
+fn c_sorts_by_harm_caused() {
+    let mut app = app_sized(hello_all(), three(), 80, 24);
+    app.apply(cmd(Command::SortCaused));
+    assert_eq!(app.sort_column().id, CAUSED);
+    assert!(app.descending());
+    let mut off = app_with(three());
+    let before = off.sort_column().id;
+    off.apply(cmd(Command::SortCaused));
+    assert_eq!(off.sort_column().id, before);
+    assert!(
+        off.message
+            .as_deref()
+            .is_some_and(|m| m.contains("--no-blame"))
+    );
 }

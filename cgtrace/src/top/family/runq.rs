@@ -122,9 +122,9 @@ static COLUMNS: [Column; 8] = [
     Column {
         id: "runq.neighbours",
         title: "NBR%",
-        help: "share of run-queue waiting charged to other cgroups that held the CPU (--blame)",
+        help: "share of run-queue waiting charged to other cgroups that held the CPU (blame ledger)",
         width: 5,
-        priority: 68,
+        priority: 72,
         needs: &[crate::top::columns::BLAME],
         source: Source::Data(neighbours_share),
         descending: true,
@@ -132,9 +132,10 @@ static COLUMNS: [Column; 8] = [
     Column {
         id: "runq.caused",
         title: "CAUSE/s",
-        help: "run-queue wait its tasks caused other cgroups by holding their CPU, per second (--blame); sort by it to find the noisy neighbour",
-        width: 7,
-        priority: 67,
+        help: "run-queue wait its tasks caused other cgroups by holding their CPU, per second (blame ledger); sort by it to find the noisy neighbour",
+        // Its title and the sort arrow.
+        width: 8,
+        priority: 80,
         needs: &[crate::top::columns::BLAME],
         source: Source::Data(caused_per_s),
         descending: true,

@@ -1,6 +1,7 @@
-//! The three header lines, most important first on each so that 80 columns keep what matters:
+//! The header lines, most important first on each so that 80 columns keep what matters:
 //! state, host, how each family is traced and on which cgroup layout; the window's events, drops
-//! and cgtrace's own cost; the view's settings (sort, mode, filter, interval) and the window.
+//! and cgtrace's own cost; the view's settings (sort, mode, the columns too many for the width,
+//! filter, interval) and the window; with the blame ledger on, the node's top culprits.
 
 use ratatui::{
     Frame,
@@ -174,14 +175,91 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
             format::interval(w.duration_ms)
         )));
     }
+    let hidden = app.fitted(area.width).hidden;
+    if !hidden.is_empty() {
+        // Said early on the line, so that 80 columns keep it.
+        let titles: Vec<&str> = hidden.iter().map(|c| c.title).collect();
+        l3.insert(4, sep());
+        l3.insert(
+            5,
+            Span::styled(
+                format!("{} hidden: {}", titles.len(), titles.join(" ")),
+                t.dim,
+            ),
+        );
+    }
     if let Status::Ended(Some(e)) = &app.status {
         l3.push(sep());
         l3.push(Span::styled(e.clone(), t.bad));
     }
-    let lines = [Line::from(l1), Line::from(l2), Line::from(l3)];
+    let lines = [
+        Line::from(l1),
+        Line::from(l2),
+        Line::from(l3),
+        culprits_line(app, usize::from(area.width)),
+    ];
     for (i, line) in lines.iter().enumerate().take(usize::from(area.height)) {
         frame
             .buffer_mut()
             .set_line(area.x, area.y + i as u16, line, area.width);
     }
+}
+
+/// Narrowest a culprit's name is cut to before the line names fewer culprits.
+const CULPRIT_NAME_MIN: usize = 12;
+
+/// `culprits <name> 1.20s/s (41%) · …`: the cgroups that delayed others most in the window, with
+/// the wait they caused per second and its share of all run-queue wait. As many as fit `width`
+/// with a readable name (names are cut in the middle, keeping their end); empty when the ledger
+/// is off (the header then has three lines).
+fn culprits_line(app: &App, width: usize) -> Line<'static> {
+    let t = &app.theme;
+    if !app.blame_on() {
+        return Line::default();
+    }
+    let head = Span::styled("culprits ", t.title);
+    if app.window.is_none() {
+        return Line::from(vec![
+            head,
+            Span::styled("waiting for the first window", t.dim),
+        ]);
+    }
+    if app.culprits.is_empty() {
+        return Line::from(vec![
+            head,
+            Span::styled("none: no cgroup delayed another in this window", t.dim),
+        ]);
+    }
+    let numbers: Vec<String> = app
+        .culprits
+        .iter()
+        .map(|c| {
+            format!(
+                " {}/s ({})",
+                format::micros(c.caused_per_s_us),
+                format::percent(c.share_pct)
+            )
+        })
+        .collect();
+    // The most culprits whose names each get at least CULPRIT_NAME_MIN columns (at least one).
+    let mut n = app.culprits.len();
+    let room = |n: usize| -> usize {
+        let fixed = format::width("culprits ")
+            + numbers[..n].iter().map(|s| format::width(s)).sum::<usize>()
+            + 3 * (n - 1);
+        width.saturating_sub(fixed) / n
+    };
+    while n > 1 && room(n) < CULPRIT_NAME_MIN {
+        n -= 1;
+    }
+    let name_room = room(n);
+    let mut spans = vec![head];
+    for (i, (c, num)) in app.culprits.iter().zip(&numbers).take(n).enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(" · ", t.dim));
+        }
+        spans.push(Span::raw(format::ellipsize_middle(&c.label, name_room)));
+        spans.push(Span::styled(num.clone(), t.warn));
+    }
+    Line::from(spans)
 }

@@ -3,7 +3,10 @@
 
 use ratatui::layout::Rect;
 
-pub const HEADER_ROWS: u16 = 3;
+/// Header lines: three, and the culprits line when the blame ledger is on.
+pub const fn header_rows(blame: bool) -> u16 {
+    if blame { 4 } else { 3 }
+}
 pub const FOOTER_ROWS: u16 = 1;
 /// Below this body height the detail pane leaves the table only a few rows around the selection.
 const TALL_BODY: u16 = 30;
@@ -17,8 +20,8 @@ pub struct Areas {
     pub footer: Rect,
 }
 
-pub fn split(area: Rect, detail: bool) -> Areas {
-    let header_h = HEADER_ROWS.min(area.height);
+pub fn split(area: Rect, detail: bool, header_rows: u16) -> Areas {
+    let header_h = header_rows.min(area.height);
     let footer_h = FOOTER_ROWS.min(area.height - header_h);
     let body_h = area.height - header_h - footer_h;
     let body_y = area.y + header_h;
@@ -41,8 +44,8 @@ pub fn split(area: Rect, detail: bool) -> Areas {
 }
 
 /// Table rows (without the title row) on a `width`×`height` screen.
-pub fn table_body_rows(width: u16, height: u16, detail: bool) -> u16 {
-    split(Rect::new(0, 0, width, height), detail)
+pub fn table_body_rows(width: u16, height: u16, detail: bool, header_rows: u16) -> u16 {
+    split(Rect::new(0, 0, width, height), detail, header_rows)
         .table
         .height
         .saturating_sub(1)
@@ -61,15 +64,16 @@ mod tests {
             (20, 5, true),
             (10, 1, false),
         ] {
-            let a = split(Rect::new(0, 0, w, h), d);
+            let a = split(Rect::new(0, 0, w, h), d, header_rows(false));
             let total = a.header.height
                 + a.table.height
                 + a.detail.map_or(0, |r| r.height)
                 + a.footer.height;
             assert_eq!(total, h, "{w}x{h} {d}");
         }
-        assert_eq!(table_body_rows(80, 24, false), 19);
-        assert_eq!(table_body_rows(80, 24, true), 3);
-        assert_eq!(table_body_rows(120, 40, true), 13);
+        assert_eq!(table_body_rows(80, 24, false, 3), 19);
+        assert_eq!(table_body_rows(80, 24, true, 3), 3);
+        assert_eq!(table_body_rows(120, 40, true, 3), 13);
+        assert_eq!(table_body_rows(80, 24, false, header_rows(true)), 18);
     }
 }

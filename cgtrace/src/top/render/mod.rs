@@ -6,6 +6,7 @@ pub mod footer;
 pub mod header;
 pub mod help;
 pub mod layout;
+pub mod name;
 pub mod table;
 pub mod theme;
 
@@ -15,7 +16,11 @@ use super::app::{App, Mode};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame<'_>, app: &App) {
-    let areas = layout::split(frame.area(), app.detail);
+    let areas = layout::split(
+        frame.area(),
+        app.detail,
+        layout::header_rows(app.blame_on()),
+    );
     header::render(frame, areas.header, app);
     table::render(frame, areas.table, app);
     if let Some(area) = areas.detail {

@@ -13,24 +13,16 @@ use crate::top::{
     columns::{self, Cell, Column, Source},
     family::Ctx,
     format,
-    rows::{Row, TreeMark},
+    render::name::name_cell,
 };
-
-/// Widest indentation of a tree row, as a share of the name column.
-const MAX_INDENT_SHARE: u16 = 3;
 
 pub fn render(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if area.height == 0 || area.width == 0 {
         return;
     }
     let t = &app.theme;
-    let cols = columns::fit(&app.columns, area.width, app.any_flags);
-    let fixed: u16 = cols
-        .iter()
-        .filter(|c| c.id != columns::NAME.id)
-        .map(|c| c.width + 1)
-        .sum();
-    let name_w = usize::from(area.width.saturating_sub(fixed).max(4));
+    let fitted = app.fitted(area.width);
+    let (cols, name_w) = (&fitted.columns, fitted.name_width);
     let sort_id = app.sort_column().id;
     let arrow = if app.descending() { "▼" } else { "▲" };
 
@@ -136,46 +128,9 @@ fn width_of(c: &Column, name_w: usize) -> usize {
     }
 }
 
-/// Left-aligned for text columns, right-aligned for numbers; cut to `w` characters.
+/// Left-aligned for text columns, right-aligned for numbers; cut to `w` display columns.
 fn pad(text: &str, w: usize, c: &Column) -> String {
-    match c.source {
-        Source::Name | Source::Flags => {
-            format!("{:<w$}", format::ellipsize_end(text, w))
-        }
-        Source::Data(_) => format!("{:>w$}", format::ellipsize_end(text, w)),
-    }
-}
-
-/// The name with its depth: dots before a name in the flat list (a path shows its own depth),
-/// indentation and a fold marker in the tree.
-fn name_cell(row: &Row, label: &str, w: usize) -> String {
-    match row.tree {
-        None => {
-            let dots = if label.starts_with('/') {
-                String::new()
-            } else {
-                "·".repeat(usize::from(row.depth.saturating_sub(1).min(4)))
-            };
-            let room = w.saturating_sub(dots.chars().count());
-            format!("{dots}{}", format::ellipsize_middle(label, room))
-        }
-        Some(mark) => {
-            let max_indent = w / usize::from(MAX_INDENT_SHARE);
-            let indent = " ".repeat((usize::from(row.depth) * 2).min(max_indent));
-            let (marker, suffix) = match mark {
-                TreeMark::Leaf => ("  ", String::new()),
-                TreeMark::Open => ("▾ ", String::new()),
-                TreeMark::Folded(n) => ("▸ ", format!(" (+{n})")),
-            };
-            let room = w
-                .saturating_sub(indent.len() + 2)
-                .saturating_sub(suffix.chars().count());
-            format!(
-                "{indent}{marker}{}{suffix}",
-                format::ellipsize_middle(label, room)
-            )
-        }
-    }
+    format::pad(text, w, !matches!(c.source, Source::Data(_)))
 }
 
 fn empty_message(app: &App) -> String {
