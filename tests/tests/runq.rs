@@ -600,6 +600,53 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Host work outside any container: a sleeper crowded onto CPU 1 by busy loops in the root
+/// cgroup (where host processes and kernel threads run) has nearly all of its wait in
+/// `kernel_us`, its parts add up to its wait in every window, and its wait is the kernel's
+/// `run_delay`.
+#[test]
+fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let victim = TestCgroup::new("blame-host-victim")?;
+    victim.set_lowest_weight()?;
+    let root_procs = runq_mount().0.join("cgroup.procs");
+    let host = workload::spin(3, &root_procs, Some(1))?;
+    let sleeper = workload::sleeper(1000, Some(&victim.procs_file()), Some(1), false)?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(sleeper.pid()) as f64 / 1e3;
+    s.windows(4)?;
+    let delay_to = stop_and_run_delay_us(&[&sleeper]);
+    drop(host);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let (mut wait, mut kernel) = (0.0, 0.0);
+    for c in blamed_windows(&windows, &victim.rel) {
+        wait += f(&c["runq"], "sum_us");
+        kernel += f(&c["runq"]["blame"], "kernel_us");
+    }
+    let run_delay = delay_to - delay_from;
+    eprintln!(
+        "host-crowded sleeper: wait {wait:.0} µs, kernel_us {kernel:.0}, run_delay {run_delay:.0} µs"
+    );
+    assert!(wait > 10_000.0, "the sleeper waited: {wait} µs");
+    assert!(
+        (wait / run_delay - 1.0).abs() <= 0.03,
+        "the sleeper's wait {wait} µs vs the kernel's run_delay {run_delay} µs"
+    );
+    assert!(
+        kernel >= 0.8 * wait,
+        "{kernel} of {wait} µs in kernel_us (the root cgroup's loops held its CPU)"
+    );
+    Ok(())
+}
+
 /// `path`'s entries in `windows`, each checked: its blame parts add up to its wait within 1 %
 /// (and 1 µs of rounding).
 fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::Value> {

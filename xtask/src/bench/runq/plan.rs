@@ -43,7 +43,7 @@ pub(crate) struct RunqArgs {
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-noblame (--no-blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-noblame (the same on
+    /// cgtrace-no-blame (--no-blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-no-blame (the same on
     /// the path kernels before 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
     /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
     /// cost above them); baseline (the --baseline binary as a user starts it), runqlat,
@@ -110,10 +110,10 @@ impl Config {
             Config::CgtraceStats => "cgtrace-stats",
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
-            Config::CgtraceNoBlame => "cgtrace-noblame",
+            Config::CgtraceNoBlame => "cgtrace-no-blame",
             Config::CgtraceOwn => "cgtrace-own",
             Config::CgtraceOwnStats => "cgtrace-own-stats",
-            Config::CgtraceOwnNoBlame => "cgtrace-own-noblame",
+            Config::CgtraceOwnNoBlame => "cgtrace-own-no-blame",
             Config::Floor => "floor",
             Config::FloorStats => "floor-stats",
             Config::FloorOwn => "floor-own",
