@@ -234,7 +234,7 @@ pub struct TraceArgs {
     pub blame: bool,
     /// Waits at least this long (µs) are charged by the blame ledger; shorter ones count as
     /// unattributed.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub blame_min_us: u64,
     /// Waits at least this long (ms) are also sent as individual events (see `stream --events`);
     /// 0 sends every wait (a load test of the event path: hundreds of thousands a second).

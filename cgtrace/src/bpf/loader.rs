@@ -200,8 +200,9 @@ impl Tracer {
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             // (waiting cgroup, culprit) pairs: a cgroup rarely waits behind more than a few
-            // neighbours in a window, and idle pairs are deleted by the daemon.
-            .map_max_entries("BLAME", opts.max_cgroups.saturating_mul(16).max(1024))
+            // neighbours in a window, and idle pairs are deleted by the daemon. At least 16 384
+            // (1.2 MiB): 300 cgroups churning under --max-cgroups 256 met 4 096 pairs.
+            .map_max_entries("BLAME", opts.max_cgroups.saturating_mul(16).max(16_384))
             // Per cgroup: as many as the daemon tracks.
             .map_max_entries("THROTTLE_STATS", opts.max_cgroups)
             .map_max_entries("THROTTLE_WATCH", opts.max_cgroups)

@@ -237,8 +237,9 @@ impl Collector for RunqReader {
 }
 
 /// A pair unchanged this many windows is deleted from the kernel map (its last value was
-/// counted), so pairs of cgroups that no longer meet do not fill it.
-const IDLE_WINDOWS: u32 = 10;
+/// counted), so pairs of cgroups that no longer meet do not fill it (a pair that meets again is
+/// inserted anew).
+const IDLE_WINDOWS: u32 = 3;
 /// Pairs per `BPF_MAP_LOOKUP_BATCH` call (16 bytes of key and 8 of value each).
 const BLAME_BATCH: usize = 4096;
 
