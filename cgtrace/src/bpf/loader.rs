@@ -200,9 +200,10 @@ impl Tracer {
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             // (waiting cgroup, culprit) pairs: a cgroup rarely waits behind more than a few
-            // neighbours in a window, and idle pairs are deleted by the daemon. At least 16 384
-            // (1.2 MiB): 300 cgroups churning under --max-cgroups 256 met 4 096 pairs.
-            .map_max_entries("BLAME", opts.max_cgroups.saturating_mul(16).max(16_384))
+            // neighbours in a window, and idle pairs are deleted by the daemon. At least 65 536
+            // (about 5 MiB of kernel memory): 300 cgroups of short sleepers churning on 2 CPUs
+            // under --max-cgroups 256 filled 16 384 in their first seconds.
+            .map_max_entries("BLAME", opts.max_cgroups.saturating_mul(16).max(65_536))
             // Per cgroup: as many as the daemon tracks.
             .map_max_entries("THROTTLE_STATS", opts.max_cgroups)
             .map_max_entries("THROTTLE_WATCH", opts.max_cgroups)
