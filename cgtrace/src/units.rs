@@ -85,6 +85,18 @@ pub fn period_thread(comm: &str, tid: u32, cpu_ms: f64, cpus: u32, to: PeriodIn)
     format!("{comm}[{tid}] {} on {cpus} CPU{s}", ms(cpu_ms))
 }
 
+/// A duration in µs as the text report writes it: `850 µs`, `12.3 ms`, `1.25 s` (the page writes
+/// the view's compact [`crate::hist::micros`]).
+pub fn duration_us(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} ms", v / 1e3)
+    } else {
+        format!("{v:.0} µs")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

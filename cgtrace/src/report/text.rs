@@ -5,20 +5,8 @@ use std::fmt::Write as _;
 use super::{medium::Medium::Text, model::Report, model::TOP};
 use crate::{
     safety::escape::terminal as esc,
-    units::{PeriodIn, clock_utc, period, period_thread},
+    units::{PeriodIn, clock_utc, duration_us as us, period, period_thread},
 };
-
-/// A duration in µs as the text report writes it: `850 µs`, `12.3 ms`, `1.25 s` (the page writes
-/// the view's compact [`crate::hist::micros`]).
-fn us(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} s", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} ms", v / 1e3)
-    } else {
-        format!("{v:.0} µs")
-    }
-}
 
 /// The text report: what a human pastes into an incident. Every string a tenant controls (cgroup
 /// paths and names, comms, file names, the host name) is escaped for a terminal.

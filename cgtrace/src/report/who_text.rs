@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::model::{PARTS, WhoDelayedWhom};
-use crate::safety::escape::terminal as esc;
+use crate::{safety::escape::terminal as esc, units::duration_us as dur};
 
 /// What the text report says instead of the table when the recording has no ledger.
 pub(super) const NO_LEDGER: &str =
@@ -63,17 +63,6 @@ fn long(path: &Option<String>, name: &Option<String>, id: u64, width: usize) -> 
             format!("{n} ({p})")
         }
         _ => short(path, name, id, width),
-    }
-}
-
-/// `1.25 s` as the rest of the text report writes durations.
-fn dur(us: f64) -> String {
-    if us >= 1e6 {
-        format!("{:.2} s", us / 1e6)
-    } else if us >= 1e3 {
-        format!("{:.1} ms", us / 1e3)
-    } else {
-        format!("{us:.0} µs")
     }
 }
 
