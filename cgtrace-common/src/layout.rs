@@ -134,6 +134,16 @@ pub struct Layout {
     pub task_last_queued: u32,
     /// `task_struct.nivcsw`: involuntary context switches (the task left the CPU still runnable).
     pub task_nivcsw: u32,
+    /// `rq.prev_irq_time` (`CONFIG_IRQ_TIME_ACCOUNTING`) and `rq.prev_steal_time_rq`
+    /// (`CONFIG_PARAVIRT_TIME_ACCOUNTING`): the interrupt and steal time the run queue's clock
+    /// has accounted so far; their advance over a slice is the part of it the CPU spent in
+    /// interrupts or the hypervisor ran something else (ABSENT: the kernel cannot tell).
+    pub rq_prev_irq_time: u32,
+    pub rq_prev_steal_time_rq: u32,
+    /// `task_struct.cpus_mask` (a `cpumask_t`, 5.3+) and `task_struct.nr_cpus_allowed` (`int`):
+    /// the CPUs a task may run on, for `idle_elsewhere` (ABSENT: not resolved).
+    pub task_cpus_mask: u32,
+    pub task_nr_cpus_allowed: u32,
     /// Kernel addresses (from /proc/kallsyms) of `sched_cfs_period_timer`,
     /// `sched_cfs_slack_timer` and `__cfsb_csd_unthrottle` (0: unknown).
     pub period_timer_fn: u64,
@@ -182,6 +192,10 @@ pub struct Layout {
 impl Layout {
     /// Every field absent: what the programs see if the loader forgot to set `LAYOUT`.
     pub const UNSET: Self = Self {
+        rq_prev_irq_time: ABSENT,
+        rq_prev_steal_time_rq: ABSENT,
+        task_cpus_mask: ABSENT,
+        task_nr_cpus_allowed: ABSENT,
         task_pid: ABSENT,
         task_tgid: ABSENT,
         task_comm: ABSENT,

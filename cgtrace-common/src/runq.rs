@@ -313,8 +313,18 @@ pub const CULPRIT_IDLE: u64 = u64::MAX - 2;
 /// Culprit marker: the part of a wait older than the CPU's last [`NR_SLICES`] slices (the ring
 /// no longer says who held the CPU then).
 pub const CULPRIT_HISTORY: u64 = u64::MAX - 3;
+/// Culprit marker: the CPU handled hard and soft interrupts during the slices that overlapped
+/// the wait (the kernel's `rq.prev_irq_time`, `CONFIG_IRQ_TIME_ACCOUNTING`).
+pub const CULPRIT_IRQ: u64 = u64::MAX - 4;
+/// Culprit marker: the hypervisor ran something else on the vCPU during those slices (the
+/// kernel's `rq.prev_steal_time_rq`, `CONFIG_PARAVIRT_TIME_ACCOUNTING`).
+pub const CULPRIT_STEAL: u64 = u64::MAX - 5;
+/// Culprit marker: another CPU the task was allowed to run on sat idle while it waited (idle
+/// when the wait ended, for as long as that overlapped the wait): balancing or affinity, not
+/// capacity.
+pub const CULPRIT_IDLE_ELSEWHERE: u64 = u64::MAX - 6;
 /// Culprit markers, lowest first: every culprit at or above this is a marker, not a cgroup.
-pub const CULPRIT_MARKERS: u64 = CULPRIT_HISTORY;
+pub const CULPRIT_MARKERS: u64 = CULPRIT_IDLE_ELSEWHERE;
 
 #[cfg(feature = "user")]
 mod pod {

@@ -78,6 +78,7 @@ pub fn resolve(btf: &Btf, cgroup_v1: bool) -> Result<Layout, MissingField> {
     }
     resolve_rq_clock(btf, &mut layout);
     resolve_kernel_stamps(btf, &mut layout);
+    resolve_blame_extras(btf, &mut layout);
     Ok(layout)
 }
 
@@ -101,6 +102,33 @@ fn resolve_rq_clock(btf: &Btf, layout: &mut Layout) {
         layout.cfs_rq_rq = cfs_rq_rq;
         layout.rq_clock = clock;
         layout.rq_cpu = cpu;
+    }
+}
+
+/// What the blame ledger's `irq`, `steal` and `idle_elsewhere` parts read, each on its own: the
+/// run queue's accounted interrupt time (`rq.prev_irq_time`, `CONFIG_IRQ_TIME_ACCOUNTING`) and
+/// steal time (`rq.prev_steal_time_rq`, `CONFIG_PARAVIRT_TIME_ACCOUNTING`), both reached like
+/// `rq.clock` ([`resolve_rq_clock`]), and a task's allowed CPUs (`task_struct.cpus_mask`, 5.3+,
+/// with `nr_cpus_allowed`). A field this kernel lacks stays ABSENT: that part is unknown here,
+/// and `hello` and `doctor` say so.
+fn resolve_blame_extras(btf: &Btf, layout: &mut Layout) {
+    if layout.rq_clock != ABSENT {
+        if let Some(f) = btf.field("rq", "prev_irq_time") {
+            layout.rq_prev_irq_time = f.offset;
+        }
+        if let Some(f) = btf.field("rq", "prev_steal_time_rq") {
+            layout.rq_prev_steal_time_rq = f.offset;
+        }
+    }
+    if let Some([mask, nr]) = all_offsets(
+        btf,
+        [
+            ("task_struct", "cpus_mask"),
+            ("task_struct", "nr_cpus_allowed"),
+        ],
+    ) {
+        layout.task_cpus_mask = mask;
+        layout.task_nr_cpus_allowed = nr;
     }
 }
 

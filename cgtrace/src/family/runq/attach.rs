@@ -5,7 +5,7 @@
 use aya::{Btf as AyaBtf, Ebpf, maps::Queue, programs::ProgramError};
 use cgtrace_common::layout::{ABSENT, Layout};
 
-use super::starts::WaitStarts;
+use super::{model::BlameCaps, starts::WaitStarts};
 use crate::{
     bpf::attach::{Attach, LoadError, attach_tp_btf, load_tp_btf},
     model::{AttachMode, FamilyMode},
@@ -150,6 +150,19 @@ fn attach_programs(
             if stamps { "" } else { wait_clock(layout) }
         ),
     })
+}
+
+/// Which of the blame ledger's kernel-dependent parts this kernel can tell (see
+/// `resolve_blame_extras` in `bpf::btf::layout`): `idle_elsewhere` is computed only by the
+/// `sched_switch` programs that walk in `bpf_loop` (those with `prev_state`).
+pub fn blame_caps(layout: &Layout) -> BlameCaps {
+    BlameCaps {
+        irq: layout.rq_prev_irq_time != ABSENT,
+        steal: layout.rq_prev_steal_time_rq != ABSENT,
+        idle_elsewhere: layout.task_cpus_mask != ABSENT
+            && layout.task_nr_cpus_allowed != ABSENT
+            && layout.switch_has_prev_state == 1,
+    }
 }
 
 /// The clock cgtrace's own wait stamps are taken in, as `hello.families.runq.detail` ends.

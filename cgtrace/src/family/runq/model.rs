@@ -77,6 +77,20 @@ impl Blame {
 /// How many parts [`Blame::parts`] has.
 pub const BLAME_PARTS: usize = 7;
 
+/// Which of the ledger's kernel-dependent parts this kernel can tell ([`super::attach::blame_caps`]).
+/// A part it cannot tell is reported as unknown (`null`), never as 0.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BlameCaps {
+    /// `irq_us`: the run queue accounts interrupt time (`CONFIG_IRQ_TIME_ACCOUNTING`).
+    pub irq: bool,
+    /// `steal_us`: the run queue accounts steal time (`CONFIG_PARAVIRT_TIME_ACCOUNTING`; on bare
+    /// metal it reads 0, truly).
+    pub steal: bool,
+    /// `idle_elsewhere_us`: the task's allowed CPUs are readable and the ledger's walk runs in
+    /// `bpf_loop` (the programs with `prev_state`, 5.18+).
+    pub idle_elsewhere: bool,
+}
+
 /// A cgroup on the other side of a blame entry.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Party {
