@@ -298,6 +298,10 @@ pub struct Config {
     /// Waits at least this long (ns) are charged to whoever held the CPU meanwhile (`BLAME`);
     /// `u64::MAX` turns the blame ledger off (no slice ring either).
     pub blame_min_ns: u64,
+    /// How many CPUs a charged wait's `idle_elsewhere` looks at (the possible CPUs, at most
+    /// `runq::IDLE_SCAN_MAX_CPUS`; 0: not computed, the kernel cannot tell it).
+    pub idle_scan_cpus: u32,
+    pub _pad: u32,
 }
 
 impl Config {
@@ -310,6 +314,8 @@ impl Config {
         self_tgid: 0,
         runq_start_task: 0,
         blame_min_ns: u64::MAX,
+        idle_scan_cpus: 0,
+        _pad: 0,
     };
 }
 

@@ -272,13 +272,31 @@ pub const NR_SLICES: usize = 1024;
 pub const WALK_BOUNDED: usize = 128;
 
 /// One stretch during which a CPU ran a task of one cgroup (`cgroup_id` 0: the idle task, or a
-/// cgroup that could not be read).
+/// cgroup that could not be read). 24 bytes: the ring of [`NR_SLICES`] stays under the 32 KiB a
+/// per-CPU map value may have.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Slice {
     pub cgroup_id: u64,
     pub start_ns: u64,
-    pub end_ns: u64,
+    /// How long it lasted (a slice longer than `u32::MAX` ns, 4.3 s, keeps its last 4.3 s).
+    pub len_ns: u32,
+    /// The share of the slice the run queue accounted as interrupt time (`rq.prev_irq_time`) and
+    /// as steal time (`rq.prev_steal_time_rq`), in 1/65 536ths (0 where the kernel cannot tell).
+    pub irq_frac: u16,
+    pub steal_frac: u16,
+}
+
+/// A share of `len` as [`Slice::irq_frac`] keeps it: `part / len` in 1/65 536ths, at most 65 535.
+#[inline(always)]
+pub const fn slice_frac(part: u64, len: u64) -> u16 {
+    if part == 0 || len == 0 {
+        0
+    } else if part >= len {
+        u16::MAX
+    } else {
+        ((part << 16) / len) as u16
+    }
 }
 
 /// Value of the per-CPU `CPU_SLICES`: the CPU's last [`NR_SLICES`] slices (a ring, `head` counts
@@ -290,8 +308,23 @@ pub struct SliceRing {
     pub head: u64,
     pub cur_cgroup: u64,
     pub cur_start: u64,
+    /// The run queue's accounted interrupt and steal time (cumulative ns) at `cur_start`.
+    pub cur_irq: u64,
+    pub cur_steal: u64,
     pub slots: [Slice; NR_SLICES],
 }
+
+/// Value of `IDLE_SINCE` (one per CPU, a cache line each so CPUs going idle do not share one):
+/// when the CPU's idle task was switched in, 0 while it runs a task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdleSince {
+    pub since_ns: u64,
+    pub _pad: [u64; 7],
+}
+
+/// The most CPUs `idle_elsewhere` looks at (the allowed-CPU mask is read as 8 words).
+pub const IDLE_SCAN_MAX_CPUS: u32 = 512;
 
 /// Key of `BLAME`: a cgroup that waited (`victim`) and who held its CPU meanwhile (`culprit`: a
 /// cgroup id, the victim itself for its own siblings, or a `CULPRIT_*` marker).

@@ -173,3 +173,53 @@ pub fn task_rq_cpu_clock<const DIRECT: bool>(task: *const u8) -> RqClock {
 pub fn task_nivcsw<const DIRECT: bool>(task: *const u8) -> u64 {
     read_unchecked::<DIRECT, true>(task, layout!(task_nivcsw))
 }
+
+/// The interrupt and steal time (cumulative ns) the run queue `task` is on has accounted so far
+/// (`rq.prev_irq_time`, `rq.prev_steal_time_rq`), each 0 where this kernel cannot tell. Updated
+/// with the run queue's clock, which the scheduler has just done at a `sched_switch`.
+#[inline(always)]
+pub fn rq_irq_steal<const DIRECT: bool>(task: *const u8) -> (u64, u64) {
+    let (irq_off, steal_off) = (layout!(rq_prev_irq_time), layout!(rq_prev_steal_time_rq));
+    if irq_off == ABSENT && steal_off == ABSENT {
+        return (0, 0);
+    }
+    let rq = task_rq::<DIRECT>(task);
+    let irq = if irq_off == ABSENT {
+        0
+    } else {
+        read_unchecked::<DIRECT, true>(rq, irq_off)
+    };
+    let steal = if steal_off == ABSENT {
+        0
+    } else {
+        read_unchecked::<DIRECT, true>(rq, steal_off)
+    };
+    (irq, steal)
+}
+
+/// How many CPUs `task` may run on (`nr_cpus_allowed`; 1 where unknown).
+#[inline(always)]
+pub fn task_nr_cpus_allowed<const DIRECT: bool>(task: *const u8) -> u64 {
+    if layout!(task_nr_cpus_allowed) == ABSENT {
+        return 1;
+    }
+    read_unchecked::<DIRECT, false>(task, layout!(task_nr_cpus_allowed))
+}
+
+/// The first 64 bytes of `task`'s allowed-CPU mask (`cpus_mask`: CPUs 0-511), zeroes where it
+/// cannot be read. Through the helper: a 64-byte copy into the stack.
+#[inline(always)]
+pub fn task_cpus_mask(task: *const u8, mask: &mut [u64; 8]) {
+    let off = layout!(task_cpus_mask);
+    if off == ABSENT || task.is_null() {
+        return;
+    }
+    // SAFETY: the helper checks the address; on error the buffer is zeroed.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            mask.as_mut_ptr().cast(),
+            64,
+            task.wrapping_add(off as usize).cast(),
+        );
+    }
+}

@@ -12,7 +12,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{BlameKey, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
+    runq::{BlameKey, IdleSince, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
@@ -117,6 +117,11 @@ pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(3 * 8192, 0);
 /// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
 #[map]
 pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU (sized by the loader): when its idle task was switched in, 0 while it runs a task;
+/// read across CPUs by the ledger's `idle_elsewhere`.
+#[map]
+pub static IDLE_SINCE: Array<IdleSince> = Array::with_max_entries(1, 0);
 
 /// (waiting cgroup, who held the CPU) -> cumulative ns of wait charged to it. Sized by the loader
 /// from `--max-cgroups`; when full the part is counted (`blame_full`) and left unattributed.

@@ -157,6 +157,14 @@ impl Tracer {
         })?;
         let wait_starts = WaitStarts::choose(&layout);
         let task_storage = wait_starts.task_storage();
+        // `idle_elsewhere`: a charged wait looks at the other CPUs it may run on (at most
+        // IDLE_SCAN_MAX_CPUS) where this kernel lets the ledger tell.
+        let cpus = per_cpu(1, 1);
+        if crate::family::runq::attach::blame_caps(&layout).idle_elsewhere
+            && config.blame_min_ns != u64::MAX
+        {
+            config.idle_scan_cpus = cpus.min(cgtrace_common::runq::IDLE_SCAN_MAX_CPUS);
+        }
         config.runq_start_task = u32::from(task_storage);
         // Without task storage its map definition becomes a one-entry hash (unused).
         let retyped;
@@ -199,6 +207,8 @@ impl Tracer {
             .override_global("LAYOUT", &layout, true)
             .override_global("CONFIG", &config, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
+            // One cache line per CPU: when it went idle.
+            .map_max_entries("IDLE_SINCE", cpus)
             // (waiting cgroup, culprit) pairs: a cgroup rarely waits behind more than a few
             // neighbours in a window, and idle pairs are deleted by the daemon. At least 65 536
             // (about 5 MiB of kernel memory): 300 cgroups of short sleepers churning on 2 CPUs

@@ -194,8 +194,9 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);
-        blame::<LOOP>(
+        blame::<DIRECT, LOOP>(
             c,
+            next,
             cgroup_id,
             (start.ts_ns, rest_from, now),
             throttled_ns,
