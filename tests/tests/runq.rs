@@ -647,6 +647,84 @@ fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `idle_elsewhere`: a spinner pinned to CPU 0 beside a hog there, whose affinity is widened to
+/// CPUs 0-1 every 60 ms (and narrowed back 30 ms later), waits on CPU 0 while CPU 1 — allowed,
+/// and idle — waits for the balancer to pull it: part of its wait is `idle_elsewhere_us`. Then
+/// four unpinned spinners keep both CPUs busy: none of their wait is. The parts add up to the
+/// wait in every window, in both scenes.
+#[test]
+fn blame_charges_a_wait_beside_an_idle_allowed_cpu_to_idle_elsewhere() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let victim = TestCgroup::new("blame-idle-victim")?;
+    let hog_cg = TestCgroup::new("blame-idle-hog")?;
+    let busy = TestCgroup::new("blame-idle-busy")?;
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    if s.hello()["families"]["runq"]["blame"]["idle_elsewhere"] == false {
+        eprintln!("skipped: this kernel cannot tell idle_elsewhere");
+        return Ok(());
+    }
+    let hog = workload::spin(1, &hog_cg.procs_file(), Some(0))?;
+    let spinner = workload::spin(1, &victim.procs_file(), Some(0))?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let toggler = {
+        let (stop, pid) = (stop.clone(), spinner.pid().to_string());
+        std::thread::spawn(move || {
+            let set = |cpus: &str| {
+                let _ = std::process::Command::new("taskset")
+                    .args(["-apc", cpus, &pid])
+                    .stdout(std::process::Stdio::null())
+                    .status();
+            };
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                set("0");
+                sleep(Duration::from_millis(30));
+                set("0,1");
+                sleep(Duration::from_millis(30));
+            }
+        })
+    };
+    let first = s.windows(1)?.remove(0);
+    s.windows(4)?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    toggler.join().expect("toggler");
+    drop((hog, spinner));
+    let spinners = workload::spin(4, &busy.procs_file(), None)?;
+    s.windows(4)?;
+    drop(spinners);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let sums = |path: &str| {
+        let (mut wait, mut idle) = (0.0, 0.0);
+        for c in blamed_windows(&windows, path) {
+            wait += f(&c["runq"], "sum_us");
+            idle += f(&c["runq"]["blame"], "idle_elsewhere_us");
+        }
+        (wait, idle)
+    };
+    let (v_wait, v_idle) = sums(&victim.rel);
+    let (b_wait, b_idle) = sums(&busy.rel);
+    eprintln!(
+        "widened spinner: wait {v_wait:.0} µs, idle_elsewhere {v_idle:.0}; busy spinners: wait {b_wait:.0} µs, idle_elsewhere {b_idle:.0}"
+    );
+    assert!(v_wait > 100_000.0, "the spinner waited: {v_wait} µs");
+    assert!(
+        v_idle >= 0.05 * v_wait,
+        "{v_idle} of {v_wait} µs in idle_elsewhere_us (CPU 1 sat idle while it queued on CPU 0)"
+    );
+    assert!(b_wait > 100_000.0, "the busy spinners waited: {b_wait} µs");
+    assert!(
+        b_idle <= 0.005 * b_wait,
+        "{b_idle} of {b_wait} µs in idle_elsewhere_us with both CPUs busy all along"
+    );
+    Ok(())
+}
+
 /// `path`'s entries in `windows`, each checked: its blame parts add up to its wait within 1 %
 /// (and 1 µs of rounding).
 fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::Value> {

@@ -96,7 +96,7 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
             Some(_) => task_cgroup_id::<DIRECT>(next),
             None => Some(0),
         };
-        runq::slice_switch::<DIRECT>(next, now, next_cgroup.unwrap_or(0));
+        runq::slice_switch::<DIRECT, LOOP>(next, now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
         runq::end_wait::<DIRECT, STAMPS, LOOP>(c, next, next_pid, now, rq, next_cgroup);

@@ -28,12 +28,24 @@ pub fn blame_min_ns() -> u64 {
 /// slice of the same cgroup as the one before it (tasks of one pod handing the CPU to each other)
 /// extends that one instead of taking a slot, so the ring reaches back further on a busy CPU.
 /// When `idle_elsewhere` is computed, the CPU's `IDLE_SINCE` follows its idle task in and out.
+///
+/// `LOOP`: the programs whose walk runs in `bpf_loop` (5.18+); the others (5.10-5.17) keep no
+/// interrupt or steal share and no `IDLE_SINCE` — with those reads the 5.10 verifier did not
+/// finish their `sched_switch` — and the daemon reports those parts as unknown there.
 #[inline(always)]
-pub fn slice_switch<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: u64) {
+pub fn slice_switch<const DIRECT: bool, const LOOP: bool>(
+    next: *const u8,
+    now: u64,
+    next_cgroup: u64,
+) {
     let Some(ring) = CPU_SLICES.get_ptr_mut(0) else {
         return;
     };
-    let (irq, steal) = rq_irq_steal::<DIRECT>(next);
+    let (irq, steal) = if LOOP {
+        rq_irq_steal::<DIRECT>(next)
+    } else {
+        (0, 0)
+    };
     // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
     unsafe {
         let start = (*ring).cur_start;
@@ -46,8 +58,14 @@ pub fn slice_switch<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: 
             } else {
                 (start, len)
             };
-            let irq_frac = slice_frac(irq.wrapping_sub((*ring).cur_irq), len);
-            let steal_frac = slice_frac(steal.wrapping_sub((*ring).cur_steal), len);
+            let (irq_frac, steal_frac) = if LOOP {
+                (
+                    slice_frac(irq.wrapping_sub((*ring).cur_irq), len),
+                    slice_frac(steal.wrapping_sub((*ring).cur_steal), len),
+                )
+            } else {
+                (0, 0)
+            };
             let last = ((*ring).head.wrapping_sub(1) as usize) & (NR_SLICES - 1);
             let prev = &mut (*ring).slots[last];
             let prev_len = u64::from(prev.len_ns);
@@ -57,7 +75,7 @@ pub fn slice_switch<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: 
                 && prev_len + len <= u64::from(u32::MAX)
             {
                 let total = prev_len + len;
-                if (irq_frac | prev.irq_frac | steal_frac | prev.steal_frac) != 0 {
+                if LOOP && (irq_frac | prev.irq_frac | steal_frac | prev.steal_frac) != 0 {
                     prev.irq_frac = ((u64::from(prev.irq_frac) * prev_len
                         + u64::from(irq_frac) * len)
                         / total) as u16;
@@ -78,7 +96,7 @@ pub fn slice_switch<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: 
                 (*ring).head += 1;
             }
         }
-        if config!(idle_scan_cpus) != 0 && (cgroup_id == 0) != (next_cgroup == 0) {
+        if LOOP && config!(idle_scan_cpus) != 0 && (cgroup_id == 0) != (next_cgroup == 0) {
             let cpu = bpf_get_smp_processor_id();
             if let Some(p) = IDLE_SINCE.get_ptr_mut(cpu) {
                 (*p).since_ns = if next_cgroup == 0 { now } else { 0 };
@@ -86,8 +104,10 @@ pub fn slice_switch<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: 
         }
         (*ring).cur_cgroup = next_cgroup;
         (*ring).cur_start = now;
-        (*ring).cur_irq = irq;
-        (*ring).cur_steal = steal;
+        if LOOP {
+            (*ring).cur_irq = irq;
+            (*ring).cur_steal = steal;
+        }
     }
 }
 
@@ -148,8 +168,10 @@ struct Walk {
 /// and steal time, which add up in the walk for [`CULPRIT_IRQ`] and [`CULPRIT_STEAL`]. False when there is no older slice that overlaps: the
 /// ring is in time order, so the walk stops at the first slice that ended before the wait began
 /// (a short wait reads a slot or two, not the whole ring).
+/// `FRACS`: the slices carry interrupt and steal shares (the `bpf_loop` programs; the bounded
+/// walk of the others stays as small as the 5.10 verifier needs).
 #[inline(always)]
-fn step(w: &mut Walk, k: u64) -> bool {
+fn step<const FRACS: bool>(w: &mut Walk, k: u64) -> bool {
     if k >= w.head {
         return false;
     }
@@ -161,7 +183,7 @@ fn step(w: &mut Walk, k: u64) -> bool {
     }
     let mut o = overlap(&s, w.rest_from, w.to);
     w.covered += o;
-    if (s.irq_frac | s.steal_frac) != 0 {
+    if FRACS && (s.irq_frac | s.steal_frac) != 0 {
         let irq = (o * u64::from(s.irq_frac)) >> 16;
         let steal = (o * u64::from(s.steal_frac)) >> 16;
         w.irq += irq;
@@ -181,7 +203,7 @@ fn step(w: &mut Walk, k: u64) -> bool {
 extern "C" fn step_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Walk` on the stack of `blame`, which waits for the loop.
     let w = unsafe { &mut *ctx.cast::<Walk>() };
-    if step(w, u64::from(k)) { 0 } else { 1 }
+    if step::<true>(w, u64::from(k)) { 0 } else { 1 }
 }
 
 /// `idle_elsewhere`'s look at the other CPUs a waiting task may run on: what every step needs
@@ -330,13 +352,15 @@ pub(super) fn blame<const DIRECT: bool, const LOOP: bool>(
         }
     } else {
         for k in 0..WALK_BOUNDED as u64 {
-            if !step(&mut w, k) {
+            if !step::<false>(&mut w, k) {
                 break;
             }
         }
     }
-    add_blame(c, victim, CULPRIT_IRQ, (w.irq * scale) >> 10);
-    add_blame(c, victim, CULPRIT_STEAL, (w.steal * scale) >> 10);
+    if LOOP {
+        add_blame(c, victim, CULPRIT_IRQ, (w.irq * scale) >> 10);
+        add_blame(c, victim, CULPRIT_STEAL, (w.steal * scale) >> 10);
+    }
     add_blame(
         c,
         victim,

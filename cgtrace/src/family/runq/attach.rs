@@ -153,12 +153,13 @@ fn attach_programs(
 }
 
 /// Which of the blame ledger's kernel-dependent parts this kernel can tell (see
-/// `resolve_blame_extras` in `bpf::btf::layout`): `idle_elsewhere` is computed only by the
-/// `sched_switch` programs that walk in `bpf_loop` (those with `prev_state`).
+/// `resolve_blame_extras` in `bpf::btf::layout`): all three are kept only by the `sched_switch`
+/// programs that walk in `bpf_loop` (those with `prev_state`, 5.18+).
 pub fn blame_caps(layout: &Layout) -> BlameCaps {
+    let looped = layout.switch_has_prev_state == 1;
     BlameCaps {
-        irq: layout.rq_prev_irq_time != ABSENT,
-        steal: layout.rq_prev_steal_time_rq != ABSENT,
+        irq: looped && layout.rq_prev_irq_time != ABSENT,
+        steal: looped && layout.rq_prev_steal_time_rq != ABSENT,
         idle_elsewhere: layout.task_cpus_mask != ABSENT
             && layout.task_nr_cpus_allowed != ABSENT
             && layout.switch_has_prev_state == 1,
