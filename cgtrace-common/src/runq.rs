@@ -299,9 +299,34 @@ pub const fn slice_frac(part: u64, len: u64) -> u16 {
     }
 }
 
+/// Summaries each CPU keeps of the slices its ring has dropped (the `bpf_loop` programs, 5.18+).
+pub const NR_EPOCHS: usize = 32;
+/// Dropped slices one summary covers: with [`NR_EPOCHS`], the ledger reaches back 16 times as
+/// many slices as the ring holds.
+pub const EPOCH_SLICES: u64 = 512;
+/// Cgroups a summary names: those that held the CPU longest in its slices, as far as this many
+/// entries keep them (a slice of a cgroup not there replaces the entry with the least time if it
+/// is longer); the time of the others stays unattributed (history).
+pub const EPOCH_TOP: usize = 8;
+
+/// A summary of [`EPOCH_SLICES`] consecutive slices a CPU's ring dropped: from when to when, and
+/// how long each of its first [`EPOCH_TOP`] cgroups held the CPU (`ns` 0: a free entry; cgroup
+/// 0: idle). A wait that reaches back into it is charged in proportion: its overlap with the
+/// summary times each cgroup's share of the summary — an estimate, where the ring is exact.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epoch {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub cgroup: [u64; EPOCH_TOP],
+    pub ns: [u64; EPOCH_TOP],
+}
+
 /// Value of the per-CPU `CPU_SLICES`: the CPU's last [`NR_SLICES`] slices (a ring, `head` counts
-/// pushes) and the one running now. Written at every `sched_switch`; read when a wait ends on
-/// that CPU, to charge the wait to whoever held the CPU meanwhile.
+/// pushes) and the one running now, and summaries of older ones (`epochs`, a ring too:
+/// `epoch_head` counts summaries begun, `epoch_fill` the slices in the newest). Written at every
+/// `sched_switch`; read when a wait ends on that CPU, to charge the wait to whoever held the CPU
+/// meanwhile. 29.2 KiB: under the 32 KiB a per-CPU map value may have.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SliceRing {
@@ -312,6 +337,9 @@ pub struct SliceRing {
     pub cur_irq: u64,
     pub cur_steal: u64,
     pub slots: [Slice; NR_SLICES],
+    pub epoch_head: u64,
+    pub epoch_fill: u64,
+    pub epochs: [Epoch; NR_EPOCHS],
 }
 
 /// Value of `IDLE_SINCE` (one per CPU, a cache line each so CPUs going idle do not share one):

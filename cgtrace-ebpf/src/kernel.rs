@@ -206,20 +206,24 @@ pub fn task_nr_cpus_allowed<const DIRECT: bool>(task: *const u8) -> u64 {
     read_unchecked::<DIRECT, false>(task, layout!(task_nr_cpus_allowed))
 }
 
-/// The first 64 bytes of `task`'s allowed-CPU mask (`cpus_mask`: CPUs 0-511), zeroes where it
-/// cannot be read. Through the helper: a 64-byte copy into the stack.
+/// Where `task`'s allowed-CPU mask (`cpus_mask`) is, null where it cannot be read.
 #[inline(always)]
-pub fn task_cpus_mask(task: *const u8, mask: &mut [u64; 8]) {
+pub fn task_cpus_mask(task: *const u8) -> *const u8 {
     let off = layout!(task_cpus_mask);
     if off == ABSENT || task.is_null() {
-        return;
+        return core::ptr::null();
     }
-    // SAFETY: the helper checks the address; on error the buffer is zeroed.
-    unsafe {
-        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
-            mask.as_mut_ptr().cast(),
-            64,
-            task.wrapping_add(off as usize).cast(),
-        );
+    task.wrapping_add(off as usize)
+}
+
+/// Word `i` (0-7: CPUs `64 i` to `64 i + 63`) of an allowed-CPU mask from [`task_cpus_mask`], 0
+/// where it cannot be read. Through the helper (a variable offset).
+#[inline(always)]
+pub fn task_cpus_mask_word(mask: *const u8, i: u64) -> u64 {
+    if mask.is_null() {
+        return 0;
     }
+    // Bounded (at most 8 words, CPUs 0-511): the verifier refuses an unbounded offset to a
+    // typed pointer, even for the helper.
+    read_unchecked::<false, true>(mask.wrapping_add(((i & 7) as usize) * 8), 0)
 }

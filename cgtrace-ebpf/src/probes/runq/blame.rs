@@ -5,14 +5,14 @@ use cgtrace_common::{
     counters::{self, Counters},
     runq::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
-        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, NR_SLICES, Slice,
-        SliceRing, WALK_BOUNDED, slice_frac,
+        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_SLICES,
+        EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, slice_frac,
     },
 };
 
 use crate::{
     helpers::{atomic_add, config},
-    kernel::{rq_irq_steal, task_cpus_mask, task_nr_cpus_allowed},
+    kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed},
     maps::{BLAME, CPU_SLICES, IDLE_SINCE, count},
 };
 
@@ -34,6 +34,27 @@ pub fn blame_min_ns() -> u64 {
 /// finish their `sched_switch` — and the daemon reports those parts as unknown there.
 #[inline(always)]
 pub fn slice_switch<const DIRECT: bool, const LOOP: bool>(
+    next: *const u8,
+    now: u64,
+    next_cgroup: u64,
+) {
+    if LOOP {
+        slice_switch_looped::<DIRECT>(next, now, next_cgroup);
+    } else {
+        slice_update::<DIRECT, false>(next, now, next_cgroup);
+    }
+}
+
+/// [`slice_update`] of the `bpf_loop` programs as a function of its own, so what it keeps does
+/// not take `sched_switch`'s stack (see [`blame_looped`]).
+#[inline(never)]
+fn slice_switch_looped<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: u64) {
+    slice_update::<DIRECT, true>(next, now, next_cgroup);
+}
+
+/// See [`slice_switch`].
+#[inline(always)]
+fn slice_update<const DIRECT: bool, const LOOP: bool>(
     next: *const u8,
     now: u64,
     next_cgroup: u64,
@@ -86,6 +107,9 @@ pub fn slice_switch<const DIRECT: bool, const LOOP: bool>(
                 prev.len_ns = total as u32;
             } else {
                 let i = ((*ring).head as usize) & (NR_SLICES - 1);
+                if LOOP && (*ring).head >= NR_SLICES as u64 {
+                    fold(ring, (*ring).slots[i]);
+                }
                 (*ring).slots[i] = Slice {
                     cgroup_id,
                     start_ns: start,
@@ -107,6 +131,50 @@ pub fn slice_switch<const DIRECT: bool, const LOOP: bool>(
         if LOOP {
             (*ring).cur_irq = irq;
             (*ring).cur_steal = steal;
+        }
+    }
+}
+
+/// The ring drops `old`: it goes into the newest summary of dropped slices (a new one every
+/// [`EPOCH_SLICES`]).
+///
+/// # Safety
+/// `ring` is this CPU's `CPU_SLICES` value.
+#[inline(always)]
+unsafe fn fold(ring: *mut SliceRing, old: Slice) {
+    // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
+    unsafe {
+        let fill = (*ring).epoch_fill;
+        let e = &mut (*ring).epochs[((*ring).epoch_head as usize) & (NR_EPOCHS - 1)];
+        let len = u64::from(old.len_ns);
+        if fill == 0 {
+            // Field by field: a whole `Epoch` built first takes 144 bytes of the program's stack.
+            e.start_ns = old.start_ns;
+            e.ns.fill(0);
+        }
+        e.end_ns = old.start_ns + len;
+        let mut least = 0;
+        let mut done = false;
+        for j in 0..EPOCH_TOP {
+            if e.ns[j] == 0 || e.cgroup[j] == old.cgroup_id {
+                e.cgroup[j] = old.cgroup_id;
+                e.ns[j] += len;
+                done = true;
+                break;
+            }
+            if e.ns[j] < e.ns[least] {
+                least = j;
+            }
+        }
+        if !done && e.ns[least] < len {
+            e.cgroup[least] = old.cgroup_id;
+            e.ns[least] = len;
+        }
+        if fill + 1 >= EPOCH_SLICES {
+            (*ring).epoch_head += 1;
+            (*ring).epoch_fill = 0;
+        } else {
+            (*ring).epoch_fill = fill + 1;
         }
     }
 }
@@ -206,11 +274,63 @@ extern "C" fn step_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     if step::<true>(w, u64::from(k)) { 0 } else { 1 }
 }
 
+/// Step `k` of the walk through the summaries of dropped slices, newest first (after the ring,
+/// all of which the wait outlasted): each summary's overlap with the wait is charged to its
+/// cgroups in proportion to their time in it. False when there is no older summary that
+/// overlaps.
+extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Walk` on the stack of `blame`, which waits for the loop.
+    let w = unsafe { &mut *ctx.cast::<Walk>() };
+    let k = u64::from(k);
+    // SAFETY: a per-CPU map value, only touched from this CPU with preemption off.
+    let (epoch_head, fill) = unsafe { ((*w.ring).epoch_head, (*w.ring).epoch_fill) };
+    // The newest summary while it fills, then the full ones before it.
+    let back = if fill == 0 { k + 1 } else { k };
+    if back > epoch_head || back >= NR_EPOCHS as u64 {
+        return 1;
+    }
+    let i = (epoch_head.wrapping_sub(back) as usize) & (NR_EPOCHS - 1);
+    // Read in place (a copy would take 144 bytes of the callback's stack, which 6.1 counts with
+    // the program's own).
+    // SAFETY: as above.
+    let e: *const Epoch = unsafe { &raw const (*w.ring).epochs[i] };
+    let (start, end) = unsafe { ((*e).start_ns, (*e).end_ns) };
+    if end <= w.rest_from || end <= start {
+        return 1;
+    }
+    let a = if start > w.rest_from {
+        start
+    } else {
+        w.rest_from
+    };
+    let b = if end < w.to { end } else { w.to };
+    if b <= a {
+        return 0;
+    }
+    let o = b - a;
+    let len = ((end - start) >> 10).max(1);
+    for j in 0..EPOCH_TOP {
+        // SAFETY: as above.
+        let (ns, cgroup) = unsafe { ((*e).ns[j], (*e).cgroup[j]) };
+        if ns != 0 {
+            let part = o * (ns >> 10) / len;
+            let part = if part > o { o } else { part };
+            w.covered += part;
+            let culprit = if cgroup == 0 { CULPRIT_IDLE } else { cgroup };
+            add_blame(w.c, w.victim, culprit, (part * w.scale) >> 10);
+        }
+    }
+    0
+}
+
 /// `idle_elsewhere`'s look at the other CPUs a waiting task may run on: what every step needs
 /// (a `bpf_loop` callback gets it through its context pointer).
 #[repr(C)]
 struct Scan {
-    mask: [u64; 8],
+    /// The task's `cpus_mask`, and the word of it read last (`word_at`: its index + 1, 0: none).
+    mask: *const u8,
+    word: u64,
+    word_at: u64,
     cpu: u64,
     from: u64,
     to: u64,
@@ -223,7 +343,11 @@ extern "C" fn scan_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Scan` on the stack of `idle_elsewhere`, which waits for the loop.
     let s = unsafe { &mut *ctx.cast::<Scan>() };
     let k = u64::from(k);
-    if k == s.cpu || (s.mask[((k >> 6) & 7) as usize] >> (k & 63)) & 1 == 0 {
+    if (k >> 6) + 1 != s.word_at {
+        s.word = task_cpus_mask_word(s.mask, k >> 6);
+        s.word_at = (k >> 6) + 1;
+    }
+    if k == s.cpu || (s.word >> (k & 63)) & 1 == 0 {
         return 0;
     }
     let Some(v) = IDLE_SINCE.get(k as u32) else {
@@ -251,14 +375,15 @@ fn idle_elsewhere<const DIRECT: bool>(task: *const u8, from: u64, to: u64) -> u6
         return 0;
     }
     let mut s = Scan {
-        mask: [0; 8],
+        mask: task_cpus_mask(task),
+        word: 0,
+        word_at: 0,
         // SAFETY: no preconditions.
         cpu: u64::from(unsafe { bpf_get_smp_processor_id() }),
         from,
         to,
         longest: 0,
     };
-    task_cpus_mask(task, &mut s.mask);
     // SAFETY: the callback only touches `s`, which outlives the call.
     unsafe {
         aya_ebpf::helpers::generated::bpf_loop(
@@ -296,6 +421,49 @@ pub(super) fn blame<const DIRECT: bool, const LOOP: bool>(
     throttled: u64,
     own: bool,
 ) {
+    let charge = Charge {
+        victim,
+        from,
+        rest_from,
+        to,
+        throttled,
+        own: u64::from(own),
+    };
+    if LOOP {
+        blame_looped::<DIRECT>(c, task, &charge);
+    } else {
+        charge_wait::<DIRECT, false>(c, task, &charge);
+    }
+}
+
+/// A wait to charge, as [`blame`] was given it (one pointer for a BPF call's five arguments).
+#[repr(C)]
+struct Charge {
+    victim: u64,
+    from: u64,
+    rest_from: u64,
+    to: u64,
+    throttled: u64,
+    own: u64,
+}
+
+/// [`charge_wait`] of the `bpf_loop` programs as a function of its own: its walk state then
+/// takes the stack of this call, not of `sched_switch`, which already calls the throttle
+/// family's `slice_out` (6.1 refuses a combined stack over 512 bytes).
+#[inline(never)]
+fn blame_looped<const DIRECT: bool>(c: *mut Counters, task: *const u8, charge: &Charge) {
+    charge_wait::<DIRECT, true>(c, task, charge);
+}
+
+/// See [`blame`].
+#[inline(always)]
+fn charge_wait<const DIRECT: bool, const LOOP: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    charge: &Charge,
+) {
+    let (victim, from, rest_from, to) = (charge.victim, charge.from, charge.rest_from, charge.to);
+    let (throttled, own) = (charge.throttled, charge.own != 0);
     let culprit = if own {
         CULPRIT_THROTTLED_OWN
     } else {
@@ -349,6 +517,23 @@ pub(super) fn blame<const DIRECT: bool, const LOOP: bool>(
                 (&raw mut w).cast(),
                 0,
             );
+        }
+        // The wait outlasted the ring (which has dropped slices): the summaries of those.
+        let oldest = w.head.saturating_sub(NR_SLICES as u64);
+        if w.head > NR_SLICES as u64 && w.covered < span {
+            // SAFETY: per-CPU map value; the slot of the oldest slice the ring holds.
+            let s = unsafe { (*ring).slots[(oldest as usize) & (NR_SLICES - 1)] };
+            if s.start_ns > rest_from {
+                // SAFETY: as above.
+                unsafe {
+                    aya_ebpf::helpers::generated::bpf_loop(
+                        NR_EPOCHS as u32,
+                        epoch_callback as *mut core::ffi::c_void,
+                        (&raw mut w).cast(),
+                        0,
+                    );
+                }
+            }
         }
     } else {
         for k in 0..WALK_BOUNDED as u64 {
