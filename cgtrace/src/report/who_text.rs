@@ -237,7 +237,7 @@ mod tests {
         assert!(o.contains("  C1  /c20: caused 1.25 s (0.62 s/s)"), "{o}");
         let v1 = format!("  V1  {} (/c10): waited 1.50 s; rest: ", esc(HOSTILE));
         assert!(o.contains(&v1), "{o}");
-        assert!(o.contains("own quota 100.0 ms, siblings 50.0 ms, unattributed 120.0 ms"));
+        assert!(o.contains("own quota 100.0 ms, its own tasks 50.0 ms, unattributed 120.0 ms"));
         assert!(o.contains("the cells are 72 % of the node's 2.00 s of run-queue wait"));
         // The whole report opens with it.
         let text = render_text(&report());

@@ -102,7 +102,7 @@ impl WhoDelayed {
             return;
         };
         for (sum, part) in t.parts.iter_mut().zip(PARTS) {
-            *sum += finite((part.of)(b));
+            *sum += finite((part.of)(b).unwrap_or(0.0));
         }
         t.neighbours_other_us += finite(b.neighbours_other_us);
         for n in &b.neighbours {

@@ -48,6 +48,7 @@ fn hello(families: &[&str]) -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        blame: None,
         sched_ext: None,
     }
 }
@@ -741,6 +742,7 @@ fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
     let mut app = App::new(
         Hello {
             blame_min_us: Some(100),
+            blame: None,
             ..hello(&["runq"])
         },
         Theme::plain(),
@@ -853,6 +855,7 @@ fn app_sized(hello: Hello, cgroups: Vec<CgroupWindow>, w: u16, h: u16) -> App {
 fn hello_all() -> Hello {
     Hello {
         blame_min_us: Some(100),
+        blame: None,
         ..hello(&["runq", "throttle", "reads"])
     }
 }

@@ -251,16 +251,25 @@ fn blame_lines(
             )));
         }
     };
-    part("own quota".into(), b.throttled_own_us);
-    part("ancestor's quota".into(), b.throttled_ancestor_us);
-    part("its own tasks".into(), b.siblings_us);
-    for n in &b.neighbours {
-        part(party_label(n, name_width.min(18)), n.wait_us);
+    let mut unknown = Vec::new();
+    for p in crate::family::runq::model::PARTS {
+        match (p.of)(b) {
+            Some(us) => part(p.label.into(), us),
+            None => unknown.push(p.label),
+        }
+        if p.key == "siblings_us" {
+            for n in &b.neighbours {
+                part(party_label(n, name_width.min(18)), n.wait_us);
+            }
+            part("other neighbours".into(), b.neighbours_other_us);
+        }
     }
-    part("other neighbours".into(), b.neighbours_other_us);
-    part("kernel, host".into(), b.kernel_us);
-    part("idle CPU waking".into(), b.idle_us);
-    part("unattributed".into(), b.unattributed_us);
+    if !unknown.is_empty() {
+        out.push(Line::styled(
+            format!("  n/a (kernel cannot tell): {}", unknown.join(", ")),
+            theme.dim,
+        ));
+    }
 }
 
 /// The wait this cgroup caused others by holding their CPU, and whom it delayed most.
