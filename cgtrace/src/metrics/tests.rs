@@ -196,6 +196,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         c.runq.blame = Some(Blame {
             throttled_own_us: 1e6,
             throttled_ancestor_us: 0.0,
+            throttled_ancestors: Vec::new(),
             siblings_us: 5e5,
             neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
             neighbours_other_us: 2e5,

@@ -117,6 +117,7 @@ pub fn attach(
             wait_us: ns as f64 / 1e3,
         }
     };
+    let throttled = throttled_by_path(cgroups);
     for cg in cgroups.iter_mut() {
         let parts = by_victim.get(&cg.id);
         if parts.is_some() || cg.runq.all.sum_us > 0.0 {
@@ -168,6 +169,10 @@ pub fn attach(
             } else {
                 b.unattributed_us = wait - charged;
             }
+            if b.throttled_ancestor_us > 0.0 {
+                b.throttled_ancestors =
+                    name_ancestors(cg.path.as_deref(), b.throttled_ancestor_us, &throttled);
+            }
             cg.runq.blame = Some(b);
         }
         if let Some(victims) = by_culprit.get_mut(&cg.id) {
@@ -183,6 +188,64 @@ pub fn attach(
             });
         }
     }
+}
+
+/// The window's cgroups the throttle family saw throttled, by path: (id, name, throttled µs
+/// (the kernel's throttled time, else our episodes'; 0 when only `nr_throttled` says so)).
+fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, (u64, Option<String>, f64)> {
+    cgroups
+        .iter()
+        .filter_map(|c| {
+            let t = c.throttle.as_ref()?;
+            let kernel = t.kernel.as_ref();
+            let us = kernel
+                .map(|k| k.throttled_us)
+                .filter(|&us| us > 0.0)
+                .unwrap_or(t.throttled_us);
+            let throttled =
+                us > 0.0 || t.nr_throttled > 0 || kernel.is_some_and(|k| k.nr_throttled > 0);
+            let path = c.path.clone()?;
+            throttled.then(|| (path, (c.id, c.name.clone(), us.max(0.0))))
+        })
+        .collect()
+}
+
+/// The ancestors of the cgroup at `path` that were throttled in the window, `us` split across
+/// them by their throttled time (evenly when none has any), most first, nearest first when equal.
+fn name_ancestors(
+    path: Option<&str>,
+    us: f64,
+    throttled: &StdHashMap<String, (u64, Option<String>, f64)>,
+) -> Vec<Party> {
+    let Some(path) = path else {
+        return Vec::new();
+    };
+    // Nearest first: "/a/b/c" → "/a/b", "/a".
+    let mut found = Vec::new();
+    let mut at = path.trim_end_matches('/');
+    while let Some(i) = at.rfind('/') {
+        at = &at[..i];
+        if at.is_empty() {
+            break;
+        }
+        if let Some((id, name, t)) = throttled.get(at) {
+            found.push((at.to_string(), *id, name.clone(), *t));
+        }
+    }
+    let total: f64 = found.iter().map(|f| f.3).sum();
+    let n = found.len() as f64;
+    let mut out: Vec<Party> = found
+        .into_iter()
+        .map(|(path, id, name, t)| Party {
+            id,
+            path: Some(path),
+            name,
+            wait_us: if total > 0.0 { us * t / total } else { us / n },
+        })
+        .collect();
+    // A stable sort keeps the nearest first among equals.
+    out.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+    out
 }
 
 /// Noisy neighbours over a recording: every window's `caused`, summed per culprit.
@@ -562,6 +625,93 @@ mod tests {
         let (_, advice) =
             super::super::blame_diagnosis(&idle, 10_000.0, "cpu.weight", "cpu.max").expect("one");
         assert!(advice.contains("RPS"), "{advice}");
+    }
+
+    /// `throttled_ancestor_us` names the ancestors the throttle family saw throttled in the
+    /// window, split by their throttled time; a cousin or the victim itself is not one of them.
+    #[test]
+    fn the_ancestor_whose_quota_ran_out_is_named() {
+        use crate::family::throttle::model::{KernelDelta, ThrottleWindow};
+        let at = |id: u64, path: &str, wait_us: f64, throttled_us: Option<f64>| {
+            let mut c = cg(id, wait_us);
+            c.path = Some(path.to_string());
+            c.throttle = throttled_us.map(|us| {
+                Box::new(ThrottleWindow {
+                    nr_throttled: 3,
+                    kernel: Some(KernelDelta {
+                        nr_throttled: 3,
+                        throttled_us: us,
+                        ..KernelDelta::default()
+                    }),
+                    ..ThrottleWindow::default()
+                })
+            });
+            c
+        };
+        let mut blame = StdHashMap::new();
+        blame.insert(
+            BlameKey {
+                victim: 4,
+                culprit: CULPRIT_THROTTLED_ANCESTOR,
+            },
+            9_000_000,
+        );
+        let mut cgs = vec![
+            at(1, "/kubepods", 0.0, Some(10_000.0)),
+            at(2, "/kubepods/pod-a", 0.0, Some(20_000.0)),
+            at(3, "/kubepods/pod-b", 0.0, Some(50_000.0)),
+            at(4, "/kubepods/pod-a/app", 10_000.0, Some(70_000.0)),
+        ];
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        let named: Vec<(&str, f64)> = b
+            .throttled_ancestors
+            .iter()
+            .map(|a| (a.path.as_deref().unwrap_or("?"), a.wait_us))
+            .collect();
+        assert_eq!(
+            named,
+            [("/kubepods/pod-a", 6_000.0), ("/kubepods", 3_000.0)]
+        );
+        let (message, advice) =
+            super::super::blame_diagnosis(b, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        assert!(
+            message.contains("90 % the quota of its ancestor /kubepods/pod-a"),
+            "{message}"
+        );
+        assert!(
+            advice.contains("/kubepods/pod-a ran out of CPU quota"),
+            "{advice}"
+        );
+        // Equal throttled time: split evenly, nearest first; none throttled: none named.
+        for c in &mut cgs[..2] {
+            c.throttle
+                .as_mut()
+                .unwrap()
+                .kernel
+                .as_mut()
+                .unwrap()
+                .throttled_us = 1.0;
+        }
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        let paths: Vec<_> = b
+            .throttled_ancestors
+            .iter()
+            .map(|a| a.path.clone())
+            .collect();
+        assert_eq!(
+            paths,
+            [Some("/kubepods/pod-a".into()), Some("/kubepods".into())]
+        );
+        assert_eq!(b.throttled_ancestors[0].wait_us, 4_500.0);
+        for c in &mut cgs[..2] {
+            c.throttle = None;
+        }
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        assert!(b.throttled_ancestors.is_empty());
+        assert_eq!(b.throttled_ancestor_us, 9_000.0);
     }
 
     #[test]

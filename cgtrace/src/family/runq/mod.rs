@@ -168,11 +168,24 @@ pub fn blame_diagnosis(
             "its own quota".into(),
             format!("raise or remove its CPU quota ({quota})"),
         ),
-        (
-            b.throttled_ancestor_us,
-            "an ancestor's quota".into(),
-            format!("raise the CPU quota ({quota}) of the parent whose quota ran out"),
-        ),
+        match b.throttled_ancestors.first() {
+            Some(a) => {
+                let who = label(a);
+                (
+                    b.throttled_ancestor_us,
+                    format!("the quota of its ancestor {who}"),
+                    format!(
+                        "its ancestor {who} ran out of CPU quota: raise that cgroup's {quota} \
+                         (or move this one out from under it)"
+                    ),
+                )
+            }
+            None => (
+                b.throttled_ancestor_us,
+                "an ancestor's quota".into(),
+                format!("raise the CPU quota ({quota}) of the parent whose quota ran out"),
+            ),
+        },
         (
             b.siblings_us,
             "its own other threads".into(),

@@ -15,6 +15,11 @@ pub struct Blame {
     /// An ancestor's quota was exhausted (6.18+; before 6.18 counted as its own when it has a
     /// quota of its own).
     pub throttled_ancestor_us: f64,
+    /// Which ancestor(s) of it were throttled in the window (the throttle family's throttled
+    /// time there), `throttled_ancestor_us` split across them by their throttled time, most
+    /// first (nearest first when equal); empty when none is known.
+    #[serde(default)]
+    pub throttled_ancestors: Vec<Party>,
     /// The CPU ran other tasks of the same cgroup.
     pub siblings_us: f64,
     /// The other cgroups that held the CPU, most first (at most [`TOP`]).
@@ -78,6 +83,9 @@ impl Blame {
     pub fn scale(&mut self, f: f64) {
         self.throttled_own_us *= f;
         self.throttled_ancestor_us *= f;
+        for a in &mut self.throttled_ancestors {
+            a.wait_us *= f;
+        }
         self.siblings_us *= f;
         self.neighbours_other_us *= f;
         self.kernel_us *= f;

@@ -241,7 +241,7 @@ fn blame_lines(
         "  who delayed it     share  wait/s",
         theme.dim,
     ));
-    let mut part = |label: String, us: f64| {
+    let part = |out: &mut Vec<Line<'static>>, label: String, us: f64| {
         if us > 0.0 {
             out.push(Line::raw(format!(
                 "  {:<18} {:>4.0}% {:>7}",
@@ -254,14 +254,26 @@ fn blame_lines(
     let mut unknown = Vec::new();
     for p in crate::family::runq::model::PARTS {
         match (p.of)(b) {
-            Some(us) => part(p.label.into(), us),
+            Some(us) => part(out, p.label.into(), us),
             None => unknown.push(p.label),
+        }
+        if p.key == "throttled_ancestor_us" {
+            // Whose quota: "ancestor quota: /kubepods/burstable/pod…".
+            for a in &b.throttled_ancestors {
+                out.push(Line::styled(
+                    format!(
+                        "    ancestor quota: {}",
+                        party_label(a, name_width.saturating_sub(2))
+                    ),
+                    theme.dim,
+                ));
+            }
         }
         if p.key == "siblings_us" {
             for n in &b.neighbours {
-                part(party_label(n, name_width.min(18)), n.wait_us);
+                part(out, party_label(n, name_width.min(18)), n.wait_us);
             }
-            part("other neighbours".into(), b.neighbours_other_us);
+            part(out, "other neighbours".into(), b.neighbours_other_us);
         }
     }
     if !unknown.is_empty() {
