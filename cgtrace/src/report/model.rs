@@ -284,8 +284,18 @@ pub struct Victim {
     pub charged_to_others_us: f64,
     /// Neighbours outside the culprit columns (and those the ledger did not name).
     pub other_neighbours_us: f64,
-    /// The rest of its wait, by [`PARTS`] key.
-    pub parts: BTreeMap<&'static str, f64>,
+    /// The rest of its wait, by [`PARTS`] key (`null`: the kernel could not tell that part).
+    pub parts: BTreeMap<&'static str, Option<f64>>,
+    /// The ancestors whose quota ran out (`throttled_ancestor_us` by ancestor), most first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub throttled_ancestors: Vec<AncestorQuota>,
+}
+
+/// An ancestor whose CPU quota throttled a victim, and the wait it cost it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct AncestorQuota {
+    pub path: String,
+    pub wait_us: f64,
 }
 
 /// A column of the matrix: a cgroup whose tasks held CPUs others waited for.
