@@ -90,14 +90,15 @@ impl Blame {
         self.neighbours_other_us *= f;
         self.kernel_us *= f;
         self.idle_us *= f;
-        for p in [
+        for v in [
             &mut self.irq_us,
             &mut self.steal_us,
             &mut self.idle_elsewhere_us,
-        ] {
-            if let Some(v) = p {
-                *v *= f;
-            }
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *v *= f;
         }
         self.unattributed_us *= f;
         self.unattributed_history_us *= f;
