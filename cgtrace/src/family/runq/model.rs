@@ -225,6 +225,8 @@ impl BlameCaps {
 /// it cannot, why (those parts are `null` in `runq.blame`, never 0).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HelloBlame {
+    /// `irq`, `steal`, `idle_elsewhere`: whether this kernel tells that part.
+    #[serde(flatten)]
     pub told: BlameCaps,
     /// "irq_us unknown: …", one per part this kernel cannot tell.
     pub unknown: Vec<String>,
