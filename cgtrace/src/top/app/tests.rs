@@ -678,15 +678,25 @@ fn detail_says_where_the_wait_split_is_approximate() {
 fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     use crate::family::runq::blame::{Blame, Caused, Party};
     let mut cgs = three();
-    // db (selected first: busiest) waited 20 ms: 15 ms behind a neighbour with a hostile name.
+    // db (selected first: busiest) waited 20 ms: 15 ms behind a neighbour with a hostile name,
+    // 1 ms under its parent's quota; this kernel tells steal (none) but not interrupts or idle
+    // CPUs elsewhere.
     cgs[1].runq.blame = Some(Blame {
-        siblings_us: 2000.0,
+        siblings_us: 1000.0,
+        throttled_ancestor_us: 1000.0,
+        throttled_ancestors: vec![Party {
+            id: 7,
+            path: Some("/kubepods/burstable/pod-q".into()),
+            name: None,
+            wait_us: 1000.0,
+        }],
         neighbours: vec![Party {
             id: 99,
             path: Some("/evil\u{1b}[2J".into()),
             name: None,
             wait_us: 15_000.0,
         }],
+        steal_us: Some(0.0),
         unattributed_us: 3000.0,
         ..Blame::default()
     });
@@ -709,6 +719,16 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     assert!(text.contains("who delayed it"), "{text}");
     assert!(text.contains("75%"), "{text}");
     assert!(text.contains("its own tasks"), "{text}");
+    assert!(
+        text.contains("ancestor quota: /kubepods/burstable/pod-q"),
+        "{text}"
+    );
+    // Unknown parts are said to be unknown, never shown as 0; a told 0 is not shown.
+    assert!(
+        text.contains("n/a (kernel cannot tell): idle CPU elsewhere, interrupts"),
+        "{text}"
+    );
+    assert!(!text.contains("hypervisor steal"), "{text}");
     assert!(!text.contains('\u{1b}'), "{text}");
     assert!(text.contains("it delayed others"), "{text}");
     assert!(text.contains("web.service"), "{text}");
