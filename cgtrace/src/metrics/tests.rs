@@ -187,6 +187,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         path: Some(format!("/n{id}")),
         name: None,
         wait_us: us,
+        cpu_max: None,
     };
     let mut m = Metrics::new(MetricsOptions::default());
     // Two windows; in each the victim is delayed by 12 neighbours (5 named, 7 summed) and
@@ -322,6 +323,7 @@ fn delayed_by_pairs_are_bounded_escaped_and_add_up() {
                 path: Some(path.to_string()),
                 name: Some("evil\"name".to_string()),
                 wait_us: 4e5 - i as f64 * 1e5,
+                cpu_max: None,
             });
         }
         b.neighbours_other_us = 5e4;

@@ -115,6 +115,7 @@ pub fn attach(
             path,
             name,
             wait_us: ns as f64 / 1e3,
+            cpu_max: None,
         }
     };
     let throttled = throttled_by_path(cgroups);
@@ -190,9 +191,10 @@ pub fn attach(
     }
 }
 
-/// The window's cgroups the throttle family saw throttled, by path: (id, name, throttled µs
-/// (the kernel's throttled time, else our episodes'; 0 when only `nr_throttled` says so)).
-fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, (u64, Option<String>, f64)> {
+/// The window's cgroups the throttle family saw throttled, by path, each as a [`Party`] whose
+/// `wait_us` is its throttled time (the kernel's, else our episodes'; 0 when only
+/// `nr_throttled` says so) and `cpu_max` its quota.
+fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, Party> {
     cgroups
         .iter()
         .filter_map(|c| {
@@ -205,7 +207,16 @@ fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, (u64, Optio
             let throttled =
                 us > 0.0 || t.nr_throttled > 0 || kernel.is_some_and(|k| k.nr_throttled > 0);
             let path = c.path.clone()?;
-            throttled.then(|| (path, (c.id, c.name.clone(), us.max(0.0))))
+            throttled.then(|| {
+                let party = Party {
+                    id: c.id,
+                    path: Some(path.clone()),
+                    name: c.name.clone(),
+                    wait_us: us.max(0.0),
+                    cpu_max: t.quota_us.map(|q| format!("{q} {}", t.period_us)),
+                };
+                (path, party)
+            })
         })
         .collect()
 }
@@ -215,37 +226,35 @@ fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, (u64, Optio
 fn name_ancestors(
     path: Option<&str>,
     us: f64,
-    throttled: &StdHashMap<String, (u64, Option<String>, f64)>,
+    throttled: &StdHashMap<String, Party>,
 ) -> Vec<Party> {
     let Some(path) = path else {
         return Vec::new();
     };
     // Nearest first: "/a/b/c" → "/a/b", "/a".
-    let mut found = Vec::new();
+    let mut found: Vec<Party> = Vec::new();
     let mut at = path.trim_end_matches('/');
     while let Some(i) = at.rfind('/') {
         at = &at[..i];
         if at.is_empty() {
             break;
         }
-        if let Some((id, name, t)) = throttled.get(at) {
-            found.push((at.to_string(), *id, name.clone(), *t));
+        if let Some(p) = throttled.get(at) {
+            found.push(p.clone());
         }
     }
-    let total: f64 = found.iter().map(|f| f.3).sum();
+    let total: f64 = found.iter().map(|p| p.wait_us).sum();
     let n = found.len() as f64;
-    let mut out: Vec<Party> = found
-        .into_iter()
-        .map(|(path, id, name, t)| Party {
-            id,
-            path: Some(path),
-            name,
-            wait_us: if total > 0.0 { us * t / total } else { us / n },
-        })
-        .collect();
+    for p in &mut found {
+        p.wait_us = if total > 0.0 {
+            us * p.wait_us / total
+        } else {
+            us / n
+        };
+    }
     // A stable sort keeps the nearest first among equals.
-    out.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
-    out
+    found.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+    found
 }
 
 /// Noisy neighbours over a recording: every window's `caused`, summed per culprit.
@@ -298,6 +307,7 @@ impl Noisy {
                         path: None,
                         name: None,
                         wait_us: 0.0,
+                        cpu_max: None,
                     })
                 }
             };
@@ -637,6 +647,8 @@ mod tests {
             c.path = Some(path.to_string());
             c.throttle = throttled_us.map(|us| {
                 Box::new(ThrottleWindow {
+                    quota_us: Some(20_000),
+                    period_us: 100_000,
                     nr_throttled: 3,
                     kernel: Some(KernelDelta {
                         nr_throttled: 3,

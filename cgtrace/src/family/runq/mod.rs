@@ -175,8 +175,12 @@ pub fn blame_diagnosis(
                     b.throttled_ancestor_us,
                     format!("the quota of its ancestor {who}"),
                     format!(
-                        "its ancestor {who} ran out of CPU quota: raise that cgroup's {quota} \
-                         (or move this one out from under it)"
+                        "its ancestor {who} ran out of CPU quota: raise that cgroup's {quota}{} \
+                         (or move this one out from under it)",
+                        a.cpu_max
+                            .as_ref()
+                            .map(|m| format!(" (now {m})"))
+                            .unwrap_or_default()
                     ),
                 )
             }

@@ -248,6 +248,10 @@ pub struct Party {
     pub path: Option<String>,
     pub name: Option<String>,
     pub wait_us: f64,
+    /// An ancestor in `throttled_ancestors`: its quota in that window, as `cpu.max` has it
+    /// ("20000 100000"); absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_max: Option<String>,
 }
 
 /// `caused`: the run-queue wait a cgroup's tasks caused other cgroups in the window by holding

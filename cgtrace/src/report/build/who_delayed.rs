@@ -282,6 +282,7 @@ pub(crate) mod tests {
             path: Some(format!("/c{id}")),
             name: None,
             wait_us: ms * 1e3,
+            cpu_max: None,
         }
     }
 
@@ -344,6 +345,7 @@ pub(crate) mod tests {
                 path: Some("/kubepods/pod-q".into()),
                 name: None,
                 wait_us: 50e3,
+                cpu_max: None,
             }];
             b.steal_us = Some(0.0);
         }

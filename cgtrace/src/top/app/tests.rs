@@ -689,12 +689,14 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
             path: Some("/kubepods/burstable/pod-q".into()),
             name: None,
             wait_us: 1000.0,
+            cpu_max: Some("50000 100000".into()),
         }],
         neighbours: vec![Party {
             id: 99,
             path: Some("/evil\u{1b}[2J".into()),
             name: None,
             wait_us: 15_000.0,
+            cpu_max: None,
         }],
         steal_us: Some(0.0),
         unattributed_us: 3000.0,
@@ -707,6 +709,7 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
             path: Some("/system.slice/web.service".into()),
             name: Some("web.service".into()),
             wait_us: 700.0,
+            cpu_max: None,
         }],
     });
     let app = app_with(cgs);
@@ -720,7 +723,7 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     assert!(text.contains("75%"), "{text}");
     assert!(text.contains("its own tasks"), "{text}");
     assert!(
-        text.contains("ancestor quota: /kubepods/burstable/pod-q"),
+        text.contains("ancestor quota: /kubepods/burstable/pod-q (cpu.max 50000 100000)"),
         "{text}"
     );
     // Unknown parts are said to be unknown, never shown as 0; a told 0 is not shown.
@@ -749,6 +752,7 @@ fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
             path: Some("/batch".into()),
             name: None,
             wait_us: cgs[1].runq.all.sum_us * 0.8,
+            cpu_max: None,
         }],
         unattributed_us: cgs[1].runq.all.sum_us * 0.2,
         ..Blame::default()

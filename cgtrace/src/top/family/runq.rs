@@ -262,8 +262,12 @@ fn blame_lines(
             for a in &b.throttled_ancestors {
                 out.push(Line::styled(
                     format!(
-                        "    ancestor quota: {}",
-                        party_label(a, name_width.saturating_sub(2))
+                        "    ancestor quota: {}{}",
+                        party_label(a, name_width.saturating_sub(2)),
+                        a.cpu_max
+                            .as_ref()
+                            .map(|m| format!(" (cpu.max {m})"))
+                            .unwrap_or_default()
                     ),
                     theme.dim,
                 ));
