@@ -864,6 +864,27 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
             cg.rel
         );
     }
+    // The child's ancestor part names the parent, with its quota (`throttled_ancestors`).
+    let entries = blamed_windows(&lines, &child.rel);
+    let (mut ancestor, mut named) = (0.0, 0.0);
+    for c in &entries {
+        let b = &c["runq"]["blame"];
+        ancestor += f(b, "throttled_ancestor_us");
+        for a in b["throttled_ancestors"].as_array().into_iter().flatten() {
+            assert_eq!(a["path"], parent.rel.as_str(), "{b}");
+            assert_eq!(a["cpu_max"], "20000 100000", "{b}");
+            named += f(a, "wait_us");
+        }
+    }
+    eprintln!(
+        "{}: throttled_ancestor_us {ancestor:.0}, named {named:.0}",
+        child.rel
+    );
+    assert!(
+        named >= 0.9 * ancestor,
+        "{named} of {ancestor} µs of the ancestor part names {}",
+        parent.rel
+    );
     Ok(())
 }
 
