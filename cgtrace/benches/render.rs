@@ -50,6 +50,7 @@ fn hello() -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        blame: None,
         sched_ext: None,
     }
 }

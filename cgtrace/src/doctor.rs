@@ -135,6 +135,19 @@ pub fn run() -> anyhow::Result<()> {
                     format!("{}: {}", mode.mode, mode.detail),
                 );
             }
+            let caps = crate::family::runq::attach::blame_caps(&t.layout);
+            line(
+                "blame parts",
+                format!(
+                    "irq {}, steal {}, idle_elsewhere {}",
+                    yes(caps.irq),
+                    yes(caps.steal),
+                    yes(caps.idle_elsewhere)
+                ),
+            );
+            for why in caps.unknown() {
+                line("  unknown", why);
+            }
             let split = layout::wait_split(&t.layout);
             line(
                 "wait split",

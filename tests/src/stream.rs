@@ -234,18 +234,18 @@ pub fn sum_counter(windows: &[Value], name: &str) -> u64 {
         .sum()
 }
 
-/// The sum of a `runq.blame` object's parts (µs): what must add up to the cgroup's wait.
+/// The sum of a `runq.blame` object's parts (µs): what must add up to the cgroup's wait. The
+/// parts are the ledger's own table (`cgtrace::family::runq::model::PARTS`), so a new part is
+/// counted here as soon as the daemon has it; a part this kernel cannot tell is `null` (none).
 pub fn blame_parts_us(b: &Value) -> f64 {
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let named: f64 = b["neighbours"]
         .as_array()
         .map_or(0.0, |n| n.iter().map(|p| f(p, "wait_us")).sum());
-    f(b, "throttled_own_us")
-        + f(b, "throttled_ancestor_us")
-        + f(b, "siblings_us")
+    cgtrace::family::runq::model::PARTS
+        .iter()
+        .map(|p| f(b, p.key))
+        .sum::<f64>()
         + named
         + f(b, "neighbours_other_us")
-        + f(b, "kernel_us")
-        + f(b, "idle_us")
-        + f(b, "unattributed_us")
 }

@@ -396,15 +396,8 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             blamed += 1;
             wait_us += wait;
             unattributed_us += f(b, "unattributed_us");
-            for part in [
-                "throttled_own_us",
-                "throttled_ancestor_us",
-                "siblings_us",
-                "neighbours_other_us",
-                "kernel_us",
-                "idle_us",
-                "unattributed_history_us",
-            ] {
+            let keys = cgtrace::family::runq::model::PARTS.iter().map(|p| p.key);
+            for part in keys.chain(["neighbours_other_us", "unattributed_history_us"]) {
                 *by_part.entry(part).or_default() += f(b, part);
             }
             if (parts - wait).abs() > wait * 0.01 + 1.0 {

@@ -533,7 +533,32 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
     let s = Stream::start(&["--interval", "1000", "--blame"])?;
+    // Which kernel-dependent parts this kernel tells (`hello.blame`); the others are null in
+    // every window, never 0, and each has its reason.
+    let told = s.hello()["blame"].clone();
+    let kernel_parts = ["irq", "steal", "idle_elsewhere"];
+    let unknown = told["unknown"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        unknown,
+        kernel_parts.iter().filter(|p| told[**p] != true).count(),
+        "hello.blame: {told}"
+    );
     let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
+    for c in windows
+        .iter()
+        .filter_map(|w| w["cgroups"].as_array())
+        .flatten()
+        .filter(|c| c["runq"]["blame"].is_object())
+    {
+        for p in kernel_parts {
+            let v = &c["runq"]["blame"][format!("{p}_us")];
+            assert_eq!(
+                v.is_null(),
+                told[p] != true,
+                "{p}_us is {v} where hello.blame says {told}"
+            );
+        }
+    }
     let of = |path: &str| {
         windows
             .iter()
@@ -661,7 +686,7 @@ fn blame_charges_a_wait_beside_an_idle_allowed_cpu_to_idle_elsewhere() -> anyhow
     let hog_cg = TestCgroup::new("blame-idle-hog")?;
     let busy = TestCgroup::new("blame-idle-busy")?;
     let mut s = Stream::start(&["--interval", "1000"])?;
-    if s.hello()["families"]["runq"]["blame"]["idle_elsewhere"] == false {
+    if s.hello()["blame"]["idle_elsewhere"] != true {
         eprintln!("skipped: this kernel cannot tell idle_elsewhere");
         return Ok(());
     }
@@ -839,6 +864,27 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
             cg.rel
         );
     }
+    // The child's ancestor part names the parent, with its quota (`throttled_ancestors`).
+    let entries = blamed_windows(&lines, &child.rel);
+    let (mut ancestor, mut named) = (0.0, 0.0);
+    for c in &entries {
+        let b = &c["runq"]["blame"];
+        ancestor += f(b, "throttled_ancestor_us");
+        for a in b["throttled_ancestors"].as_array().into_iter().flatten() {
+            assert_eq!(a["path"], parent.rel.as_str(), "{b}");
+            assert_eq!(a["cpu_max"], "20000 100000", "{b}");
+            named += f(a, "wait_us");
+        }
+    }
+    eprintln!(
+        "{}: throttled_ancestor_us {ancestor:.0}, named {named:.0}",
+        child.rel
+    );
+    assert!(
+        named >= 0.9 * ancestor,
+        "{named} of {ancestor} µs of the ancestor part names {}",
+        parent.rel
+    );
     Ok(())
 }
 

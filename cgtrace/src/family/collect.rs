@@ -64,6 +64,8 @@ pub struct WindowInput {
     /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit); `None`
     /// when the ledger is off (`--blame`).
     pub blame: Option<HashMap<cgtrace_common::runq::BlameKey, u64>>,
+    /// Which of the ledger's kernel-dependent parts this kernel can tell (with `blame`).
+    pub blame_caps: runq::model::BlameCaps,
     pub periods: HashMap<u64, throttle::PeriodDelta>,
     pub episodes: HashMap<u64, throttle::Episodes>,
     /// Throttled periods and who burned them, by cgroup.

@@ -111,7 +111,7 @@ impl Aggregator {
         }
         if let Some(blame) = input.blame.take() {
             let blame = self.blame_carry.settle(&cgroups, blame);
-            crate::family::runq::blame::attach(&mut cgroups, &blame, |id| {
+            crate::family::runq::blame::attach(&mut cgroups, &blame, input.blame_caps, |id| {
                 let (path, name) = self.describe(id);
                 (path, name.map(|n| n.display))
             });

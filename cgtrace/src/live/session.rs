@@ -146,6 +146,7 @@ impl Session {
                 runq: crate::family::runq::StartOptions {
                     blame: opts.blame_min.is_some(),
                     starts: tracer.runq_start,
+                    caps: crate::family::runq::attach::blame_caps(&tracer.layout),
                 },
                 throttle: opts.flag_rules,
                 reads: crate::family::reads::StartOptions {
@@ -191,6 +192,11 @@ impl Session {
             kept_capabilities: crate::safety::privilege::kept_names(),
             wait_split: Some(crate::bpf::btf::layout::wait_split(&tracer.layout)),
             blame_min_us: opts.blame_min.map(|d| d.as_micros() as u64),
+            blame: opts.blame_min.map(|_| {
+                crate::family::runq::model::HelloBlame::new(
+                    crate::family::runq::attach::blame_caps(&tracer.layout),
+                )
+            }),
             sched_ext,
         };
         let aggregator = Aggregator::new(

@@ -187,6 +187,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         path: Some(format!("/n{id}")),
         name: None,
         wait_us: us,
+        cpu_max: None,
     };
     let mut m = Metrics::new(MetricsOptions::default());
     // Two windows; in each the victim is delayed by 12 neighbours (5 named, 7 summed) and
@@ -196,11 +197,16 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         c.runq.blame = Some(Blame {
             throttled_own_us: 1e6,
             throttled_ancestor_us: 0.0,
+            throttled_ancestors: Vec::new(),
             siblings_us: 5e5,
             neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
             neighbours_other_us: 2e5,
             kernel_us: 4e5,
             idle_us: 3e5,
+            // Told: steal and idle elsewhere; this kernel cannot tell interrupts.
+            irq_us: None,
+            steal_us: Some(2e5),
+            idle_elsewhere_us: Some(0.0),
             unattributed_us: 1e5,
             unattributed_history_us: 5e4,
         });
@@ -227,6 +233,12 @@ fn blame_parts_neighbours_and_caused_are_counters() {
     near(value(&format!("{blame}\"unattributed\"}}")), 0.3);
     near(value(&format!("{blame}\"kernel\"}}")), 1.2);
     near(value(&format!("{blame}\"idle\"}}")), 0.9);
+    near(value(&format!("{blame}\"steal\"}}")), 0.6);
+    near(value(&format!("{blame}\"idle_elsewhere\"}}")), 0.0);
+    assert!(
+        !t.contains("part=\"irq\""),
+        "a part the kernel cannot tell has no series:\n{t}"
+    );
     let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",neighbour="#;
     near(value(&format!("{by}\"/n10\"}}")), 0.1);
     // 15 named neighbours seen: 10 get series, the other 5 and the summed ones are "other".
@@ -311,6 +323,7 @@ fn delayed_by_pairs_are_bounded_escaped_and_add_up() {
                 path: Some(path.to_string()),
                 name: Some("evil\"name".to_string()),
                 wait_us: 4e5 - i as f64 * 1e5,
+                cpu_max: None,
             });
         }
         b.neighbours_other_us = 5e4;

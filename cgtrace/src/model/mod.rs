@@ -52,6 +52,10 @@ pub struct Hello {
     /// the CPU. Absent when it is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blame_min_us: Option<u64>,
+    /// With the blame ledger: which of its kernel-dependent parts this kernel can tell and why
+    /// not. Absent when it is off (and in recordings made before it was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<crate::family::runq::model::HelloBlame>,
     /// A sched_ext (BPF) scheduler on the host, and what it means for `throttle`. Absent on
     /// kernels without sched_ext (and in recordings made before it was reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]

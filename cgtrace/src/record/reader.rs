@@ -794,6 +794,7 @@ fn placeholder_hello(start_unix_ms: Option<u64>) -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        blame: None,
         sched_ext: None,
     }
 }

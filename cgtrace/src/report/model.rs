@@ -244,49 +244,10 @@ pub struct Wait {
     pub wait_us: f64,
 }
 
-/// A part of a victim's wait other than the named neighbours, as the ledger (`runq.blame`) gives
-/// it: its key there (and in `report --json`), the words the report uses for it, and how to read
-/// it. [`PARTS`] lists them once; the matrix's rows, the text, the JSON and the page iterate it.
-pub struct Part {
-    pub key: &'static str,
-    pub label: &'static str,
-    pub of: fn(&family::runq::model::Blame) -> f64,
-}
-
-/// Every part of `runq.blame` besides `neighbours` and `neighbours_other_us`: a new part of the
-/// ledger is one line here.
-pub const PARTS: &[Part] = &[
-    Part {
-        key: "throttled_own_us",
-        label: "own quota",
-        of: |b| b.throttled_own_us,
-    },
-    Part {
-        key: "throttled_ancestor_us",
-        label: "ancestor's quota",
-        of: |b| b.throttled_ancestor_us,
-    },
-    Part {
-        key: "siblings_us",
-        label: "siblings",
-        of: |b| b.siblings_us,
-    },
-    Part {
-        key: "kernel_us",
-        label: "kernel, host",
-        of: |b| b.kernel_us,
-    },
-    Part {
-        key: "idle_us",
-        label: "idle CPU waking",
-        of: |b| b.idle_us,
-    },
-    Part {
-        key: "unattributed_us",
-        label: "unattributed",
-        of: |b| b.unattributed_us,
-    },
-];
+/// A part of a victim's wait other than the named neighbours, and every such part: the ledger's
+/// one table ([`crate::family::runq::model::PARTS`]); the matrix's rows, the text, the JSON and
+/// the page iterate it.
+pub use crate::family::runq::model::{BlamePart as Part, PARTS};
 
 /// Who delayed whom over a recording, from the blame ledger: the [`TOP`] victims (most
 /// run-queue wait charged to other cgroups first) against the [`TOP`] culprits (most wait
@@ -323,8 +284,18 @@ pub struct Victim {
     pub charged_to_others_us: f64,
     /// Neighbours outside the culprit columns (and those the ledger did not name).
     pub other_neighbours_us: f64,
-    /// The rest of its wait, by [`PARTS`] key.
-    pub parts: BTreeMap<&'static str, f64>,
+    /// The rest of its wait, by [`PARTS`] key (`null`: the kernel could not tell that part).
+    pub parts: BTreeMap<&'static str, Option<f64>>,
+    /// The ancestors whose quota ran out (`throttled_ancestor_us` by ancestor), most first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub throttled_ancestors: Vec<AncestorQuota>,
+}
+
+/// An ancestor whose CPU quota throttled a victim, and the wait it cost it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct AncestorQuota {
+    pub path: String,
+    pub wait_us: f64,
 }
 
 /// A column of the matrix: a cgroup whose tasks held CPUs others waited for.

@@ -150,9 +150,14 @@ pub(super) fn render(o: &mut String, m: &WhoDelayedWhom) {
             rest.push(format!("other neighbours {}", dur(v.other_neighbours_us)));
         }
         for p in PARTS {
-            let us = v.parts.get(p.key).copied().unwrap_or(0.0);
+            let us = v.parts.get(p.key).copied().flatten().unwrap_or(0.0);
             if us > 0.0 {
                 rest.push(format!("{} {}", p.label, dur(us)));
+            }
+            if p.key == "throttled_ancestor_us" {
+                for a in &v.throttled_ancestors {
+                    rest.push(format!("ancestor quota: {} {}", a.path, dur(a.wait_us)));
+                }
             }
         }
         if rest.is_empty() {
@@ -237,8 +242,22 @@ mod tests {
         assert!(o.contains("  C1  /c20: caused 1.25 s (0.62 s/s)"), "{o}");
         let v1 = format!("  V1  {} (/c10): waited 1.50 s; rest: ", esc(HOSTILE));
         assert!(o.contains(&v1), "{o}");
-        assert!(o.contains("own quota 100.0 ms, siblings 50.0 ms, unattributed 120.0 ms"));
+        assert!(o.contains("own quota 100.0 ms, its own tasks 50.0 ms, unattributed 120.0 ms"));
         assert!(o.contains("the cells are 72 % of the node's 2.00 s of run-queue wait"));
+        assert!(
+            o.contains("ancestor's quota 50.0 ms, ancestor quota: /kubepods/pod-q 50.0 ms"),
+            "{o}"
+        );
+        // JSON: an unknown part is null, a told one a number; the ancestor by path.
+        let j: serde_json::Value = serde_json::from_str(&render_json(&report())).unwrap();
+        let v2 = &j["who_delayed_whom"]["victims"][1];
+        assert!(v2["parts"]["irq_us"].is_null(), "{v2}");
+        assert_eq!(v2["parts"]["steal_us"], 0.0);
+        assert_eq!(v2["throttled_ancestors"][0]["path"], "/kubepods/pod-q");
+        // HTML: unknown as n/a, the ancestor under the victim.
+        let page = html::page_of(&report());
+        assert!(page.contains("ancestor quota: /kubepods/pod-q (0.05 s)"));
+        assert!(page.contains(">n/a</td>"));
         // The whole report opens with it.
         let text = render_text(&report());
         assert!(text.find("who delayed whom") < text.find("single events recorded by family"));

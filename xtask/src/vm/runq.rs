@@ -134,6 +134,9 @@ pub(super) fn blame_mismatch(window: &Value, c: &Value) -> Option<String> {
         + f(b, "neighbours_other_us")
         + f(b, "kernel_us")
         + f(b, "idle_us")
+        + f(b, "idle_elsewhere_us")
+        + f(b, "irq_us")
+        + f(b, "steal_us")
         + f(b, "unattributed_us");
     let wait = f(runq, "sum_us");
     ((parts - wait).abs() > wait * 0.01 + 1.0).then(|| {

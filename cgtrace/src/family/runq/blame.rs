@@ -5,11 +5,11 @@
 
 use std::collections::{HashMap as StdHashMap, hash_map::Entry};
 
-pub use super::model::{Blame, Caused, NoisyNeighbour, Party, TOP};
+pub use super::model::{Blame, BlameCaps, Caused, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
 use cgtrace_common::runq::{
-    BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_MARKERS, CULPRIT_THROTTLED_ANCESTOR,
-    CULPRIT_THROTTLED_OWN,
+    BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ, CULPRIT_MARKERS,
+    CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
 };
 
 /// Whether a culprit id is a marker rather than a cgroup.
@@ -81,10 +81,12 @@ impl Carry {
 /// Fills `runq.blame` of every cgroup that waited and `caused` of every cgroup that held a CPU
 /// someone waited for, from the window's deltas (the ledger is on); `describe` names a cgroup id.
 /// A cgroup that waited with nothing charged (every wait below `--blame-min-us`, or charged in the
-/// window before) has all its wait unattributed.
+/// window before) has all its wait unattributed. The parts `caps` says this kernel cannot tell
+/// are `None` (unknown), never 0.
 pub fn attach(
     cgroups: &mut [CgroupWindow],
     blame: &StdHashMap<BlameKey, u64>,
+    caps: BlameCaps,
     mut describe: impl FnMut(u64) -> (Option<String>, Option<String>),
 ) {
     let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
@@ -113,12 +115,19 @@ pub fn attach(
             path,
             name,
             wait_us: ns as f64 / 1e3,
+            cpu_max: None,
         }
     };
+    let throttled = throttled_by_path(cgroups);
     for cg in cgroups.iter_mut() {
         let parts = by_victim.get(&cg.id);
         if parts.is_some() || cg.runq.all.sum_us > 0.0 {
-            let mut b = Blame::default();
+            let mut b = Blame {
+                irq_us: caps.irq.then_some(0.0),
+                steal_us: caps.steal.then_some(0.0),
+                idle_elsewhere_us: caps.idle_elsewhere.then_some(0.0),
+                ..Blame::default()
+            };
             let mut others: Vec<(u64, u64)> = Vec::new();
             let mut charged = 0.0;
             for &(culprit, ns) in parts.into_iter().flatten() {
@@ -128,6 +137,10 @@ pub fn attach(
                     CULPRIT_THROTTLED_OWN => b.throttled_own_us += us,
                     CULPRIT_THROTTLED_ANCESTOR => b.throttled_ancestor_us += us,
                     CULPRIT_IDLE => b.idle_us += us,
+                    // Charged, so told (whatever the caps guessed).
+                    CULPRIT_IRQ => *b.irq_us.get_or_insert(0.0) += us,
+                    CULPRIT_STEAL => *b.steal_us.get_or_insert(0.0) += us,
+                    CULPRIT_IDLE_ELSEWHERE => *b.idle_elsewhere_us.get_or_insert(0.0) += us,
                     CULPRIT_HISTORY => {
                         // Charged by the kernel, but to nobody: unattributed, with its reason.
                         charged -= us;
@@ -157,6 +170,10 @@ pub fn attach(
             } else {
                 b.unattributed_us = wait - charged;
             }
+            if b.throttled_ancestor_us > 0.0 {
+                b.throttled_ancestors =
+                    name_ancestors(cg.path.as_deref(), b.throttled_ancestor_us, &throttled);
+            }
             cg.runq.blame = Some(b);
         }
         if let Some(victims) = by_culprit.get_mut(&cg.id) {
@@ -172,6 +189,72 @@ pub fn attach(
             });
         }
     }
+}
+
+/// The window's cgroups the throttle family saw throttled, by path, each as a [`Party`] whose
+/// `wait_us` is its throttled time (the kernel's, else our episodes'; 0 when only
+/// `nr_throttled` says so) and `cpu_max` its quota.
+fn throttled_by_path(cgroups: &[CgroupWindow]) -> StdHashMap<String, Party> {
+    cgroups
+        .iter()
+        .filter_map(|c| {
+            let t = c.throttle.as_ref()?;
+            let kernel = t.kernel.as_ref();
+            let us = kernel
+                .map(|k| k.throttled_us)
+                .filter(|&us| us > 0.0)
+                .unwrap_or(t.throttled_us);
+            let throttled =
+                us > 0.0 || t.nr_throttled > 0 || kernel.is_some_and(|k| k.nr_throttled > 0);
+            let path = c.path.clone()?;
+            throttled.then(|| {
+                let party = Party {
+                    id: c.id,
+                    path: Some(path.clone()),
+                    name: c.name.clone(),
+                    wait_us: us.max(0.0),
+                    cpu_max: t.quota_us.map(|q| format!("{q} {}", t.period_us)),
+                };
+                (path, party)
+            })
+        })
+        .collect()
+}
+
+/// The ancestors of the cgroup at `path` that were throttled in the window, `us` split across
+/// them by their throttled time (evenly when none has any), most first, nearest first when equal.
+fn name_ancestors(
+    path: Option<&str>,
+    us: f64,
+    throttled: &StdHashMap<String, Party>,
+) -> Vec<Party> {
+    let Some(path) = path else {
+        return Vec::new();
+    };
+    // Nearest first: "/a/b/c" → "/a/b", "/a".
+    let mut found: Vec<Party> = Vec::new();
+    let mut at = path.trim_end_matches('/');
+    while let Some(i) = at.rfind('/') {
+        at = &at[..i];
+        if at.is_empty() {
+            break;
+        }
+        if let Some(p) = throttled.get(at) {
+            found.push(p.clone());
+        }
+    }
+    let total: f64 = found.iter().map(|p| p.wait_us).sum();
+    let n = found.len() as f64;
+    for p in &mut found {
+        p.wait_us = if total > 0.0 {
+            us * p.wait_us / total
+        } else {
+            us / n
+        };
+    }
+    // A stable sort keeps the nearest first among equals.
+    found.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us));
+    found
 }
 
 /// Noisy neighbours over a recording: every window's `caused`, summed per culprit.
@@ -224,6 +307,7 @@ impl Noisy {
                         path: None,
                         name: None,
                         wait_us: 0.0,
+                        cpu_max: None,
                     })
                 }
             };
@@ -281,7 +365,9 @@ mod tests {
             id => Some(format!("/pod{id}")),
         };
         let mut cgs = vec![cg(5, 10_000.0), cg(1, 0.0)];
-        attach(&mut cgs, &blame, |id| (path(id), None));
+        attach(&mut cgs, &blame, BlameCaps::default(), |id| {
+            (path(id), None)
+        });
         let b = cgs[0].runq.blame.as_ref().expect("blame");
         assert_eq!((b.kernel_us, b.idle_us), (4000.0, 2000.0));
         assert_eq!(b.neighbours.iter().map(|p| p.id).collect::<Vec<_>>(), [20]);
@@ -289,15 +375,17 @@ mod tests {
             (b.unattributed_us, b.unattributed_history_us),
             (3000.0, 2500.0)
         );
-        let sum: f64 = b.parts().iter().map(|p| p.1).sum();
+        let sum = b.total_us();
         assert!((sum - 10_000.0).abs() < 1e-6, "{sum}");
         // The root cgroup still sees whom it delayed.
         assert_eq!(cgs[1].caused.as_ref().expect("caused").wait_us, 4000.0);
         // Charged beyond a wait of 8 ms: every part, history included, scaled to it.
         let mut cgs = vec![cg(5, 8_000.0)];
-        attach(&mut cgs, &blame, |id| (path(id), None));
+        attach(&mut cgs, &blame, BlameCaps::default(), |id| {
+            (path(id), None)
+        });
         let b = cgs[0].runq.blame.as_ref().expect("blame");
-        let sum: f64 = b.parts().iter().map(|p| p.1).sum();
+        let sum = b.total_us();
         assert!((sum - 8_000.0).abs() < 1e-6, "{sum}");
         assert!((b.unattributed_history_us - 2500.0 * 8.0 / 9.5).abs() < 1e-6);
         assert_eq!(b.unattributed_us, b.unattributed_history_us);
@@ -325,7 +413,9 @@ mod tests {
         }
         put(2, 10, 700);
         let mut cgs = vec![cg(1, 10_000.0), cg(2, 1000.0), cg(10, 0.0)];
-        attach(&mut cgs, &blame, |id| (Some(format!("/c{id}")), None));
+        attach(&mut cgs, &blame, BlameCaps::default(), |id| {
+            (Some(format!("/c{id}")), None)
+        });
         let b = cgs[0].runq.blame.as_ref().expect("blame");
         assert_eq!((b.throttled_own_us, b.siblings_us), (2000.0, 1000.0));
         let ids: Vec<u64> = b.neighbours.iter().map(|p| p.id).collect();
@@ -342,7 +432,7 @@ mod tests {
         assert!((b.unattributed_us - 150.0).abs() < 1e-6);
         // Cgroup 2's charges (700 µs) exceed its wait (500 µs in this reading): scaled to it.
         let mut cgs2 = vec![cg(2, 500.0)];
-        attach(&mut cgs2, &blame, |_| (None, None));
+        attach(&mut cgs2, &blame, BlameCaps::default(), |_| (None, None));
         let b2 = cgs2[0].runq.blame.as_ref().expect("blame");
         assert!((b2.neighbours[0].wait_us - 500.0).abs() < 1e-9);
         assert_eq!(b2.unattributed_us, 0.0);
@@ -350,7 +440,7 @@ mod tests {
         // in a window whose ledger has charges and in one whose ledger is empty.
         for ledger in [blame.clone(), StdHashMap::new()] {
             let mut cgs3 = vec![cg(3, 56.0), cg(4, 0.0)];
-            attach(&mut cgs3, &ledger, |_| (None, None));
+            attach(&mut cgs3, &ledger, BlameCaps::default(), |_| (None, None));
             let b3 = cgs3[0]
                 .runq
                 .blame
@@ -383,13 +473,13 @@ mod tests {
         first.insert(key(2, 10), 200_000);
         let mut w1 = vec![cg(1, 1000.0), cg(10, 0.0)];
         let ledger = carry.settle(&w1, first);
-        attach(&mut w1, &ledger, |_| (None, None));
+        attach(&mut w1, &ledger, BlameCaps::default(), |_| (None, None));
         let b = w1[0].runq.blame.as_ref().expect("blame");
         assert_eq!((b.throttled_ancestor_us, b.unattributed_us), (1000.0, 0.0));
         assert!(w1[1].caused.is_none(), "2's charge waits for its wait");
         let mut w2 = vec![cg(1, 500.0), cg(2, 200.0), cg(10, 0.0)];
         let ledger = carry.settle(&w2, StdHashMap::new());
-        attach(&mut w2, &ledger, |_| (None, None));
+        attach(&mut w2, &ledger, BlameCaps::default(), |_| (None, None));
         let b = w2[0].runq.blame.as_ref().expect("blame");
         assert_eq!((b.throttled_ancestor_us, b.unattributed_us), (500.0, 0.0));
         let b2 = w2[1].runq.blame.as_ref().expect("blame");
@@ -417,7 +507,7 @@ mod tests {
         put(1, CULPRIT_THROTTLED_OWN, 150_000);
         put(1, 11, 20_000);
         let mut cgs = vec![cg(1, 1_000_000.0), cg(10, 0.0), cg(11, 0.0)];
-        attach(&mut cgs, &blame, |id| {
+        attach(&mut cgs, &blame, BlameCaps::default(), |id| {
             (Some(format!("/kubepods/c{id}")), None)
         });
         cgs
@@ -468,6 +558,172 @@ mod tests {
         assert_eq!(top[0].victims[0].wait_us, 2_400_000.0);
         assert_eq!(top[0].victims[0].path.as_deref(), Some("/kubepods/c1"));
         assert_eq!(Noisy::default().finish(10), Vec::new());
+    }
+
+    /// Interrupts, steal and an idle CPU elsewhere are parts of their own; a part the kernel
+    /// cannot tell is unknown (`null`), not 0, and the parts still add up to the wait.
+    #[test]
+    fn irq_steal_and_idle_elsewhere_are_parts_and_unknown_is_not_zero() {
+        // Victim 5 waited 10 ms: 3 ms interrupts, 1 ms steal, 2 ms an idle CPU it may use,
+        // 4 ms behind a pod.
+        let mut blame = StdHashMap::new();
+        for (culprit, us) in [
+            (CULPRIT_IRQ, 3000),
+            (CULPRIT_STEAL, 1000),
+            (CULPRIT_IDLE_ELSEWHERE, 2000),
+            (20, 4000),
+        ] {
+            blame.insert(BlameKey { victim: 5, culprit }, us * 1000);
+        }
+        let all = BlameCaps {
+            irq: true,
+            steal: true,
+            idle_elsewhere: true,
+        };
+        let mut cgs = vec![cg(5, 10_000.0), cg(6, 500.0)];
+        attach(&mut cgs, &blame, all, |id| (Some(format!("/c{id}")), None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!(
+            (b.irq_us, b.steal_us, b.idle_elsewhere_us),
+            (Some(3000.0), Some(1000.0), Some(2000.0))
+        );
+        assert_eq!(b.unattributed_us, 0.0);
+        assert!((b.total_us() - 10_000.0).abs() < 1e-6);
+        // Told but none charged: 0, truly.
+        let b6 = cgs[1].runq.blame.as_ref().expect("blame");
+        assert_eq!(b6.irq_us, Some(0.0));
+        // A kernel that cannot tell interrupts: unknown, serialized as null; the rest as before.
+        blame.remove(&BlameKey {
+            victim: 5,
+            culprit: CULPRIT_IRQ,
+        });
+        let no_irq = BlameCaps { irq: false, ..all };
+        let mut cgs = vec![cg(5, 10_000.0)];
+        attach(&mut cgs, &blame, no_irq, |_| (None, None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!(b.irq_us, None);
+        assert_eq!(b.unattributed_us, 3000.0);
+        assert!((b.total_us() - 10_000.0).abs() < 1e-6);
+        let json = serde_json::to_value(b).expect("json");
+        assert!(json["irq_us"].is_null(), "{json}");
+        assert_eq!(json["steal_us"], 1000.0);
+        // An old recording without the fields still loads, with the parts unknown.
+        let mut old = json.clone();
+        for k in ["irq_us", "steal_us", "idle_elsewhere_us"] {
+            old.as_object_mut().expect("object").remove(k);
+        }
+        let back: Blame = serde_json::from_value(old).expect("old blame");
+        assert_eq!((back.irq_us, back.steal_us), (None, None));
+        // Charged beyond the wait: the new parts are scaled with the rest.
+        let mut cgs = vec![cg(5, 3_500.0)];
+        attach(&mut cgs, &blame, all, |_| (None, None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert!((b.total_us() - 3_500.0).abs() < 1e-6);
+        assert!((b.steal_us.expect("steal") - 500.0).abs() < 1e-6);
+        // The diagnosis names an idle CPU elsewhere as balancing, not capacity.
+        let mut idle = Blame {
+            idle_elsewhere_us: Some(9_000.0),
+            unattributed_us: 1_000.0,
+            ..Blame::default()
+        };
+        let (message, advice) =
+            super::super::blame_diagnosis(&idle, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        assert!(message.contains("90 % an idle CPU elsewhere"), "{message}");
+        assert!(advice.contains("affinity"), "{advice}");
+        idle.idle_elsewhere_us = None;
+        idle.irq_us = Some(9_000.0);
+        let (_, advice) =
+            super::super::blame_diagnosis(&idle, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        assert!(advice.contains("RPS"), "{advice}");
+    }
+
+    /// `throttled_ancestor_us` names the ancestors the throttle family saw throttled in the
+    /// window, split by their throttled time; a cousin or the victim itself is not one of them.
+    #[test]
+    fn the_ancestor_whose_quota_ran_out_is_named() {
+        use crate::family::throttle::model::{KernelDelta, ThrottleWindow};
+        let at = |id: u64, path: &str, wait_us: f64, throttled_us: Option<f64>| {
+            let mut c = cg(id, wait_us);
+            c.path = Some(path.to_string());
+            c.throttle = throttled_us.map(|us| {
+                Box::new(ThrottleWindow {
+                    quota_us: Some(20_000),
+                    period_us: 100_000,
+                    nr_throttled: 3,
+                    kernel: Some(KernelDelta {
+                        nr_throttled: 3,
+                        throttled_us: us,
+                        ..KernelDelta::default()
+                    }),
+                    ..ThrottleWindow::default()
+                })
+            });
+            c
+        };
+        let mut blame = StdHashMap::new();
+        blame.insert(
+            BlameKey {
+                victim: 4,
+                culprit: CULPRIT_THROTTLED_ANCESTOR,
+            },
+            9_000_000,
+        );
+        let mut cgs = vec![
+            at(1, "/kubepods", 0.0, Some(10_000.0)),
+            at(2, "/kubepods/pod-a", 0.0, Some(20_000.0)),
+            at(3, "/kubepods/pod-b", 0.0, Some(50_000.0)),
+            at(4, "/kubepods/pod-a/app", 10_000.0, Some(70_000.0)),
+        ];
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        let named: Vec<(&str, f64)> = b
+            .throttled_ancestors
+            .iter()
+            .map(|a| (a.path.as_deref().unwrap_or("?"), a.wait_us))
+            .collect();
+        assert_eq!(
+            named,
+            [("/kubepods/pod-a", 6_000.0), ("/kubepods", 3_000.0)]
+        );
+        let (message, advice) =
+            super::super::blame_diagnosis(b, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        assert!(
+            message.contains("90 % the quota of its ancestor /kubepods/pod-a"),
+            "{message}"
+        );
+        assert!(
+            advice.contains("/kubepods/pod-a ran out of CPU quota"),
+            "{advice}"
+        );
+        // Equal throttled time: split evenly, nearest first; none throttled: none named.
+        for c in &mut cgs[..2] {
+            c.throttle
+                .as_mut()
+                .unwrap()
+                .kernel
+                .as_mut()
+                .unwrap()
+                .throttled_us = 1.0;
+        }
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        let paths: Vec<_> = b
+            .throttled_ancestors
+            .iter()
+            .map(|a| a.path.clone())
+            .collect();
+        assert_eq!(
+            paths,
+            [Some("/kubepods/pod-a".into()), Some("/kubepods".into())]
+        );
+        assert_eq!(b.throttled_ancestors[0].wait_us, 4_500.0);
+        for c in &mut cgs[..2] {
+            c.throttle = None;
+        }
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[3].runq.blame.as_ref().expect("blame");
+        assert!(b.throttled_ancestors.is_empty());
+        assert_eq!(b.throttled_ancestor_us, 9_000.0);
     }
 
     #[test]

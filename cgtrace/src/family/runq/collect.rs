@@ -132,6 +132,8 @@ pub struct RunqReader {
     prev: StdHashMap<RunqKey, Prev>,
     /// `BLAME` (absent from objects built before the ledger).
     blame: Option<BlameReader>,
+    /// Which of the ledger's parts this kernel can tell.
+    caps: super::model::BlameCaps,
 }
 
 impl RunqReader {
@@ -144,6 +146,7 @@ impl RunqReader {
             epoch,
             prev: StdHashMap::new(),
             blame: None,
+            caps: Default::default(),
         })
     }
 
@@ -218,6 +221,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     if ctx.runq.blame {
         let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
         reader.blame = Some(BlameReader::new(blame));
+        reader.caps = ctx.runq.caps;
     }
     Ok(Box::new(reader))
 }
@@ -227,6 +231,7 @@ impl Collector for RunqReader {
         input.runq = RunqReader::read_window(self)?;
         if let Some(b) = &mut self.blame {
             input.blame = Some(b.read_window());
+            input.blame_caps = self.caps;
         }
         Ok(())
     }

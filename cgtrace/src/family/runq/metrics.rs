@@ -11,24 +11,14 @@ use crate::{
 /// later ones is summed as `neighbour="other"`.
 pub const MAX_NEIGHBOUR_SERIES: usize = 10;
 
-/// The blame ledger's parts, as the `part` label has them (`Blame::parts`).
-pub const BLAME_PARTS: [&str; super::model::BLAME_PARTS] = [
-    "throttled_own",
-    "throttled_ancestor",
-    "siblings",
-    "neighbours",
-    "kernel",
-    "idle",
-    "unattributed",
-];
-
 /// One cgroup's waits since cgtrace started, by wait kind; with the blame ledger, its wait by
 /// part, by neighbour, and the wait it caused others.
 #[derive(Clone, Debug, Default)]
 pub struct Series {
     by_kind: BTreeMap<String, CumHist>,
-    /// Seconds by [`BLAME_PARTS`] index (`None`: the ledger never reported on it).
-    blame: Option<[f64; BLAME_PARTS.len()]>,
+    /// Seconds by part, in `Blame::parts` order, as the `part` label has them (`None`: the
+    /// ledger never reported on it; a part `None`: this kernel never told it).
+    blame: Option<Vec<(&'static str, Option<f64>)>>,
     /// Seconds by the neighbour's `cgroup` label, at most [`MAX_NEIGHBOUR_SERIES`] and
     /// `other`.
     by_neighbour: BTreeMap<String, f64>,
@@ -42,10 +32,15 @@ impl Series {
             self.by_kind.entry(kind.clone()).or_default().add(h);
         }
         if let Some(b) = &c.runq.blame {
-            let acc = self.blame.get_or_insert([0.0; BLAME_PARTS.len()]);
-            for ((a, (name, us)), label) in acc.iter_mut().zip(b.parts()).zip(BLAME_PARTS) {
-                debug_assert_eq!(name, label);
-                *a += us / 1e6;
+            let parts = b.parts();
+            let acc = self
+                .blame
+                .get_or_insert_with(|| parts.iter().map(|p| (p.0, None)).collect());
+            for ((name, acc), (label, us)) in acc.iter_mut().zip(parts) {
+                debug_assert_eq!(*name, label);
+                if let Some(us) = us {
+                    *acc.get_or_insert(0.0) += us / 1e6;
+                }
             }
             for n in &b.neighbours {
                 let label = n.path.clone().unwrap_or_else(|| format!("id:{}", n.id));
@@ -89,11 +84,16 @@ pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
         Kind::Counter,
         "seconds",
         "Run-queue wait by why it waited (blame ledger, --blame): its own quota, an ancestor's \
-         quota, its own other tasks, other cgroups' tasks, unattributed; the parts add up to the wait",
+         quota, its own other tasks, other cgroups' tasks, kernel and host, its CPU waking, an idle \
+         CPU elsewhere, interrupts, hypervisor steal, unattributed; the parts add up to the wait \
+         (no series for a part this kernel cannot tell)",
     );
     for (l, s) in series {
-        for (part, v) in BLAME_PARTS.iter().zip(s.blame.iter().flatten()) {
-            f.num(l, Some(("part", part)), *v);
+        // A part this kernel cannot tell has no series (not 0).
+        for (part, v) in s.blame.iter().flatten() {
+            if let Some(v) = v {
+                f.num(l, Some(("part", part)), *v);
+            }
         }
     }
     out.push(f);

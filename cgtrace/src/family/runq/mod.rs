@@ -37,6 +37,8 @@ pub struct StartOptions {
     pub blame: bool,
     /// Where the wait starts went, and so the histograms: array slots or a hash.
     pub starts: starts::WaitStarts,
+    /// Which of the ledger's kernel-dependent parts this kernel can tell.
+    pub caps: model::BlameCaps,
 }
 
 /// One cgroup's waits by wait kind (a window's deltas, or its totals since start), each kept
@@ -166,11 +168,28 @@ pub fn blame_diagnosis(
             "its own quota".into(),
             format!("raise or remove its CPU quota ({quota})"),
         ),
-        (
-            b.throttled_ancestor_us,
-            "an ancestor's quota".into(),
-            format!("raise the CPU quota ({quota}) of the parent whose quota ran out"),
-        ),
+        match b.throttled_ancestors.first() {
+            Some(a) => {
+                let who = label(a);
+                (
+                    b.throttled_ancestor_us,
+                    format!("the quota of its ancestor {who}"),
+                    format!(
+                        "its ancestor {who} ran out of CPU quota: raise that cgroup's {quota}{} \
+                         (or move this one out from under it)",
+                        a.cpu_max
+                            .as_ref()
+                            .map(|m| format!(" (now {m})"))
+                            .unwrap_or_default()
+                    ),
+                )
+            }
+            None => (
+                b.throttled_ancestor_us,
+                "an ancestor's quota".into(),
+                format!("raise the CPU quota ({quota}) of the parent whose quota ran out"),
+            ),
+        },
         (
             b.siblings_us,
             "its own other threads".into(),
@@ -194,6 +213,28 @@ pub fn blame_diagnosis(
             "its CPU waking from idle".into(),
             "its CPU was idle and slow to wake (idle states, a halted vCPU): limit deep idle \
              states (cpuidle, `idle=poll` for latency-critical hosts) or keep it on busy CPUs"
+                .into(),
+        ),
+        (
+            b.idle_elsewhere_us.unwrap_or(0.0),
+            "an idle CPU elsewhere".into(),
+            "its allowed CPUs include idle ones: a balancing or affinity problem, not capacity: \
+             check its cpuset, CPU affinity (taskset) and isolcpus/nohz_full, not its CPU share"
+                .into(),
+        ),
+        (
+            b.irq_us.unwrap_or(0.0),
+            "interrupts".into(),
+            "its CPU was busy with hard and soft interrupts: spread the interrupt load (IRQ \
+             affinity in /proc/irq/*/smp_affinity, irqbalance, RPS/RFS) or move it off the CPUs \
+             that take them (cpuset)"
+                .into(),
+        ),
+        (
+            b.steal_us.unwrap_or(0.0),
+            "hypervisor steal".into(),
+            "the VM's host ran other work on its vCPUs (steal): a larger or dedicated instance, \
+             or fewer vCPUs overcommitted on the host"
                 .into(),
         ),
     ];

@@ -15,6 +15,11 @@ pub struct Blame {
     /// An ancestor's quota was exhausted (6.18+; before 6.18 counted as its own when it has a
     /// quota of its own).
     pub throttled_ancestor_us: f64,
+    /// Which ancestor(s) of it were throttled in the window (the throttle family's throttled
+    /// time there), `throttled_ancestor_us` split across them by their throttled time, most
+    /// first (nearest first when equal); empty when none is known.
+    #[serde(default)]
+    pub throttled_ancestors: Vec<Party>,
     /// The CPU ran other tasks of the same cgroup.
     pub siblings_us: f64,
     /// The other cgroups that held the CPU, most first (at most [`TOP`]).
@@ -29,6 +34,18 @@ pub struct Blame {
     /// host had halted) was the wait.
     #[serde(default)]
     pub idle_us: f64,
+    /// The CPU handled hard and soft interrupts during the slices that overlapped the wait;
+    /// `None` (`null`): this kernel cannot tell (no `CONFIG_IRQ_TIME_ACCOUNTING`, or before 5.18).
+    #[serde(default)]
+    pub irq_us: Option<f64>,
+    /// The hypervisor ran something else on the vCPU meanwhile (steal); `None`: this kernel
+    /// cannot tell.
+    #[serde(default)]
+    pub steal_us: Option<f64>,
+    /// Another CPU the task was allowed to run on sat idle while it waited: balancing or
+    /// affinity, not capacity; `None`: this kernel cannot tell (before 5.18).
+    #[serde(default)]
+    pub idle_elsewhere_us: Option<f64>,
     /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, stretches older
     /// than the CPU's last 64 slices (`unattributed_history_us`), and parts lost to a full table
     /// (`blame_full`).
@@ -44,28 +61,45 @@ impl Blame {
         self.neighbours.iter().map(|n| n.wait_us).sum::<f64>() + self.neighbours_other_us
     }
 
-    /// The parts that add up to the wait, by the names the `part` metric label and the docs use
-    /// (the neighbours summed).
-    pub fn parts(&self) -> [(&'static str, f64); BLAME_PARTS] {
-        [
-            ("throttled_own", self.throttled_own_us),
-            ("throttled_ancestor", self.throttled_ancestor_us),
-            ("siblings", self.siblings_us),
-            ("neighbours", self.neighbours_us()),
-            ("kernel", self.kernel_us),
-            ("idle", self.idle_us),
-            ("unattributed", self.unattributed_us),
-        ]
+    /// The parts that add up to the wait, by the names the `part` metric label uses (the
+    /// neighbours summed, after `siblings`); `None`: a part this kernel cannot tell.
+    pub fn parts(&self) -> Vec<(&'static str, Option<f64>)> {
+        let mut out = Vec::with_capacity(PARTS.len() + 1);
+        for p in PARTS {
+            out.push((p.metric, (p.of)(self)));
+            if p.key == "siblings_us" {
+                out.push(("neighbours", Some(self.neighbours_us())));
+            }
+        }
+        out
+    }
+
+    /// The parts summed (the unknown ones are not there): the wait.
+    pub fn total_us(&self) -> f64 {
+        self.parts().iter().filter_map(|p| p.1).sum()
     }
 
     /// Every part times `f` (a ledger charged beyond the wait, scaled to it).
     pub fn scale(&mut self, f: f64) {
         self.throttled_own_us *= f;
         self.throttled_ancestor_us *= f;
+        for a in &mut self.throttled_ancestors {
+            a.wait_us *= f;
+        }
         self.siblings_us *= f;
         self.neighbours_other_us *= f;
         self.kernel_us *= f;
         self.idle_us *= f;
+        for v in [
+            &mut self.irq_us,
+            &mut self.steal_us,
+            &mut self.idle_elsewhere_us,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *v *= f;
+        }
         self.unattributed_us *= f;
         self.unattributed_history_us *= f;
         for n in &mut self.neighbours {
@@ -74,8 +108,75 @@ impl Blame {
     }
 }
 
-/// How many parts [`Blame::parts`] has.
-pub const BLAME_PARTS: usize = 7;
+/// A part of a cgroup's wait other than the named neighbours, as the ledger (`runq.blame`) gives
+/// it: its key there (and in `report --json`), its `part` metric label, the words people read,
+/// and how to read it (`None`: this kernel cannot tell). [`PARTS`] lists them once; the stream's
+/// checks, the metrics, the report, the view and the diagnoses iterate it.
+pub struct BlamePart {
+    pub key: &'static str,
+    pub metric: &'static str,
+    pub label: &'static str,
+    pub of: fn(&Blame) -> Option<f64>,
+}
+
+/// Every part of `runq.blame` besides `neighbours` and `neighbours_other_us`, in the order they
+/// are shown: a new part of the ledger is one line here (and its field in [`Blame`]).
+pub const PARTS: &[BlamePart] = &[
+    BlamePart {
+        key: "throttled_own_us",
+        metric: "throttled_own",
+        label: "own quota",
+        of: |b| Some(b.throttled_own_us),
+    },
+    BlamePart {
+        key: "throttled_ancestor_us",
+        metric: "throttled_ancestor",
+        label: "ancestor's quota",
+        of: |b| Some(b.throttled_ancestor_us),
+    },
+    BlamePart {
+        key: "siblings_us",
+        metric: "siblings",
+        label: "its own tasks",
+        of: |b| Some(b.siblings_us),
+    },
+    BlamePart {
+        key: "kernel_us",
+        metric: "kernel",
+        label: "kernel, host",
+        of: |b| Some(b.kernel_us),
+    },
+    BlamePart {
+        key: "idle_us",
+        metric: "idle",
+        label: "idle CPU waking",
+        of: |b| Some(b.idle_us),
+    },
+    BlamePart {
+        key: "idle_elsewhere_us",
+        metric: "idle_elsewhere",
+        label: "idle CPU elsewhere",
+        of: |b| b.idle_elsewhere_us,
+    },
+    BlamePart {
+        key: "irq_us",
+        metric: "irq",
+        label: "interrupts",
+        of: |b| b.irq_us,
+    },
+    BlamePart {
+        key: "steal_us",
+        metric: "steal",
+        label: "hypervisor steal",
+        of: |b| b.steal_us,
+    },
+    BlamePart {
+        key: "unattributed_us",
+        metric: "unattributed",
+        label: "unattributed",
+        of: |b| Some(b.unattributed_us),
+    },
+];
 
 /// Which of the ledger's kernel-dependent parts this kernel can tell ([`super::attach::blame_caps`]).
 /// A part it cannot tell is reported as unknown (`null`), never as 0.
@@ -91,6 +192,55 @@ pub struct BlameCaps {
     pub idle_elsewhere: bool,
 }
 
+impl BlameCaps {
+    /// Every part this kernel cannot tell, with why (`hello.blame.unknown`, `doctor`).
+    pub fn unknown(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.irq {
+            out.push(
+                "irq_us unknown: needs a kernel built with CONFIG_IRQ_TIME_ACCOUNTING and \
+                 sched_switch with prev_state (5.18+)"
+                    .to_string(),
+            );
+        }
+        if !self.steal {
+            out.push(
+                "steal_us unknown: needs the run queue's steal clock (rq.prev_steal_time_rq, \
+                 CONFIG_PARAVIRT_TIME_ACCOUNTING) and sched_switch with prev_state (5.18+)"
+                    .to_string(),
+            );
+        }
+        if !self.idle_elsewhere {
+            out.push(
+                "idle_elsewhere_us unknown: needs sched_switch with prev_state (5.18+) and \
+                 task_struct.cpus_mask in the kernel's BTF"
+                    .to_string(),
+            );
+        }
+        out
+    }
+}
+
+/// `hello.blame`: which of the ledger's kernel-dependent parts this kernel can tell, and for each
+/// it cannot, why (those parts are `null` in `runq.blame`, never 0).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HelloBlame {
+    /// `irq`, `steal`, `idle_elsewhere`: whether this kernel tells that part.
+    #[serde(flatten)]
+    pub told: BlameCaps,
+    /// "irq_us unknown: …", one per part this kernel cannot tell.
+    pub unknown: Vec<String>,
+}
+
+impl HelloBlame {
+    pub fn new(caps: BlameCaps) -> Self {
+        Self {
+            told: caps,
+            unknown: caps.unknown(),
+        }
+    }
+}
+
 /// A cgroup on the other side of a blame entry.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Party {
@@ -98,6 +248,10 @@ pub struct Party {
     pub path: Option<String>,
     pub name: Option<String>,
     pub wait_us: f64,
+    /// An ancestor in `throttled_ancestors`: its quota in that window, as `cpu.max` has it
+    /// ("20000 100000"); absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_max: Option<String>,
 }
 
 /// `caused`: the run-queue wait a cgroup's tasks caused other cgroups in the window by holding

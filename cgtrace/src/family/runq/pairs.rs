@@ -305,6 +305,7 @@ mod tests {
                 path: Some(culprit.to_string()),
                 name: None,
                 wait_us: us,
+                cpu_max: None,
             });
         }
         if let Some(c) = cgroups.first_mut() {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 use super::budget::{self, Budget};
 use crate::{
     model::CgroupWindow,
-    report::model::{Cell, Culprit, LeftOut, PARTS, TOP, Victim, WhoDelayedWhom},
+    report::model::{AncestorQuota, Cell, Culprit, LeftOut, PARTS, TOP, Victim, WhoDelayedWhom},
 };
 
 /// One cgroup's ledger over the recording, as a victim and as a culprit.
@@ -16,8 +16,11 @@ use crate::{
 struct Tally {
     path: Option<String>,
     name: Option<String>,
-    /// As a victim: [`PARTS`] in order, the named neighbours (culprit id → wait) and the rest.
-    parts: Vec<f64>,
+    /// As a victim: [`PARTS`] in order (`None`: no window told it: the kernel cannot), the named
+    /// neighbours (culprit id → wait) and the rest.
+    parts: Vec<Option<f64>>,
+    /// The ancestors whose quota throttled it (path → wait).
+    ancestors: BTreeMap<String, f64>,
     neighbours: HashMap<u64, f64>,
     neighbours_other_us: f64,
     /// As a culprit: its `caused`.
@@ -30,7 +33,7 @@ impl Tally {
     }
 
     fn wait_us(&self) -> f64 {
-        self.parts.iter().sum::<f64>() + self.charged_to_others_us()
+        self.parts.iter().flatten().sum::<f64>() + self.charged_to_others_us()
     }
 }
 
@@ -83,7 +86,7 @@ impl WhoDelayed {
                 e.insert(Tally {
                     path: c.path.clone(),
                     name: c.name.clone(),
-                    parts: vec![0.0; PARTS.len()],
+                    parts: vec![None; PARTS.len()],
                     ..Tally::default()
                 })
             }
@@ -102,7 +105,24 @@ impl WhoDelayed {
             return;
         };
         for (sum, part) in t.parts.iter_mut().zip(PARTS) {
-            *sum += finite((part.of)(b));
+            if let Some(us) = (part.of)(b) {
+                *sum.get_or_insert(0.0) += finite(us);
+            }
+        }
+        for a in &b.throttled_ancestors {
+            let Some(path) = &a.path else {
+                continue;
+            };
+            match t.ancestors.get_mut(path) {
+                Some(us) => *us += finite(a.wait_us),
+                None => {
+                    if budget.take(size_of::<(String, f64)>() + path.len()) {
+                        t.ancestors.insert(path.clone(), finite(a.wait_us));
+                    } else {
+                        self.untallied += 1;
+                    }
+                }
+            }
         }
         t.neighbours_other_us += finite(b.neighbours_other_us);
         for n in &b.neighbours {
@@ -219,6 +239,18 @@ impl WhoDelayed {
                     .zip(&t.parts)
                     .map(|(p, &us)| (p.key, us))
                     .collect::<BTreeMap<_, _>>(),
+                throttled_ancestors: {
+                    let mut a: Vec<AncestorQuota> = t
+                        .ancestors
+                        .iter()
+                        .map(|(path, &wait_us)| AncestorQuota {
+                            path: path.clone(),
+                            wait_us,
+                        })
+                        .collect();
+                    a.sort_by(|x, y| y.wait_us.total_cmp(&x.wait_us));
+                    a
+                },
             });
         }
         if out.node_wait_us > 0.0 {
@@ -250,6 +282,7 @@ pub(crate) mod tests {
             path: Some(format!("/c{id}")),
             name: None,
             wait_us: ms * 1e3,
+            cpu_max: None,
         }
     }
 
@@ -299,12 +332,23 @@ pub(crate) mod tests {
         let a2 = cg(10, 500.0, Some(blame([0.0; 4], &[(20, 400.0)], 0.0)), 0.0);
         let mut a2 = a2;
         a2.runq.blame.as_mut().unwrap().unattributed_us = 100e3;
-        let b1 = cg(
+        // Victim 11: 50 ms under its parent's quota, named; this kernel tells steal (none).
+        let mut b1 = cg(
             11,
             300.0,
-            Some(blame([0.0, 0.0, 0.0, 50.0], &[(20, 250.0)], 0.0)),
+            Some(blame([0.0, 50.0, 0.0, 0.0], &[(20, 250.0)], 0.0)),
             200.0,
         );
+        if let Some(b) = b1.runq.blame.as_mut() {
+            b.throttled_ancestors = vec![Party {
+                id: 5,
+                path: Some("/kubepods/pod-q".into()),
+                name: None,
+                wait_us: 50e3,
+                cpu_max: None,
+            }];
+            b.steal_us = Some(0.0);
+        }
         let hog1 = cg(20, 0.0, None, 850.0);
         let hog2 = cg(20, 0.0, None, 400.0);
         let quiet = cg(
@@ -353,15 +397,24 @@ pub(crate) mod tests {
         assert_eq!(a.name.as_deref(), Some(HOSTILE));
         assert_eq!(a.charged_to_others_us, 1230e3);
         assert_eq!(a.other_neighbours_us, 30e3);
-        assert_eq!(a.parts["throttled_own_us"], 100e3);
-        assert_eq!(a.parts["throttled_ancestor_us"], 0.0);
-        assert_eq!(a.parts["siblings_us"], 50e3);
-        assert_eq!(a.parts["unattributed_us"], 120e3);
+        assert_eq!(a.parts["throttled_own_us"], Some(100e3));
+        assert_eq!(a.parts["throttled_ancestor_us"], Some(0.0));
+        assert_eq!(a.parts["siblings_us"], Some(50e3));
+        assert_eq!(a.parts["unattributed_us"], Some(120e3));
+        // Parts no window told (this ledger's kernel could not): unknown, not 0.
+        assert_eq!(a.parts["irq_us"], None);
         // The row adds up to the victim's wait, 1000 + 500 ms.
-        let row = 1200e3 + a.other_neighbours_us + a.parts.values().sum::<f64>();
+        let row = 1200e3 + a.other_neighbours_us + a.parts.values().flatten().sum::<f64>();
         assert_eq!((a.wait_us, row), (1500e3, 1500e3));
         assert_eq!(a.wait_us_per_s, 750e3);
         assert_eq!(m.victims[1].wait_us, 300e3);
+        let anc = &m.victims[1].throttled_ancestors;
+        assert_eq!(
+            (anc.len(), anc[0].path.as_str(), anc[0].wait_us),
+            (1, "/kubepods/pod-q", 50e3)
+        );
+        assert_eq!(m.victims[1].parts["steal_us"], Some(0.0));
+        assert_eq!(m.victims[1].parts["irq_us"], None);
         assert_eq!(m.explained_us, 1450e3);
         assert_eq!(m.explained_share, 0.725);
         assert_eq!(m.left_out, LeftOut::default());

@@ -65,8 +65,16 @@ pub(super) fn who_delayed_whom(o: &mut String, r: &Report) {
         let share = |us: f64| if v.wait_us > 0.0 { us / v.wait_us } else { 0.0 };
         let _ = write!(
             o,
-            "<tr><td>{}</td><td class=\"n\">{:.2} s<br><small>{:.3} s/s</small></td>",
+            "<tr><td>{}{}</td><td class=\"n\">{:.2} s<br><small>{:.3} s/s</small></td>",
             Html.who(&v.path, &v.name, v.id),
+            v.throttled_ancestors
+                .iter()
+                .map(|a| format!(
+                    "<br><small>ancestor quota: {} ({:.2} s)</small>",
+                    esc(&a.path),
+                    a.wait_us / 1e6
+                ))
+                .collect::<String>(),
             v.wait_us / 1e6,
             v.wait_us_per_s / 1e6
         );
@@ -78,13 +86,17 @@ pub(super) fn who_delayed_whom(o: &mut String, r: &Report) {
                 .map_or(0.0, |c| c.wait_us);
             o.push_str(&cell(us, per_s(us), share(us)));
         }
-        let rest = std::iter::once(v.other_neighbours_us).chain(
-            PARTS
-                .iter()
-                .map(|p| v.parts.get(p.key).copied().unwrap_or(0.0)),
-        );
-        for us in rest {
-            o.push_str(&cell(us, per_s(us), share(us)));
+        o.push_str(&cell(
+            v.other_neighbours_us,
+            per_s(v.other_neighbours_us),
+            share(v.other_neighbours_us),
+        ));
+        for p in PARTS {
+            match v.parts.get(p.key).copied().flatten() {
+                Some(us) => o.push_str(&cell(us, per_s(us), share(us))),
+                // The kernel could not tell this part: not 0.
+                None => o.push_str("<td class=\"n\" title=\"this kernel cannot tell\">n/a</td>"),
+            }
         }
         o.push_str("</tr>\n");
     }

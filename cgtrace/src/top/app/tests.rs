@@ -48,6 +48,7 @@ fn hello(families: &[&str]) -> Hello {
         kept_capabilities: Vec::new(),
         wait_split: None,
         blame_min_us: None,
+        blame: None,
         sched_ext: None,
     }
 }
@@ -677,15 +678,27 @@ fn detail_says_where_the_wait_split_is_approximate() {
 fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     use crate::family::runq::blame::{Blame, Caused, Party};
     let mut cgs = three();
-    // db (selected first: busiest) waited 20 ms: 15 ms behind a neighbour with a hostile name.
+    // db (selected first: busiest) waited 20 ms: 15 ms behind a neighbour with a hostile name,
+    // 1 ms under its parent's quota; this kernel tells steal (none) but not interrupts or idle
+    // CPUs elsewhere.
     cgs[1].runq.blame = Some(Blame {
-        siblings_us: 2000.0,
+        siblings_us: 1000.0,
+        throttled_ancestor_us: 1000.0,
+        throttled_ancestors: vec![Party {
+            id: 7,
+            path: Some("/kubepods/burstable/pod-q".into()),
+            name: None,
+            wait_us: 1000.0,
+            cpu_max: Some("50000 100000".into()),
+        }],
         neighbours: vec![Party {
             id: 99,
             path: Some("/evil\u{1b}[2J".into()),
             name: None,
             wait_us: 15_000.0,
+            cpu_max: None,
         }],
+        steal_us: Some(0.0),
         unattributed_us: 3000.0,
         ..Blame::default()
     });
@@ -696,6 +709,7 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
             path: Some("/system.slice/web.service".into()),
             name: Some("web.service".into()),
             wait_us: 700.0,
+            cpu_max: None,
         }],
     });
     let app = app_with(cgs);
@@ -708,6 +722,16 @@ fn detail_shows_who_delayed_it_and_whom_it_delayed() {
     assert!(text.contains("who delayed it"), "{text}");
     assert!(text.contains("75%"), "{text}");
     assert!(text.contains("its own tasks"), "{text}");
+    assert!(
+        text.contains("ancestor quota: /kubepods/burstable/pod-q (cpu.max 50000 100000)"),
+        "{text}"
+    );
+    // Unknown parts are said to be unknown, never shown as 0; a told 0 is not shown.
+    assert!(
+        text.contains("n/a (kernel cannot tell): idle CPU elsewhere, interrupts"),
+        "{text}"
+    );
+    assert!(!text.contains("hypervisor steal"), "{text}");
     assert!(!text.contains('\u{1b}'), "{text}");
     assert!(text.contains("it delayed others"), "{text}");
     assert!(text.contains("web.service"), "{text}");
@@ -728,6 +752,7 @@ fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
             path: Some("/batch".into()),
             name: None,
             wait_us: cgs[1].runq.all.sum_us * 0.8,
+            cpu_max: None,
         }],
         unattributed_us: cgs[1].runq.all.sum_us * 0.2,
         ..Blame::default()
@@ -741,6 +766,7 @@ fn blame_columns_show_the_neighbours_share_and_sort_by_delay_caused() {
     let mut app = App::new(
         Hello {
             blame_min_us: Some(100),
+            blame: None,
             ..hello(&["runq"])
         },
         Theme::plain(),
@@ -853,6 +879,7 @@ fn app_sized(hello: Hello, cgroups: Vec<CgroupWindow>, w: u16, h: u16) -> App {
 fn hello_all() -> Hello {
     Hello {
         blame_min_us: Some(100),
+        blame: None,
         ..hello(&["runq", "throttle", "reads"])
     }
 }

@@ -241,7 +241,7 @@ fn blame_lines(
         "  who delayed it     share  wait/s",
         theme.dim,
     ));
-    let mut part = |label: String, us: f64| {
+    let part = |out: &mut Vec<Line<'static>>, label: String, us: f64| {
         if us > 0.0 {
             out.push(Line::raw(format!(
                 "  {:<18} {:>4.0}% {:>7}",
@@ -251,16 +251,41 @@ fn blame_lines(
             )));
         }
     };
-    part("own quota".into(), b.throttled_own_us);
-    part("ancestor's quota".into(), b.throttled_ancestor_us);
-    part("its own tasks".into(), b.siblings_us);
-    for n in &b.neighbours {
-        part(party_label(n, name_width.min(18)), n.wait_us);
+    let mut unknown = Vec::new();
+    for p in crate::family::runq::model::PARTS {
+        match (p.of)(b) {
+            Some(us) => part(out, p.label.into(), us),
+            None => unknown.push(p.label),
+        }
+        if p.key == "throttled_ancestor_us" {
+            // Whose quota: "ancestor quota: /kubepods/burstable/pod…".
+            for a in &b.throttled_ancestors {
+                out.push(Line::styled(
+                    format!(
+                        "    ancestor quota: {}{}",
+                        party_label(a, name_width.saturating_sub(2)),
+                        a.cpu_max
+                            .as_ref()
+                            .map(|m| format!(" (cpu.max {m})"))
+                            .unwrap_or_default()
+                    ),
+                    theme.dim,
+                ));
+            }
+        }
+        if p.key == "siblings_us" {
+            for n in &b.neighbours {
+                part(out, party_label(n, name_width.min(18)), n.wait_us);
+            }
+            part(out, "other neighbours".into(), b.neighbours_other_us);
+        }
     }
-    part("other neighbours".into(), b.neighbours_other_us);
-    part("kernel, host".into(), b.kernel_us);
-    part("idle CPU waking".into(), b.idle_us);
-    part("unattributed".into(), b.unattributed_us);
+    if !unknown.is_empty() {
+        out.push(Line::styled(
+            format!("  n/a (kernel cannot tell): {}", unknown.join(", ")),
+            theme.dim,
+        ));
+    }
 }
 
 /// The wait this cgroup caused others by holding their CPU, and whom it delayed most.
