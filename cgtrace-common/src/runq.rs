@@ -304,6 +304,10 @@ pub const NR_EPOCHS: usize = 32;
 /// Dropped slices one summary covers: with [`NR_EPOCHS`], the ledger reaches back 16 times as
 /// many slices as the ring holds.
 pub const EPOCH_SLICES: u64 = 512;
+/// A dropped slice at least this long (20 ms: an idle stretch, a task alone on its CPU) is a
+/// summary of its own: summed with short ones, a wait reaching into those would be charged its
+/// share.
+pub const EPOCH_LONG_SLICE_NS: u64 = 20_000_000;
 /// Cgroups a summary names: those that held the CPU longest in its slices, as far as this many
 /// entries keep them (a slice of a cgroup not there replaces the entry with the least time if it
 /// is longer); the time of the others stays unattributed (history).

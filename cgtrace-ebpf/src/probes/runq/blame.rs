@@ -5,8 +5,8 @@ use cgtrace_common::{
     counters::{self, Counters},
     runq::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
-        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_SLICES,
-        EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, slice_frac,
+        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS,
+        EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, slice_frac,
     },
 };
 
@@ -144,9 +144,16 @@ fn slice_update<const DIRECT: bool, const LOOP: bool>(
 unsafe fn fold(ring: *mut SliceRing, old: Slice) {
     // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
     unsafe {
-        let fill = (*ring).epoch_fill;
-        let e = &mut (*ring).epochs[((*ring).epoch_head as usize) & (NR_EPOCHS - 1)];
         let len = u64::from(old.len_ns);
+        // A long slice (an idle stretch, a task alone on the CPU) is a summary of its own, so
+        // that a wait reaching into the short slices beside it is not charged its share.
+        let long = len >= EPOCH_LONG_SLICE_NS;
+        let mut fill = (*ring).epoch_fill;
+        if long && fill != 0 {
+            (*ring).epoch_head += 1;
+            fill = 0;
+        }
+        let e = &mut (*ring).epochs[((*ring).epoch_head as usize) & (NR_EPOCHS - 1)];
         if fill == 0 {
             // Field by field: a whole `Epoch` built first takes 144 bytes of the program's stack.
             e.start_ns = old.start_ns;
@@ -170,7 +177,7 @@ unsafe fn fold(ring: *mut SliceRing, old: Slice) {
             e.cgroup[least] = old.cgroup_id;
             e.ns[least] = len;
         }
-        if fill + 1 >= EPOCH_SLICES {
+        if long || fill + 1 >= EPOCH_SLICES {
             (*ring).epoch_head += 1;
             (*ring).epoch_fill = 0;
         } else {

@@ -163,6 +163,7 @@ pub fn blame_caps(layout: &Layout) -> BlameCaps {
         idle_elsewhere: layout.task_cpus_mask != ABSENT
             && layout.task_nr_cpus_allowed != ABSENT
             && layout.switch_has_prev_state == 1,
+        before_5_18: !looped,
     }
 }
 

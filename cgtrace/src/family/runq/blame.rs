@@ -579,6 +579,7 @@ mod tests {
             irq: true,
             steal: true,
             idle_elsewhere: true,
+            before_5_18: false,
         };
         let mut cgs = vec![cg(5, 10_000.0), cg(6, 500.0)];
         attach(&mut cgs, &blame, all, |id| (Some(format!("/c{id}")), None));

@@ -190,33 +190,41 @@ pub struct BlameCaps {
     /// `idle_elsewhere_us`: the task's allowed CPUs are readable and the ledger's walk runs in
     /// `bpf_loop` (the programs with `prev_state`, 5.18+).
     pub idle_elsewhere: bool,
+    /// The kernel is older than the programs that keep these parts (no `prev_state` in
+    /// `sched_switch`, before 5.18): the reason for all three, whatever its build has.
+    #[serde(skip)]
+    pub before_5_18: bool,
 }
 
 impl BlameCaps {
     /// Every part this kernel cannot tell, with why (`hello.blame.unknown`, `doctor`).
     pub fn unknown(&self) -> Vec<String> {
+        let old = "the programs that keep it need sched_switch with prev_state (5.18+), and this \
+                   kernel is older";
         let mut out = Vec::new();
-        if !self.irq {
-            out.push(
-                "irq_us unknown: needs a kernel built with CONFIG_IRQ_TIME_ACCOUNTING and \
-                 sched_switch with prev_state (5.18+)"
-                    .to_string(),
-            );
-        }
-        if !self.steal {
-            out.push(
-                "steal_us unknown: needs the run queue's steal clock (rq.prev_steal_time_rq, \
-                 CONFIG_PARAVIRT_TIME_ACCOUNTING) and sched_switch with prev_state (5.18+)"
-                    .to_string(),
-            );
-        }
-        if !self.idle_elsewhere {
-            out.push(
-                "idle_elsewhere_us unknown: needs sched_switch with prev_state (5.18+) and \
-                 task_struct.cpus_mask in the kernel's BTF"
-                    .to_string(),
-            );
-        }
+        let mut say = |told: bool, part: &str, why: &str| {
+            if !told {
+                let why = if self.before_5_18 { old } else { why };
+                out.push(format!("{part} unknown: {why}"));
+            }
+        };
+        say(
+            self.irq,
+            "irq_us",
+            "this kernel is built without CONFIG_IRQ_TIME_ACCOUNTING (its run queue keeps no \
+             interrupt time: rq.prev_irq_time is not in its BTF)",
+        );
+        say(
+            self.steal,
+            "steal_us",
+            "this kernel is built without CONFIG_PARAVIRT_TIME_ACCOUNTING (its run queue keeps no \
+             steal time: rq.prev_steal_time_rq is not in its BTF)",
+        );
+        say(
+            self.idle_elsewhere,
+            "idle_elsewhere_us",
+            "task_struct.cpus_mask or nr_cpus_allowed is not in this kernel's BTF",
+        );
         out
     }
 }
