@@ -310,7 +310,7 @@ pub const EPOCH_SLICES: u64 = 512;
 pub const EPOCH_LONG_SLICE_NS: u64 = 20_000_000;
 /// Cgroups a summary names: those that held the CPU longest in its slices, as far as this many
 /// entries keep them (a slice of a cgroup not there replaces the entry with the least time if it
-/// is longer); the time of the others stays unattributed (history).
+/// is longer); the time of the others is charged to [`CULPRIT_OLDER_OTHERS`].
 pub const EPOCH_TOP: usize = 8;
 
 /// A summary of [`EPOCH_SLICES`] consecutive slices a CPU's ring dropped: from when to when, and
@@ -388,8 +388,12 @@ pub const CULPRIT_STEAL: u64 = u64::MAX - 5;
 /// when the wait ended, for as long as that overlapped the wait): balancing or affinity, not
 /// capacity.
 pub const CULPRIT_IDLE_ELSEWHERE: u64 = u64::MAX - 6;
+/// Culprit marker: the part of a wait older than the CPU's ring that its summaries of dropped
+/// slices hold but do not name (not among their [`EPOCH_TOP`] longest-held cgroups): other
+/// cgroups, or the kernel.
+pub const CULPRIT_OLDER_OTHERS: u64 = u64::MAX - 7;
 /// Culprit markers, lowest first: every culprit at or above this is a marker, not a cgroup.
-pub const CULPRIT_MARKERS: u64 = CULPRIT_IDLE_ELSEWHERE;
+pub const CULPRIT_MARKERS: u64 = CULPRIT_OLDER_OTHERS;
 
 #[cfg(feature = "user")]
 mod pod {

@@ -207,6 +207,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
             irq_us: None,
             steal_us: Some(2e5),
             idle_elsewhere_us: Some(0.0),
+            older_others_us: 0.0,
             unattributed_us: 1e5,
             unattributed_history_us: 5e4,
         });

@@ -135,6 +135,7 @@ pub(super) fn blame_mismatch(window: &Value, c: &Value) -> Option<String> {
         + f(b, "kernel_us")
         + f(b, "idle_us")
         + f(b, "idle_elsewhere_us")
+        + f(b, "older_others_us")
         + f(b, "irq_us")
         + f(b, "steal_us")
         + f(b, "unattributed_us");

@@ -5,7 +5,7 @@ use cgtrace_common::{
     counters::{self, Counters},
     runq::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
-        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS,
+        CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS,
         EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, slice_frac,
     },
 };
@@ -316,17 +316,21 @@ extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     }
     let o = b - a;
     let len = ((end - start) >> 10).max(1);
+    let mut named = 0;
     for j in 0..EPOCH_TOP {
         // SAFETY: as above.
         let (ns, cgroup) = unsafe { ((*e).ns[j], (*e).cgroup[j]) };
         if ns != 0 {
             let part = o * (ns >> 10) / len;
-            let part = if part > o { o } else { part };
-            w.covered += part;
+            let part = if part > o - named { o - named } else { part };
+            named += part;
             let culprit = if cgroup == 0 { CULPRIT_IDLE } else { cgroup };
             add_blame(w.c, w.victim, culprit, (part * w.scale) >> 10);
         }
     }
+    // The summary's time it does not name: other cgroups, or the kernel.
+    add_blame(w.c, w.victim, CULPRIT_OLDER_OTHERS, ((o - named) * w.scale) >> 10);
+    w.covered += o;
     0
 }
 

@@ -9,7 +9,7 @@ pub use super::model::{Blame, BlameCaps, Caused, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
 use cgtrace_common::runq::{
     BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ, CULPRIT_MARKERS,
-    CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
+    CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
 };
 
 /// Whether a culprit id is a marker rather than a cgroup.
@@ -141,6 +141,7 @@ pub fn attach(
                     CULPRIT_IRQ => *b.irq_us.get_or_insert(0.0) += us,
                     CULPRIT_STEAL => *b.steal_us.get_or_insert(0.0) += us,
                     CULPRIT_IDLE_ELSEWHERE => *b.idle_elsewhere_us.get_or_insert(0.0) += us,
+                    CULPRIT_OLDER_OTHERS => b.older_others_us += us,
                     CULPRIT_HISTORY => {
                         // Charged by the kernel, but to nobody: unattributed, with its reason.
                         charged -= us;

@@ -46,6 +46,10 @@ pub struct Blame {
     /// affinity, not capacity; `None`: this kernel cannot tell (before 5.18).
     #[serde(default)]
     pub idle_elsewhere_us: Option<f64>,
+    /// Stretches older than the CPU's last 1 024 slices that its summaries of older slices hold
+    /// but do not name (not among their 8 longest-held cgroups): other cgroups, or the kernel.
+    #[serde(default)]
+    pub older_others_us: f64,
     /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, stretches older
     /// than the CPU's last 64 slices (`unattributed_history_us`), and parts lost to a full table
     /// (`blame_full`).
@@ -90,6 +94,7 @@ impl Blame {
         self.neighbours_other_us *= f;
         self.kernel_us *= f;
         self.idle_us *= f;
+        self.older_others_us *= f;
         for v in [
             &mut self.irq_us,
             &mut self.steal_us,
@@ -169,6 +174,12 @@ pub const PARTS: &[BlamePart] = &[
         metric: "steal",
         label: "hypervisor steal",
         of: |b| b.steal_us,
+    },
+    BlamePart {
+        key: "older_others_us",
+        metric: "older_others",
+        label: "others, older than the ring",
+        of: |b| Some(b.older_others_us),
     },
     BlamePart {
         key: "unattributed_us",
