@@ -5,8 +5,9 @@ use cgtrace_common::{
     counters::{self, Counters},
     runq::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
-        CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS,
-        EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, slice_frac,
+        CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
+        EPOCH_LONG_SLICE_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice,
+        SliceRing, WALK_BOUNDED, slice_frac,
     },
 };
 
@@ -54,11 +55,7 @@ fn slice_switch_looped<const DIRECT: bool>(next: *const u8, now: u64, next_cgrou
 
 /// See [`slice_switch`].
 #[inline(always)]
-fn slice_update<const DIRECT: bool, const LOOP: bool>(
-    next: *const u8,
-    now: u64,
-    next_cgroup: u64,
-) {
+fn slice_update<const DIRECT: bool, const LOOP: bool>(next: *const u8, now: u64, next_cgroup: u64) {
     let Some(ring) = CPU_SLICES.get_ptr_mut(0) else {
         return;
     };
@@ -329,7 +326,12 @@ extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
         }
     }
     // The summary's time it does not name: other cgroups, or the kernel.
-    add_blame(w.c, w.victim, CULPRIT_OLDER_OTHERS, ((o - named) * w.scale) >> 10);
+    add_blame(
+        w.c,
+        w.victim,
+        CULPRIT_OLDER_OTHERS,
+        ((o - named) * w.scale) >> 10,
+    );
     w.covered += o;
     0
 }
