@@ -51,10 +51,11 @@ pub struct Blame {
     #[serde(default)]
     pub older_others_us: f64,
     /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, stretches older
-    /// than the CPU's last 64 slices (`unattributed_history_us`), and parts lost to a full table
+    /// than what the CPU keeps (`unattributed_history_us`), and parts lost to a full table
     /// (`blame_full`).
     pub unattributed_us: f64,
-    /// Of `unattributed_us`: the stretches older than the CPU's last 64 slices.
+    /// Of `unattributed_us`: the stretches older than what the CPU keeps (its last 1 024 slices
+    /// and, 5.18+, the 32 summaries of the 16 384 before them).
     #[serde(default)]
     pub unattributed_history_us: f64,
 }
