@@ -302,6 +302,9 @@ pub struct Config {
     /// `runq::IDLE_SCAN_MAX_CPUS`; 0: not computed, the kernel cannot tell it).
     pub idle_scan_cpus: u32,
     pub _pad: u32,
+    /// The traced hierarchy's root cgroup id: the ledger keeps slices of its tasks by process
+    /// (`runq::culprit_task`) to name them (0: not known, kept as the cgroup).
+    pub root_cgroup_id: u64,
 }
 
 impl Config {
@@ -316,6 +319,7 @@ impl Config {
         blame_min_ns: u64::MAX,
         idle_scan_cpus: 0,
         _pad: 0,
+        root_cgroup_id: 0,
     };
 }
 

@@ -304,6 +304,11 @@ pub const NR_EPOCHS: usize = 32;
 /// Dropped slices one summary covers: with [`NR_EPOCHS`], the ledger reaches back 16 times as
 /// many slices as the ring holds.
 pub const EPOCH_SLICES: u64 = 512;
+/// A summary also covers at least this long (100 ms) before the next begins: where slices are
+/// short (a crowded CPU switching tens of thousands of times a second), [`EPOCH_SLICES`] of them
+/// would span a few milliseconds and the summaries would reach back less than the waits there
+/// last; this way they reach back at least 3.2 s whatever the CPU's switch rate.
+pub const EPOCH_MIN_NS: u64 = 100_000_000;
 /// A dropped slice at least this long (20 ms: an idle stretch, a task alone on its CPU) is a
 /// summary of its own: summed with short ones, a wait reaching into those would be charged its
 /// share.
@@ -394,6 +399,28 @@ pub const CULPRIT_IDLE_ELSEWHERE: u64 = u64::MAX - 6;
 pub const CULPRIT_OLDER_OTHERS: u64 = u64::MAX - 7;
 /// Culprit markers, lowest first: every culprit at or above this is a marker, not a cgroup.
 pub const CULPRIT_MARKERS: u64 = CULPRIT_OLDER_OTHERS;
+
+/// A slice of a task in the root cgroup (kernel threads, host processes outside any container)
+/// is kept as this tag with the task's process id (its tgid: a kernel thread's own pid), so the
+/// ledger names which threads and processes make up `kernel_us`. Below the markers, above any
+/// cgroup id (kernfs node ids count up from 1).
+pub const CULPRIT_TASK_TAG: u64 = 1 << 62;
+
+/// The culprit a slice of root-cgroup task `tgid` is kept as.
+#[inline(always)]
+pub const fn culprit_task(tgid: u32) -> u64 {
+    CULPRIT_TASK_TAG | tgid as u64
+}
+
+/// The process id of a [`culprit_task`] culprit, `None` for a cgroup or a marker.
+#[inline(always)]
+pub const fn culprit_task_tgid(culprit: u64) -> Option<u32> {
+    if culprit >> 62 == 1 {
+        Some(culprit as u32)
+    } else {
+        None
+    }
+}
 
 #[cfg(feature = "user")]
 mod pod {

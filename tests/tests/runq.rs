@@ -627,8 +627,8 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
 
 /// Host work outside any container: a sleeper crowded onto CPU 1 by busy loops in the root
 /// cgroup (where host processes and kernel threads run) has nearly all of its wait in
-/// `kernel_us`, its parts add up to its wait in every window, and its wait is the kernel's
-/// `run_delay`.
+/// `kernel_us`, which names the loops' process (`kernel_tasks`: its pid and name), its parts add
+/// up to its wait in every window, and its wait is the kernel's `run_delay`.
 #[test]
 fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> {
     if !can_trace_on_cpus(2, "needs 2 CPUs") {
@@ -644,21 +644,47 @@ fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> 
     let delay_from = cgtrace_tests::node::run_delay_ns(sleeper.pid()) as f64 / 1e3;
     s.windows(4)?;
     let delay_to = stop_and_run_delay_us(&[&sleeper]);
-    drop(host);
     let (_, lines) = s.stop(SIGINT)?;
     let windows: Vec<_> = lines
         .into_iter()
         .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
         .collect();
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    let (mut wait, mut kernel) = (0.0, 0.0);
+    let (mut wait, mut kernel, mut by_host, mut named) = (0.0, 0.0, 0.0, 0.0);
+    let mut tasks = std::collections::BTreeMap::<String, f64>::new();
     for c in blamed_windows(&windows, &victim.rel) {
         wait += f(&c["runq"], "sum_us");
-        kernel += f(&c["runq"]["blame"], "kernel_us");
+        let b = &c["runq"]["blame"];
+        kernel += f(b, "kernel_us");
+        for t in b["kernel_tasks"].as_array().into_iter().flatten() {
+            let us = f(t, "wait_us");
+            named += us;
+            *tasks
+                .entry(format!(
+                    "{} ({})",
+                    t["comm"].as_str().unwrap_or("?"),
+                    t["pid"]
+                ))
+                .or_default() += us;
+            // The loops are named by their process and its name.
+            if t["pid"].as_u64() == Some(u64::from(host.pid())) {
+                assert_eq!(t["comm"], "spin", "the host loops' name: {t}");
+                by_host += us;
+            }
+        }
     }
     let run_delay = delay_to - delay_from;
     eprintln!(
-        "host-crowded sleeper: wait {wait:.0} µs, kernel_us {kernel:.0}, run_delay {run_delay:.0} µs"
+        "host-crowded sleeper: wait {wait:.0} µs, kernel_us {kernel:.0} (named {named:.0}: {tasks:?}), run_delay {run_delay:.0} µs"
+    );
+    assert!(
+        named <= kernel + 1.0,
+        "the named root-cgroup tasks ({named} µs) are part of kernel_us ({kernel} µs)"
+    );
+    assert!(
+        by_host >= 0.8 * kernel,
+        "{by_host} of kernel_us {kernel} µs named as the host loops (pid {}): {tasks:?}",
+        host.pid()
     );
     assert!(wait > 10_000.0, "the sleeper waited: {wait} µs");
     assert!(

@@ -111,10 +111,20 @@ impl Aggregator {
         }
         if let Some(blame) = input.blame.take() {
             let blame = self.blame_carry.settle(&cgroups, blame);
-            crate::family::runq::blame::attach(&mut cgroups, &blame, input.blame_caps, |id| {
-                let (path, name) = self.describe(id);
-                (path, name.map(|n| n.display))
-            });
+            crate::family::runq::blame::attach_named(
+                &mut cgroups,
+                &blame,
+                input.blame_caps,
+                |id| {
+                    let (path, name) = self.describe(id);
+                    (path, name.map(|n| n.display))
+                },
+                |pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .ok()
+                        .map(|s| s.trim_end_matches('\n').to_string())
+                },
+            );
         }
         // The diagnoses once the window is whole (the runq one names who held the CPU).
         for cg in &mut cgroups {

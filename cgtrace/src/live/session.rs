@@ -108,6 +108,11 @@ impl Session {
         let cgroup_v1 = matches!(hier.version, crate::cgroup::Version::V1);
         let hier_name = if cgroup_v1 { "cpu" } else { "cgroup2" }.to_string();
         let mount = hier.mount.clone();
+        // The root cgroup's id is its directory's inode number (its kernfs node id).
+        let root_cgroup_id = std::fs::metadata(&mount).map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino()
+        });
         let trace = TraceOptions {
             max_cgroups: opts.max_cgroups,
             max_read_keys: opts.max_read_keys,
@@ -121,6 +126,7 @@ impl Session {
                 blame_min_ns: opts
                     .blame_min
                     .map_or(u64::MAX, |d| (d.as_nanos() as u64).min(u64::MAX - 1)),
+                root_cgroup_id,
                 ..Config::DEFAULT
             },
             ringbuf_bytes: opts.ringbuf_bytes,
@@ -146,7 +152,10 @@ impl Session {
                 runq: crate::family::runq::StartOptions {
                     blame: opts.blame_min.is_some(),
                     starts: tracer.runq_start,
-                    caps: crate::family::runq::attach::blame_caps(&tracer.layout),
+                    caps: crate::family::runq::model::BlameCaps {
+                        root_cgroup: root_cgroup_id,
+                        ..crate::family::runq::attach::blame_caps(&tracer.layout)
+                    },
                 },
                 throttle: opts.flag_rules,
                 reads: crate::family::reads::StartOptions {

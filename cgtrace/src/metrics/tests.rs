@@ -202,6 +202,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
             neighbours: (0..5).map(|i| party(seq * 10 + i, 1e5)).collect(),
             neighbours_other_us: 2e5,
             kernel_us: 4e5,
+            kernel_tasks: Vec::new(),
             idle_us: 3e5,
             // Told: steal and idle elsewhere; this kernel cannot tell interrupts.
             irq_us: None,

@@ -6,8 +6,8 @@ use cgtrace_common::{
     runq::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
         CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
-        EPOCH_LONG_SLICE_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, Slice,
-        SliceRing, WALK_BOUNDED, slice_frac,
+        EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES,
+        Slice, SliceRing, WALK_BOUNDED, slice_frac,
     },
 };
 
@@ -21,6 +21,12 @@ use crate::{
 #[inline(always)]
 pub fn blame_min_ns() -> u64 {
     config!(blame_min_ns)
+}
+
+/// The traced hierarchy's root cgroup id (0: not known): its tasks' slices are kept by process.
+#[inline(always)]
+pub fn root_cgroup_id() -> u64 {
+    config!(root_cgroup_id)
 }
 
 /// At a context switch (blame ledger on): the slice the CPU ran until now goes into its ring,
@@ -174,7 +180,8 @@ unsafe fn fold(ring: *mut SliceRing, old: Slice) {
             e.cgroup[least] = old.cgroup_id;
             e.ns[least] = len;
         }
-        if long || fill + 1 >= EPOCH_SLICES {
+        if long || (fill + 1 >= EPOCH_SLICES && e.end_ns.saturating_sub(e.start_ns) >= EPOCH_MIN_NS)
+        {
             (*ring).epoch_head += 1;
             (*ring).epoch_fill = 0;
         } else {

@@ -164,6 +164,7 @@ pub fn blame_caps(layout: &Layout) -> BlameCaps {
             && layout.task_nr_cpus_allowed != ABSENT
             && layout.switch_has_prev_state == 1,
         before_5_18: !looped,
+        root_cgroup: 0,
     }
 }
 

@@ -5,11 +5,12 @@
 
 use std::collections::{HashMap as StdHashMap, hash_map::Entry};
 
-pub use super::model::{Blame, BlameCaps, Caused, NoisyNeighbour, Party, TOP};
+pub use super::model::{Blame, BlameCaps, Caused, KernelTask, NoisyNeighbour, Party, TOP};
 use crate::model::CgroupWindow;
 use cgtrace_common::runq::{
     BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ, CULPRIT_MARKERS,
     CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
+    culprit_task_tgid,
 };
 
 /// Whether a culprit id is a marker rather than a cgroup.
@@ -82,24 +83,45 @@ impl Carry {
 /// someone waited for, from the window's deltas (the ledger is on); `describe` names a cgroup id.
 /// A cgroup that waited with nothing charged (every wait below `--blame-min-us`, or charged in the
 /// window before) has all its wait unattributed. The parts `caps` says this kernel cannot tell
-/// are `None` (unknown), never 0.
+/// are `None` (unknown), never 0. The root cgroup's tasks, which the kernel charges by process,
+/// are `kernel_us` (unnamed: see [`attach_named`]) and `caused` of the root cgroup.
 pub fn attach(
     cgroups: &mut [CgroupWindow],
     blame: &StdHashMap<BlameKey, u64>,
     caps: BlameCaps,
+    describe: impl FnMut(u64) -> (Option<String>, Option<String>),
+) {
+    attach_named(cgroups, blame, caps, describe, |_| None);
+}
+
+/// [`attach`], with the root cgroup's tasks in `kernel_tasks` named by `comm` (`None`: it has
+/// exited).
+pub fn attach_named(
+    cgroups: &mut [CgroupWindow],
+    blame: &StdHashMap<BlameKey, u64>,
+    caps: BlameCaps,
     mut describe: impl FnMut(u64) -> (Option<String>, Option<String>),
+    mut comm: impl FnMut(u32) -> Option<String>,
 ) {
     let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
-    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+    let mut pairs: StdHashMap<(u64, u64), u64> = StdHashMap::new();
     for (k, &ns) in blame {
         by_victim.entry(k.victim).or_default().push((k.culprit, ns));
-        if !is_marker(k.culprit) && k.culprit != k.victim && k.culprit != 0 {
-            by_culprit
-                .entry(k.culprit)
-                .or_default()
-                .push((k.victim, ns));
+        // A root-cgroup task's charge is the root cgroup's doing.
+        let culprit = match culprit_task_tgid(k.culprit) {
+            Some(_) if caps.root_cgroup != 0 => caps.root_cgroup,
+            Some(_) => continue,
+            None => k.culprit,
+        };
+        if !is_marker(culprit) && culprit != k.victim && culprit != 0 {
+            *pairs.entry((culprit, k.victim)).or_insert(0) += ns;
         }
     }
+    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+    for ((culprit, victim), ns) in pairs {
+        by_culprit.entry(culprit).or_default().push((victim, ns));
+    }
+    let mut comms: StdHashMap<u32, Option<String>> = StdHashMap::new();
     // The root cgroup: kernel threads and host processes outside any cgroup (`kernel_us`).
     let roots: std::collections::HashSet<u64> = by_victim
         .values()
@@ -129,6 +151,7 @@ pub fn attach(
                 ..Blame::default()
             };
             let mut others: Vec<(u64, u64)> = Vec::new();
+            let mut tasks: Vec<(u32, u64)> = Vec::new();
             let mut charged = 0.0;
             for &(culprit, ns) in parts.into_iter().flatten() {
                 let us = ns as f64 / 1e3;
@@ -147,7 +170,15 @@ pub fn attach(
                         charged -= us;
                         b.unattributed_history_us += us;
                     }
+                    // The root cgroup's own tasks wait behind each other.
                     c if c == cg.id => b.siblings_us += us,
+                    c if culprit_task_tgid(c).is_some() && cg.id == caps.root_cgroup => {
+                        b.siblings_us += us
+                    }
+                    c if let Some(tgid) = culprit_task_tgid(c) => {
+                        b.kernel_us += us;
+                        tasks.push((tgid, ns));
+                    }
                     c if is_root(c) => b.kernel_us += us,
                     c => others.push((c, ns)),
                 }
@@ -160,6 +191,16 @@ pub fn attach(
                     b.neighbours_other_us += ns as f64 / 1e3;
                 }
             }
+            tasks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            b.kernel_tasks = tasks
+                .iter()
+                .take(TOP)
+                .map(|&(pid, ns)| KernelTask {
+                    pid,
+                    comm: comms.entry(pid).or_insert_with(|| comm(pid)).clone(),
+                    wait_us: ns as f64 / 1e3,
+                })
+                .collect();
             // `Carry::settle` has already moved charges beyond the wait to the next window; a
             // ledger that did not go through it is scaled to the wait here, so the parts always
             // add up to the wait.
@@ -393,6 +434,77 @@ mod tests {
     }
 
     #[test]
+    fn root_cgroup_tasks_are_kernel_named_and_the_root_caused_it() {
+        use cgtrace_common::runq::culprit_task;
+        // Victim 5 waited 10 ms: 6 ms behind root-cgroup tasks (ksoftirqd 4, kworker 1.5, an
+        // exited process 0.5), 4 ms behind pod 20. The root cgroup (1) waited 1 ms behind
+        // ksoftirqd itself: its siblings, not kernel.
+        let mut blame = StdHashMap::new();
+        for (victim, culprit, us) in [
+            (5, culprit_task(16), 4000u64),
+            (5, culprit_task(77), 1500),
+            (5, culprit_task(4_000_000), 500),
+            (5, 20, 4000),
+            (1, culprit_task(16), 1000),
+        ] {
+            blame.insert(BlameKey { victim, culprit }, us * 1000);
+        }
+        let caps = BlameCaps {
+            root_cgroup: 1,
+            ..BlameCaps::default()
+        };
+        let mut cgs = vec![cg(5, 10_000.0), cg(1, 1000.0), cg(20, 0.0)];
+        let mut asked = Vec::new();
+        attach_named(
+            &mut cgs,
+            &blame,
+            caps,
+            |id| (Some(format!("/c{id}")), None),
+            |pid| {
+                asked.push(pid);
+                match pid {
+                    16 => Some("ksoftirqd/1".into()),
+                    77 => Some("kworker/1:2".into()),
+                    _ => None,
+                }
+            },
+        );
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!(b.kernel_us, 6000.0);
+        let named: Vec<_> = b
+            .kernel_tasks
+            .iter()
+            .map(|t| (t.pid, t.comm.as_deref(), t.wait_us))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (16, Some("ksoftirqd/1"), 4000.0),
+                (77, Some("kworker/1:2"), 1500.0),
+                (4_000_000, None, 500.0)
+            ]
+        );
+        assert!((b.total_us() - 10_000.0).abs() < 1e-6);
+        assert!(b.neighbours.iter().all(|n| n.id == 20));
+        // The root cgroup: its wait behind its own task is siblings; it caused the victim's 6 ms.
+        let root = &cgs[1];
+        let rb = root.runq.blame.as_ref().expect("root blame");
+        assert_eq!((rb.siblings_us, rb.kernel_us), (1000.0, 0.0));
+        let caused = root.caused.as_ref().expect("caused");
+        assert_eq!(caused.wait_us, 6000.0);
+        assert_eq!(caused.victims.iter().map(|v| v.id).collect::<Vec<_>>(), [5]);
+        // Each process named once a window, only the ones listed.
+        asked.sort_unstable();
+        assert_eq!(asked, [16, 77, 4_000_000]);
+        // Without a known root (an old recording's replay has none), still kernel, unnamed root.
+        let mut cgs = vec![cg(5, 10_000.0)];
+        attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!(b.kernel_us, 6000.0);
+        assert!(b.kernel_tasks.iter().all(|t| t.comm.is_none()));
+    }
+
+    #[test]
     fn parts_add_up_to_the_wait_and_culprits_see_their_victims() {
         // Victim 1 waited 10 ms: 2 ms own quota, 1 ms siblings, 6 neighbours (3, 2, 1, 0.5, 0.25,
         // 0.1 ms), the rest unattributed.
@@ -581,6 +693,7 @@ mod tests {
             steal: true,
             idle_elsewhere: true,
             before_5_18: false,
+            root_cgroup: 0,
         };
         let mut cgs = vec![cg(5, 10_000.0), cg(6, 500.0)];
         attach(&mut cgs, &blame, all, |id| (Some(format!("/c{id}")), None));

@@ -30,6 +30,11 @@ pub struct Blame {
     /// outside any cgroup.
     #[serde(default)]
     pub kernel_us: f64,
+    /// Who in the root cgroup held the CPU: kernel threads (a kernel thread's pid) and host
+    /// processes (their process id), most first (at most [`TOP`]; their `wait_us` is part of
+    /// `kernel_us`, which also holds the rest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_tasks: Vec<KernelTask>,
     /// The CPU it was queued on sat idle: waking that CPU (an IPI, an idle-state exit, a vCPU the
     /// host had halted) was the wait.
     #[serde(default)]
@@ -94,6 +99,9 @@ impl Blame {
         self.siblings_us *= f;
         self.neighbours_other_us *= f;
         self.kernel_us *= f;
+        for t in &mut self.kernel_tasks {
+            t.wait_us *= f;
+        }
         self.idle_us *= f;
         self.older_others_us *= f;
         for v in [
@@ -206,6 +214,10 @@ pub struct BlameCaps {
     /// `sched_switch`, before 5.18): the reason for all three, whatever its build has.
     #[serde(skip)]
     pub before_5_18: bool,
+    /// The traced hierarchy's root cgroup id (0: not known): the ledger charges its tasks by
+    /// process, as `caused` of this cgroup.
+    #[serde(skip)]
+    pub root_cgroup: u64,
 }
 
 impl BlameCaps {
@@ -259,6 +271,17 @@ impl HelloBlame {
             unknown: caps.unknown(),
         }
     }
+}
+
+/// A task of the root cgroup that held the CPU someone waited for (`kernel_tasks`): a kernel
+/// thread (ksoftirqd/1, kworker/0:2) or a host process outside any container.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct KernelTask {
+    /// Its process id (a kernel thread's pid).
+    pub pid: u32,
+    /// Its name (`/proc/PID/comm` when the window was read; `None`: it had exited).
+    pub comm: Option<String>,
+    pub wait_us: f64,
 }
 
 /// A cgroup on the other side of a blame entry.

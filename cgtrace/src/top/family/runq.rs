@@ -223,6 +223,13 @@ fn party_label(p: &crate::family::runq::blame::Party, width: usize) -> String {
     format::ellipsize_middle(&crate::safety::escape::terminal(&raw), width)
 }
 
+/// A root-cgroup task in `kernel_tasks` as the view shows it: its name (escaped, fitted to
+/// `width`), or its pid once it has exited.
+fn kernel_task_label(t: &crate::family::runq::model::KernelTask, width: usize) -> String {
+    let raw = t.comm.clone().unwrap_or_else(|| format!("pid {}", t.pid));
+    format::ellipsize_middle(&crate::safety::escape::terminal(&raw), width)
+}
+
 /// "Who delayed it": the window's wait split into the parts the blame ledger charged, each as a
 /// share of the wait and a wait per second.
 fn blame_lines(
@@ -271,6 +278,12 @@ fn blame_lines(
                     ),
                     theme.dim,
                 ));
+            }
+        }
+        if p.key == "kernel_us" {
+            // Which kernel threads and host processes: "  ksoftirqd/1".
+            for t in &b.kernel_tasks {
+                part(out, format!("  {}", kernel_task_label(t, 16)), t.wait_us);
             }
         }
         if p.key == "siblings_us" {
