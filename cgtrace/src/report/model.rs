@@ -268,7 +268,22 @@ pub struct WhoDelayedWhom {
     pub culprits: Vec<Culprit>,
     /// The non-zero cells, by victim then culprit (indices into `victims` and `culprits`).
     pub cells: Vec<Cell>,
+    /// The root cgroup's tasks (kernel threads, host processes outside any container) that
+    /// held CPUs others waited for, summed over every victim and window, most first (at most
+    /// [`TOP`]): who the victims' `kernel_us` was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_tasks: Vec<KernelTaskTotal>,
     pub left_out: LeftOut,
+}
+
+/// A root-cgroup task over the recording (`kernel_tasks`).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct KernelTaskTotal {
+    pub pid: u32,
+    /// Its name as last recorded (`None`: it had exited when every window was read).
+    pub comm: Option<String>,
+    /// The wait it cost other cgroups.
+    pub wait_us: f64,
 }
 
 /// A row of the matrix: a cgroup that waited for CPUs other cgroups held.

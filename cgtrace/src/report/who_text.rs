@@ -66,6 +66,15 @@ fn long(path: &Option<String>, name: &Option<String>, id: u64, width: usize) -> 
     }
 }
 
+/// A root-cgroup task as the report names it: `ksoftirqd/1 (pid 16)`, escaped; `pid 16` once
+/// it had exited.
+pub(super) fn task_label(t: &super::model::KernelTaskTotal) -> String {
+    match &t.comm {
+        Some(c) => format!("{} (pid {})", esc(c), t.pid),
+        None => format!("pid {}", t.pid),
+    }
+}
+
 /// Writes `words` after `head`, wrapped at [`WIDTH`] with continuation lines indented.
 fn wrapped(o: &mut String, head: &str, words: &[String]) {
     let mut line = head.to_string();
@@ -156,7 +165,11 @@ pub(super) fn render(o: &mut String, m: &WhoDelayedWhom) {
             }
             if p.key == "throttled_ancestor_us" {
                 for a in &v.throttled_ancestors {
-                    rest.push(format!("ancestor quota: {} {}", a.path, dur(a.wait_us)));
+                    rest.push(format!(
+                        "ancestor quota: {} {}",
+                        esc(&a.path),
+                        dur(a.wait_us)
+                    ));
                 }
             }
         }
@@ -170,6 +183,14 @@ pub(super) fn render(o: &mut String, m: &WhoDelayedWhom) {
             dur(v.wait_us)
         );
         wrapped(o, &head, &rest);
+    }
+    if !m.kernel_tasks.is_empty() {
+        let tasks: Vec<String> = m
+            .kernel_tasks
+            .iter()
+            .map(|t| format!("{} {}", task_label(t), dur(t.wait_us)))
+            .collect();
+        wrapped(o, "  kernel (root cgroup) tasks: ", &tasks);
     }
     let mut tail = vec![format!(
         "the cells are {:.0} % of the node's {} of run-queue wait",
@@ -245,6 +266,14 @@ mod tests {
         assert!(o.contains("own quota 100.0 ms, its own tasks 50.0 ms, unattributed 120.0 ms"));
         assert!(o.contains("the cells are 72 % of the node's 2.00 s of run-queue wait"));
         assert!(
+            o.contains("  kernel (root cgroup) tasks: ksoftirqd/1 (pid 16) 30.0 ms,"),
+            "{o}"
+        );
+        assert!(
+            o.contains(&format!("{} (pid 99) 20.0 ms", esc(HOSTILE))),
+            "{o}"
+        );
+        assert!(
             o.contains("ancestor's quota 50.0 ms, ancestor quota: /kubepods/pod-q 50.0 ms"),
             "{o}"
         );
@@ -258,6 +287,11 @@ mod tests {
         let page = html::page_of(&report());
         assert!(page.contains("ancestor quota: /kubepods/pod-q (0.05 s)"));
         assert!(page.contains(">n/a</td>"));
+        assert!(
+            page.contains("The kernel part (root cgroup): ksoftirqd/1 (pid 16) 0.03 s · "),
+            "{page}"
+        );
+        assert!(!page.contains(HOSTILE));
         // The whole report opens with it.
         let text = render_text(&report());
         assert!(text.find("who delayed whom") < text.find("single events recorded by family"));

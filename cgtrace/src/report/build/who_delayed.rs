@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 use super::budget::{self, Budget};
 use crate::{
     model::CgroupWindow,
-    report::model::{AncestorQuota, Cell, Culprit, LeftOut, PARTS, TOP, Victim, WhoDelayedWhom},
+    report::model::{
+        AncestorQuota, Cell, Culprit, KernelTaskTotal, LeftOut, PARTS, TOP, Victim, WhoDelayedWhom,
+    },
 };
 
 /// One cgroup's ledger over the recording, as a victim and as a culprit.
@@ -43,6 +45,8 @@ pub(super) struct WhoDelayed {
     ms: u64,
     node_wait_us: f64,
     by_id: HashMap<u64, Tally>,
+    /// Root-cgroup tasks by pid: their last name and the wait they cost others.
+    kernel_tasks: HashMap<u32, (Option<String>, f64)>,
     untallied: u64,
 }
 
@@ -118,6 +122,26 @@ impl WhoDelayed {
                 None => {
                     if budget.take(size_of::<(String, f64)>() + path.len()) {
                         t.ancestors.insert(path.clone(), finite(a.wait_us));
+                    } else {
+                        self.untallied += 1;
+                    }
+                }
+            }
+        }
+        for k in &b.kernel_tasks {
+            let us = finite(k.wait_us);
+            match self.kernel_tasks.entry(k.pid) {
+                Entry::Occupied(e) => {
+                    let e = e.into_mut();
+                    e.1 += us;
+                    if k.comm.is_some() {
+                        budget.set(&mut e.0, &k.comm);
+                    }
+                }
+                Entry::Vacant(e) => {
+                    if budget.take(size_of::<(u32, (Option<String>, f64))>() + budget::len(&k.comm))
+                    {
+                        e.insert((k.comm.clone(), us));
                     } else {
                         self.untallied += 1;
                     }
@@ -253,6 +277,15 @@ impl WhoDelayed {
                 },
             });
         }
+        let mut tasks: Vec<KernelTaskTotal> = self
+            .kernel_tasks
+            .into_iter()
+            .filter(|(_, (_, us))| *us > 0.0)
+            .map(|(pid, (comm, wait_us))| KernelTaskTotal { pid, comm, wait_us })
+            .collect();
+        tasks.sort_by(|a, b| b.wait_us.total_cmp(&a.wait_us).then(a.pid.cmp(&b.pid)));
+        tasks.truncate(TOP);
+        out.kernel_tasks = tasks;
         if out.node_wait_us > 0.0 {
             out.explained_share = (out.explained_us / out.node_wait_us).min(1.0);
         }
@@ -269,7 +302,7 @@ fn finite(us: f64) -> f64 {
 pub(crate) mod tests {
     use super::*;
     use crate::{
-        family::runq::model::{Blame, Caused, Party},
+        family::runq::model::{Blame, Caused, KernelTask, Party},
         model::RunqWindow,
     };
 
@@ -351,12 +384,29 @@ pub(crate) mod tests {
         }
         let hog1 = cg(20, 0.0, None, 850.0);
         let hog2 = cg(20, 0.0, None, 400.0);
-        let quiet = cg(
+        // Cgroup 30: 50 ms of its 200 behind the root cgroup's tasks (a kernel thread, and a
+        // host process with a hostile name), the rest never charged.
+        let mut quiet = cg(
             30,
             200.0,
-            Some(blame([0.0, 0.0, 0.0, 200.0], &[], 0.0)),
+            Some(blame([0.0, 0.0, 0.0, 150.0], &[], 0.0)),
             0.0,
         );
+        if let Some(b) = quiet.runq.blame.as_mut() {
+            b.kernel_us = 50e3;
+            b.kernel_tasks = vec![
+                KernelTask {
+                    pid: 16,
+                    comm: Some("ksoftirqd/1".into()),
+                    wait_us: 30e3,
+                },
+                KernelTask {
+                    pid: 99,
+                    comm: Some(HOSTILE.into()),
+                    wait_us: 20e3,
+                },
+            ];
+        }
         who.window(1000);
         for c in [&a1, &b1, &hog1, &quiet] {
             who.add(c, &mut budget);
@@ -418,6 +468,16 @@ pub(crate) mod tests {
         assert_eq!(m.explained_us, 1450e3);
         assert_eq!(m.explained_share, 0.725);
         assert_eq!(m.left_out, LeftOut::default());
+        // The root cgroup's tasks, over every victim: most first.
+        let tasks: Vec<_> = m
+            .kernel_tasks
+            .iter()
+            .map(|t| (t.pid, t.comm.as_deref(), t.wait_us))
+            .collect();
+        assert_eq!(
+            tasks,
+            [(16, Some("ksoftirqd/1"), 30e3), (99, Some(HOSTILE), 20e3)]
+        );
     }
 
     #[test]

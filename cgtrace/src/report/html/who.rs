@@ -101,6 +101,24 @@ pub(super) fn who_delayed_whom(o: &mut String, r: &Report) {
         o.push_str("</tr>\n");
     }
     o.push_str("</table></div>\n");
+    if !m.kernel_tasks.is_empty() {
+        let tasks: Vec<String> = m
+            .kernel_tasks
+            .iter()
+            .map(|t| {
+                let name = match &t.comm {
+                    Some(c) => format!("{} (pid {})", esc(c), t.pid),
+                    None => format!("pid {}", t.pid),
+                };
+                format!("{name} {:.2} s", t.wait_us / 1e6)
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "<p class=\"meta\">The kernel part (root cgroup): {}.</p>",
+            tasks.join(" · ")
+        );
+    }
     let l = &m.left_out;
     if l.victims + l.culprits + l.untallied > 0 {
         let _ = writeln!(
