@@ -78,13 +78,14 @@ pub struct WindowInput {
 impl WindowInput {
     /// Every cgroup some family has data for.
     pub(crate) fn ids(&self) -> HashSet<u64> {
-        // A cgroup that only made others wait is in the window too (its `caused`).
+        // A cgroup that only made others wait is in the window too (its `caused`); a
+        // root-cgroup task, as the root cgroup.
+        let root = self.blame_caps.root_cgroup;
         let culprits = self
             .blame
             .iter()
             .flat_map(|b| b.keys())
-            .map(|k| k.culprit)
-            .filter(|&c| c != 0 && !runq::blame::is_marker(c));
+            .filter_map(move |k| runq::blame::culprit_cgroup(k.culprit, root));
         self.runq
             .keys()
             .copied()

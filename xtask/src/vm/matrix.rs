@@ -111,6 +111,28 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
             throttle_rows.push(row);
         }
     }
+    if runq
+        && args.wide_smp > 0
+        && let Some(spec) = select_kernels(&args.kernel)
+            .into_iter()
+            .find(|s| s.name == "6.12")
+    {
+        // The same conservation on a wide guest: per-CPU rings and summaries on 64 CPUs, the
+        // idle scan over all of them, the sleeper and its loops still on vCPU 1.
+        let cpus = args.wide_smp;
+        println!("=== kernel {} runq, {cpus} CPUs ===", spec.name);
+        let mut opts = args.boot.clone();
+        opts.smp = cpus;
+        opts.mem = opts.mem.max(2048);
+        opts.timeout = opts.timeout.max(150) + u64::from(cpus) * 4;
+        let label = format!("{}-runq-wide{cpus}", spec.name);
+        let mut row = match boot(cache, spec, &label, &bins, RUNQ_SCENARIO.as_bytes(), &opts) {
+            Ok(outcome) => matrix_row(spec, &outcome),
+            Err(e) => MatrixRow::error(spec, format!("{e:#}")),
+        };
+        row.kernel = Box::leak(format!("{} x{cpus}", spec.name).into_boxed_str());
+        rows.push(row);
+    }
     if throttle
         && args.wide_smp > 0
         && let Some(spec) = select_kernels(&args.kernel)

@@ -182,10 +182,11 @@ struct MatrixArgs {
     /// queued behind the running ones are throttled with their group (the wait split).
     #[arg(long, default_value_t = 6)]
     throttle_threads: u32,
-    /// With the throttle scenario on 6.12: one more guest with this many vCPUs, a quota of a
+    /// On 6.12, one more guest with this many vCPUs per scenario: the runq scenario as on two
+    /// (its conservation checked the same way); and the throttle scenario with a quota of a
     /// quarter of them and one busy loop per CPU but the last, which the ancestor-quota loop has
     /// to itself (mode auto), checked like the others and for episodes on at least half of its
-    /// CPUs, each CPU number below this. 0 skips it.
+    /// CPUs, each CPU number below this. 0 skips them.
     #[arg(long, default_value_t = 64)]
     wide_smp: u32,
     #[command(flatten)]

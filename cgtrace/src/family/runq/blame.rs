@@ -18,6 +18,15 @@ pub fn is_marker(culprit: u64) -> bool {
     culprit >= CULPRIT_MARKERS
 }
 
+/// The cgroup a culprit is: itself, the root cgroup `root` for a root-cgroup task (`None` when
+/// the root is not known), `None` for a marker or 0.
+pub fn culprit_cgroup(culprit: u64, root: u64) -> Option<u64> {
+    match culprit_task_tgid(culprit) {
+        Some(_) => (root != 0).then_some(root),
+        None => (culprit != 0 && !is_marker(culprit)).then_some(culprit),
+    }
+}
+
 /// Windows a charge may wait for its wait to reach the histograms before it is dropped.
 const CARRY_WINDOWS: u32 = 2;
 
@@ -108,12 +117,9 @@ pub fn attach_named(
     for (k, &ns) in blame {
         by_victim.entry(k.victim).or_default().push((k.culprit, ns));
         // A root-cgroup task's charge is the root cgroup's doing.
-        let culprit = match culprit_task_tgid(k.culprit) {
-            Some(_) if caps.root_cgroup != 0 => caps.root_cgroup,
-            Some(_) => continue,
-            None => k.culprit,
-        };
-        if !is_marker(culprit) && culprit != k.victim && culprit != 0 {
+        if let Some(culprit) = culprit_cgroup(k.culprit, caps.root_cgroup)
+            && culprit != k.victim
+        {
             *pairs.entry((culprit, k.victim)).or_insert(0) += ns;
         }
     }
@@ -127,7 +133,13 @@ pub fn attach_named(
         .values()
         .flatten()
         .map(|&(c, _)| c)
-        .filter(|&c| !is_marker(c) && c != 0 && describe(c).0.as_deref() == Some("/"))
+        .filter(|&c| {
+            // A task culprit is no cgroup: never looked up (an unknown id costs a walk).
+            !is_marker(c)
+                && c != 0
+                && culprit_task_tgid(c).is_none()
+                && describe(c).0.as_deref() == Some("/")
+        })
         .collect();
     let is_root = |c: u64| roots.contains(&c);
     let mut party = |id: u64, ns: u64| {
@@ -496,6 +508,19 @@ mod tests {
         // Each process named once a window, only the ones listed.
         asked.sort_unstable();
         assert_eq!(asked, [16, 77, 4_000_000]);
+        // A window's cgroups take a task culprit as the root cgroup, never as a cgroup of its
+        // own (it would be looked up, and reported removed).
+        let input = crate::family::collect::WindowInput {
+            blame: Some(blame.clone()),
+            blame_caps: caps,
+            ..Default::default()
+        };
+        let mut ids: Vec<u64> = input.ids().into_iter().collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [1, 20]);
+        assert_eq!(culprit_cgroup(culprit_task(16), 0), None);
+        assert_eq!(culprit_cgroup(CULPRIT_IDLE, 1), None);
+        assert_eq!(culprit_cgroup(20, 1), Some(20));
         // Without a known root (an old recording's replay has none), still kernel, unnamed root.
         let mut cgs = vec![cg(5, 10_000.0)];
         attach(&mut cgs, &blame, BlameCaps::default(), |_| (None, None));
