@@ -336,7 +336,7 @@ pub struct Epoch {
 /// pushes) and the one running now, and summaries of older ones (`epochs`, a ring too:
 /// `epoch_head` counts summaries begun, `epoch_fill` the slices in the newest). Written at every
 /// `sched_switch`; read when a wait ends on that CPU, to charge the wait to whoever held the CPU
-/// meanwhile. 29.2 KiB: under the 32 KiB a per-CPU map value may have.
+/// meanwhile. 29.3 KiB: under the 32 KiB a per-CPU map value may have.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SliceRing {
@@ -350,6 +350,11 @@ pub struct SliceRing {
     pub epoch_head: u64,
     pub epoch_fill: u64,
     pub epochs: [Epoch; NR_EPOCHS],
+    /// Everything older than the summaries, as one summary of them all (the oldest summary is
+    /// merged into it when its slot is reused; `end_ns` 0: none yet): a wait older than the
+    /// summaries reach (a best-effort pod starving behind the others for minutes) is charged to
+    /// it in proportion, an estimate as coarse as it is long.
+    pub ancient: Epoch,
 }
 
 /// Value of `IDLE_SINCE` (one per CPU, a cache line each so CPUs going idle do not share one):

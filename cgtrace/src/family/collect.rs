@@ -76,6 +76,14 @@ pub struct WindowInput {
 }
 
 impl WindowInput {
+    /// Whether some family has data of cgroup `id` besides the ledger's charges to it.
+    pub(crate) fn has_data(&self, id: u64) -> bool {
+        self.runq.contains_key(&id)
+            || self.periods.contains_key(&id)
+            || self.episodes.contains_key(&id)
+            || self.reads.contains_key(&id)
+    }
+
     /// Every cgroup some family has data for.
     pub(crate) fn ids(&self) -> HashSet<u64> {
         // A cgroup that only made others wait is in the window too (its `caused`); a

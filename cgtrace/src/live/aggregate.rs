@@ -76,6 +76,13 @@ impl Aggregator {
         let mut cgroups = Vec::with_capacity(ids.len());
         let hierarchy = self.hierarchy.clone();
         for id in ids {
+            // A cgroup that is only a culprit (its slices still in a CPU's ring or summaries,
+            // charged for a wait that reached back to them) and was removed and forgotten is
+            // not brought back: its victims name it.
+            if !input.has_data(id) && !self.table.contains_key(&id) && self.describe(id).0.is_none()
+            {
+                continue;
+            }
             let kinds = input.runq.remove(&id).unwrap_or_default();
             // Not resolved yet: try again (it may have been made just after a walk); removed
             // only when the resolver knows it is gone, never because it could not be named.
