@@ -308,7 +308,8 @@ pub const EPOCH_SLICES: u64 = 512;
 /// short (a crowded CPU switching tens of thousands of times a second), [`EPOCH_SLICES`] of them
 /// span a few milliseconds, and the waits there last seconds (a best-effort pod at the lowest
 /// weight starves behind the others: on the node simulator 8.1 % of all wait was older than 32
-/// summaries of 100 ms); this way they reach back at least 32 s whatever the switch rate.
+/// summaries of 100 ms, 3.2 % older than 32 of 1 s); this way they reach back at least 32 s
+/// whatever the switch rate.
 pub const EPOCH_MIN_NS: u64 = 1_000_000_000;
 /// A dropped slice at least this long (20 ms: an idle stretch, a task alone on its CPU) is a
 /// summary of its own: summed with short ones, a wait reaching into those would be charged its
@@ -336,7 +337,7 @@ pub struct Epoch {
 /// pushes) and the one running now, and summaries of older ones (`epochs`, a ring too:
 /// `epoch_head` counts summaries begun, `epoch_fill` the slices in the newest). Written at every
 /// `sched_switch`; read when a wait ends on that CPU, to charge the wait to whoever held the CPU
-/// meanwhile. 29.3 KiB: under the 32 KiB a per-CPU map value may have.
+/// meanwhile. 29.2 KiB: under the 32 KiB a per-CPU map value may have.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SliceRing {
@@ -350,11 +351,6 @@ pub struct SliceRing {
     pub epoch_head: u64,
     pub epoch_fill: u64,
     pub epochs: [Epoch; NR_EPOCHS],
-    /// Everything older than the summaries, as one summary of them all (the oldest summary is
-    /// merged into it when its slot is reused; `end_ns` 0: none yet): a wait older than the
-    /// summaries reach (a best-effort pod starving behind the others for minutes) is charged to
-    /// it in proportion, an estimate as coarse as it is long.
-    pub ancient: Epoch,
 }
 
 /// Value of `IDLE_SINCE` (one per CPU, a cache line each so CPUs going idle do not share one):

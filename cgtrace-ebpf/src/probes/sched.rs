@@ -8,12 +8,12 @@
 //! `sched_switch` once more for kernels before 5.18, whose tracepoint has no `prev_state`.
 use cgtrace_common::{
     counters,
-    runq::{STATE_UNKNOWN, SwitchOut, WaitKind, culprit_task},
+    runq::{STATE_UNKNOWN, SwitchOut, WaitKind},
 };
 
 use crate::{
     helpers::now,
-    kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state, task_tgid},
+    kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
     maps::{count, counters},
     probes::{runq, throttle, twice},
 };
@@ -96,15 +96,7 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
             Some(_) => task_cgroup_id::<DIRECT>(next),
             None => Some(0),
         };
-        // A task of the root cgroup (a kernel thread, a host process outside any container) is
-        // kept by its process, so that `kernel_us` names who it was.
-        let owner = match next_cgroup {
-            Some(id) if id == runq::root_cgroup_id() && id != 0 => {
-                task_tgid::<DIRECT>(next).map_or(id, culprit_task)
-            }
-            other => other.unwrap_or(0),
-        };
-        runq::slice_switch::<DIRECT, LOOP>(next, now, owner);
+        runq::slice_switch::<DIRECT, LOOP>(next, now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
         runq::end_wait::<DIRECT, STAMPS, LOOP>(c, next, next_pid, now, rq, next_cgroup);

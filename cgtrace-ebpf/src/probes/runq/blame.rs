@@ -7,13 +7,13 @@ use cgtrace_common::{
         BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
         CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
         EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES,
-        Slice, SliceRing, WALK_BOUNDED, slice_frac,
+        Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
     },
 };
 
 use crate::{
     helpers::{atomic_add, config},
-    kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed},
+    kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed, task_tgid},
     maps::{BLAME, CPU_SLICES, IDLE_SINCE, count},
 };
 
@@ -25,7 +25,7 @@ pub fn blame_min_ns() -> u64 {
 
 /// The traced hierarchy's root cgroup id (0: not known): its tasks' slices are kept by process.
 #[inline(always)]
-pub fn root_cgroup_id() -> u64 {
+fn root_cgroup_id() -> u64 {
     config!(root_cgroup_id)
 }
 
@@ -54,9 +54,17 @@ pub fn slice_switch<const DIRECT: bool, const LOOP: bool>(
 
 /// [`slice_update`] of the `bpf_loop` programs as a function of its own, so what it keeps does
 /// not take `sched_switch`'s stack (see [`blame_looped`]).
+/// There a task of the root cgroup (a kernel thread, a host process outside any container) is
+/// kept by its process, so that `kernel_us` names who it was.
 #[inline(never)]
 fn slice_switch_looped<const DIRECT: bool>(next: *const u8, now: u64, next_cgroup: u64) {
-    slice_update::<DIRECT, true>(next, now, next_cgroup);
+    let root = root_cgroup_id();
+    let owner = if next_cgroup == root && root != 0 {
+        task_tgid::<DIRECT>(next).map_or(next_cgroup, culprit_task)
+    } else {
+        next_cgroup
+    };
+    slice_update::<DIRECT, true>(next, now, owner);
 }
 
 /// See [`slice_switch`].
@@ -158,27 +166,28 @@ unsafe fn fold(ring: *mut SliceRing, old: Slice) {
         }
         let e = &mut (*ring).epochs[((*ring).epoch_head as usize) & (NR_EPOCHS - 1)];
         if fill == 0 {
-            // The slot holds the oldest summary once all are in use: it goes into `ancient`.
-            if (*ring).epoch_head >= NR_EPOCHS as u64 && e.end_ns > e.start_ns {
-                let a = &mut (*ring).ancient;
-                if a.end_ns == 0 {
-                    a.start_ns = e.start_ns;
-                }
-                a.end_ns = e.end_ns;
-                let mut m = Merge { into: a, from: e };
-                aya_ebpf::helpers::generated::bpf_loop(
-                    EPOCH_TOP as u32,
-                    merge_callback as *mut core::ffi::c_void,
-                    (&raw mut m).cast(),
-                    0,
-                );
-            }
             // Field by field: a whole `Epoch` built first takes 144 bytes of the program's stack.
             e.start_ns = old.start_ns;
             e.ns.fill(0);
         }
         e.end_ns = old.start_ns + len;
-        top_add(e, old.cgroup_id, len);
+        let mut least = 0;
+        let mut done = false;
+        for j in 0..EPOCH_TOP {
+            if e.ns[j] == 0 || e.cgroup[j] == old.cgroup_id {
+                e.cgroup[j] = old.cgroup_id;
+                e.ns[j] += len;
+                done = true;
+                break;
+            }
+            if e.ns[j] < e.ns[least] {
+                least = j;
+            }
+        }
+        if !done && e.ns[least] < len {
+            e.cgroup[least] = old.cgroup_id;
+            e.ns[least] = len;
+        }
         if long || (fill + 1 >= EPOCH_SLICES && e.end_ns.saturating_sub(e.start_ns) >= EPOCH_MIN_NS)
         {
             (*ring).epoch_head += 1;
@@ -187,53 +196,6 @@ unsafe fn fold(ring: *mut SliceRing, old: Slice) {
             (*ring).epoch_fill = fill + 1;
         }
     }
-}
-
-/// Adds `ns` of `cgroup` to summary `e`: to its entry, else to a free one, else in place of
-/// the entry with the least time if it is longer (what a summary does not name is charged to
-/// [`CULPRIT_OLDER_OTHERS`]).
-#[inline(always)]
-fn top_add(e: &mut Epoch, cgroup: u64, ns: u64) {
-    let mut least = 0;
-    for j in 0..EPOCH_TOP {
-        if e.ns[j] == 0 || e.cgroup[j] == cgroup {
-            e.cgroup[j] = cgroup;
-            e.ns[j] += ns;
-            return;
-        }
-        if e.ns[j] < e.ns[least] {
-            least = j;
-        }
-    }
-    if e.ns[least] < ns {
-        e.cgroup[least] = cgroup;
-        e.ns[least] = ns;
-    }
-}
-
-/// The oldest summary going into `ancient` (a `bpf_loop` callback's context).
-#[repr(C)]
-struct Merge {
-    into: *mut Epoch,
-    from: *const Epoch,
-}
-
-/// Entry `k` of the oldest summary into `ancient`.
-extern "C" fn merge_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
-    let j = k as usize;
-    if j >= EPOCH_TOP {
-        return 1;
-    }
-    // SAFETY: `ctx` is the `Merge` on the stack of `fold`, which waits for the loop; both
-    // summaries are in this CPU's `CPU_SLICES` value, only touched from this CPU.
-    unsafe {
-        let m = &*ctx.cast::<Merge>();
-        let (cgroup, ns) = ((*m.from).cgroup[j], (*m.from).ns[j]);
-        if ns != 0 {
-            top_add(&mut *m.into, cgroup, ns);
-        }
-    }
-    0
 }
 
 /// How long slice `s` overlaps the wait `[from, to]` (idle slices too).
@@ -339,25 +301,18 @@ extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Walk` on the stack of `blame`, which waits for the loop.
     let w = unsafe { &mut *ctx.cast::<Walk>() };
     let k = u64::from(k);
+    // SAFETY: a per-CPU map value, only touched from this CPU with preemption off.
+    let (epoch_head, fill) = unsafe { ((*w.ring).epoch_head, (*w.ring).epoch_fill) };
+    // The newest summary while it fills, then the full ones before it.
+    let back = if fill == 0 { k + 1 } else { k };
+    if back > epoch_head || back >= NR_EPOCHS as u64 {
+        return 1;
+    }
+    let i = (epoch_head.wrapping_sub(back) as usize) & (NR_EPOCHS - 1);
     // Read in place (a copy would take 144 bytes of the callback's stack, which 6.1 counts with
     // the program's own).
-    let e: *const Epoch = if k >= NR_EPOCHS as u64 {
-        // After the 32 summaries, the one of everything older.
-        // SAFETY: a per-CPU map value, only touched from this CPU with preemption off.
-        unsafe { &raw const (*w.ring).ancient }
-    } else {
-        // SAFETY: as above.
-        let (epoch_head, fill) = unsafe { ((*w.ring).epoch_head, (*w.ring).epoch_fill) };
-        // The newest summary while it fills, then the full ones before it (the oldest of them
-        // is in its slot until the next summary begins there).
-        let back = if fill == 0 { k + 1 } else { k };
-        if back > epoch_head {
-            return 1;
-        }
-        let i = (epoch_head.wrapping_sub(back) as usize) & (NR_EPOCHS - 1);
-        // SAFETY: as above.
-        unsafe { &raw const (*w.ring).epochs[i] }
-    };
+    // SAFETY: as above.
+    let e: *const Epoch = unsafe { &raw const (*w.ring).epochs[i] };
     let (start, end) = unsafe { ((*e).start_ns, (*e).end_ns) };
     if end <= w.rest_from || end <= start {
         return 1;
@@ -600,7 +555,7 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
                 // SAFETY: as above.
                 unsafe {
                     aya_ebpf::helpers::generated::bpf_loop(
-                        NR_EPOCHS as u32 + 1,
+                        NR_EPOCHS as u32,
                         epoch_callback as *mut core::ffi::c_void,
                         (&raw mut w).cast(),
                         0,

@@ -33,7 +33,7 @@ use cgtrace_common::{
     runq::{RunqEvent, RunqStart, SwitchOut, WaitKind},
 };
 
-pub use blame::{blame_min_ns, root_cgroup_id, slice_switch};
+pub use blame::{blame_min_ns, slice_switch};
 pub use start::start_wait;
 pub use thr_clock::thr_clock;
 

@@ -32,7 +32,7 @@ pub struct Blame {
     pub kernel_us: f64,
     /// Who in the root cgroup held the CPU: kernel threads (a kernel thread's pid) and host
     /// processes (their process id), most first (at most [`TOP`]; their `wait_us` is part of
-    /// `kernel_us`, which also holds the rest).
+    /// `kernel_us`, which also holds the rest; empty before 5.18).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_tasks: Vec<KernelTask>,
     /// The CPU it was queued on sat idle: waking that CPU (an IPI, an idle-state exit, a vCPU the
