@@ -234,6 +234,36 @@ pub fn sum_counter(windows: &[Value], name: &str) -> u64 {
         .sum()
 }
 
+/// One line per window for a failure message: its seq, length, `path`'s wait and blame, and
+/// every counter that moved (a loss or a slow daemon shows here).
+pub fn window_trace(windows: &[Value], path: &str) -> String {
+    let mut out = String::new();
+    for w in windows.iter().filter(|w| w["type"] == "window") {
+        let c = w["cgroups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["path"] == path);
+        let moved: Vec<String> = w["events"]["counters"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push_str(&format!(
+            "\n  window {} ({} ms, end {}): wait {} µs, blame {}; counters {}",
+            w["seq"],
+            w["duration_ms"],
+            w["end_unix_ms"],
+            c.map_or(Value::Null, |c| c["runq"]["sum_us"].clone()),
+            c.map_or(Value::Null, |c| c["runq"]["blame"].clone()),
+            moved.join(" ")
+        ));
+    }
+    out
+}
+
 /// The sum of a `runq.blame` object's parts (µs): what must add up to the cgroup's wait. The
 /// parts are the ledger's own table (`cgtrace::family::runq::model::PARTS`), so a new part is
 /// counted here as soon as the daemon has it; a part this kernel cannot tell is `null` (none).

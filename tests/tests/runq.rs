@@ -427,7 +427,8 @@ fn wait_starts_match_run_delay(
     assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
     assert!(
         (wait / kernel - 1.0).abs() <= 0.01,
-        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs"
+        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs:{}",
+        cgtrace_tests::stream::window_trace(&windows, &scene.crowded.rel)
     );
     assert_eq!(sum_counter(&windows, "runq_start_full"), 0);
     Ok(())
@@ -569,7 +570,7 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
     };
     // In every window each one's parts add up to its wait, and the ledger names nearly all.
-    check_unattributed(&blamed_windows(&windows, &crowded.rel), &crowded.rel);
+    check_unattributed(&windows, &crowded.rel);
     blamed_windows(&windows, &busy.rel);
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     // The crowded sleeper: parts add up, the busy neighbour has nearly all of it.
@@ -652,8 +653,8 @@ fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> 
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let (mut wait, mut kernel, mut by_host, mut named) = (0.0, 0.0, 0.0, 0.0);
     let mut tasks = std::collections::BTreeMap::<String, f64>::new();
+    check_unattributed(&windows, &victim.rel);
     let entries = blamed_windows(&windows, &victim.rel);
-    check_unattributed(&entries, &victim.rel);
     for c in entries {
         wait += f(&c["runq"], "sum_us");
         let b = &c["runq"]["blame"];
@@ -691,7 +692,8 @@ fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> 
     assert!(wait > 10_000.0, "the sleeper waited: {wait} µs");
     assert!(
         (wait / run_delay - 1.0).abs() <= 0.03,
-        "the sleeper's wait {wait} µs vs the kernel's run_delay {run_delay} µs"
+        "the sleeper's wait {wait} µs vs the kernel's run_delay {run_delay} µs:{}",
+        cgtrace_tests::stream::window_trace(&windows, &victim.rel)
     );
     assert!(
         kernel >= 0.8 * wait,
@@ -803,9 +805,10 @@ fn blamed_windows(windows: &[serde_json::Value], path: &str) -> Vec<serde_json::
     out
 }
 
-/// Of the wait of `entries` (one cgroup's windows), the share the ledger left unattributed:
+/// Of the wait of `path` over `windows`, the share the ledger left unattributed:
 /// at most 2 % in the pinned scenes, whose waits the CPU's ring and summaries reach.
-fn check_unattributed(entries: &[serde_json::Value], path: &str) {
+fn check_unattributed(windows: &[serde_json::Value], path: &str) {
+    let entries = blamed_windows(windows, path);
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
     let wait: f64 = entries.iter().map(|c| f(&c["runq"], "sum_us")).sum();
     let left: f64 = entries
@@ -818,7 +821,8 @@ fn check_unattributed(entries: &[serde_json::Value], path: &str) {
     );
     assert!(
         left <= 0.02 * wait,
-        "{path}: {left} of {wait} µs unattributed (at most 2 %)"
+        "{path}: {left} of {wait} µs unattributed (at most 2 %):{}",
+        cgtrace_tests::stream::window_trace(windows, path)
     );
 }
 
@@ -886,8 +890,8 @@ fn blame_splits_own_and_ancestor_quota_and_matches_run_delay() -> anyhow::Result
         (&own, own_delay, "throttled_own_us"),
         (&child, child_delay, "throttled_ancestor_us"),
     ] {
+        check_unattributed(&lines, &cg.rel);
         let entries = blamed_windows(&lines, &cg.rel);
-        check_unattributed(&entries, &cg.rel);
         let wait: f64 = entries.iter().map(|c| f(&c["runq"], "sum_us")).sum();
         let charged: f64 = entries.iter().map(|c| f(&c["runq"]["blame"], part)).sum();
         eprintln!(
