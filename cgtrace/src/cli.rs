@@ -342,6 +342,7 @@ impl TraceArgs {
             throttle_mode: self.throttle_mode,
             flag_rules: FlagRules {
                 below_quota_fraction: self.below_quota_fraction,
+                ..FlagRules::default()
             },
             reads_mode: self.reads_mode,
             slow_read_min: Duration::from_secs_f64(self.slow_read_ms / 1e3),

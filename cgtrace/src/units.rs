@@ -32,7 +32,7 @@ pub enum PeriodIn {
 }
 
 /// Milliseconds of a period: one decimal, `12.5 ms`.
-fn ms(v: f64) -> String {
+pub fn ms(v: f64) -> String {
     format!("{v:.1} ms")
 }
 

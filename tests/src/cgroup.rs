@@ -75,6 +75,17 @@ impl TestCgroup {
         Ok(())
     }
 
+    /// On cgroup v1 usage comes from the cpuacct hierarchy: the same path there (systemd, Docker
+    /// and kubelet create both), which the test's processes must join too. On v2 (or where
+    /// cpuacct shares the cpu mount) there is nothing to make.
+    pub fn cpuacct_twin(&self) -> Result<Option<TestCgroup>> {
+        let acct = Path::new("/sys/fs/cgroup/cpuacct");
+        if !acct.join("cpuacct.usage").exists() || self.dir.starts_with("/sys/fs/cgroup/cpuacct") {
+            return Ok(None);
+        }
+        Ok(Some(TestCgroup::at(acct, &self.rel)?))
+    }
+
     /// `(nr_throttled, throttled time in µs)` from the kernel's `cpu.stat`.
     pub fn kernel_throttling(&self) -> Result<(u64, f64)> {
         let stat = fs::read_to_string(self.dir.join("cpu.stat"))?;

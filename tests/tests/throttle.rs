@@ -202,7 +202,7 @@ fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()>
     }
     let bursty = TestCgroup::new("bursty")?;
     // Usage needs the cpuacct hierarchy on v1: make the same cgroup there.
-    let _acct = cpuacct_twin(&bursty)?;
+    let _acct = bursty.cpuacct_twin()?;
     let mut cmd = Command::new(workload::bin("burst"));
     cmd.args(["2", "150", "1000"]);
     let lines = run_under_quota(&bursty, _acct.as_ref(), 100_000, cmd, 6)?;
@@ -229,7 +229,7 @@ fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()>
     }
 
     let steady = TestCgroup::new("steady")?;
-    let _acct2 = cpuacct_twin(&steady)?;
+    let _acct2 = steady.cpuacct_twin()?;
     let mut cmd = Command::new(workload::bin("burst"));
     cmd.args(["1", "5", "10"]); // 0.5 CPUs, never more than 1 at a time
     let lines = run_under_quota(&steady, _acct2.as_ref(), 100_000, cmd, 4)?;
@@ -239,16 +239,6 @@ fn bursty_load_under_quota_is_flagged_steady_load_is_not() -> anyhow::Result<()>
         "steady load under quota flagged: {flags:?}"
     );
     Ok(())
-}
-
-/// On cgroup v1 usage comes from the cpuacct hierarchy: the same path must exist there (systemd,
-/// Docker and kubelet create both). On v2 there is nothing to do.
-fn cpuacct_twin(cg: &TestCgroup) -> anyhow::Result<Option<TestCgroup>> {
-    let acct = std::path::Path::new("/sys/fs/cgroup/cpuacct");
-    if !acct.join("cpuacct.usage").exists() || acct == std::path::Path::new("/sys/fs/cgroup/cpu") {
-        return Ok(None);
-    }
-    Ok(Some(TestCgroup::at(acct, &cg.rel)?))
 }
 
 /// Who burned the quota, on a group that switches all the time: a pipe ping-pong (`perf bench

@@ -65,6 +65,9 @@ struct Series {
     reads: family::reads::metrics::Series,
     /// Windows in which each diagnosis (family, code) was made.
     flagged: BTreeMap<(String, String), u64>,
+    /// The flags of the cgroup's last window that say what their change should do: (family,
+    /// code) → (the metric it changes, by how much in percent).
+    expected: BTreeMap<(String, String), (String, f64)>,
     /// Wall clock (Unix ms) of the last window with activity.
     last_ms: u64,
     /// Wall clock (Unix ms) since which the counts are cumulative: the start of the window that
@@ -74,7 +77,14 @@ struct Series {
 
 impl Series {
     fn add(&mut self, c: &CgroupWindow) {
+        self.expected.clear();
         for f in &c.flags {
+            if let Some(e) = &f.expected {
+                self.expected.insert(
+                    (f.family.clone(), f.code.clone()),
+                    (e.metric.clone(), e.change_percent),
+                );
+            }
             *self
                 .flagged
                 .entry((f.family.clone(), f.code.clone()))
@@ -234,6 +244,21 @@ impl Metrics {
                 let mut l = s.labels.clone();
                 l.push(("family", fam.clone()));
                 f.num(&l, Some(("code", code)), *n as f64);
+            }
+        }
+        out.push(f);
+        let mut f = MetricFamily::new(
+            "cgtrace_flag_expected_change_percent",
+            Kind::Gauge,
+            "",
+            "What the change a diagnosis suggests should do, in percent of the metric it names (negative: fewer or shorter), as of the cgroup's last window (the stream's flags[].expected)",
+        );
+        for s in &series {
+            for ((fam, code), (metric, pct)) in &s.expected {
+                let mut l = s.labels.clone();
+                l.push(("family", fam.clone()));
+                l.push(("code", code.clone()));
+                f.num(&l, Some(("metric", metric)), *pct);
             }
         }
         out.push(f);

@@ -168,7 +168,12 @@ fn diagnoses_are_counted_per_window() {
             family: "runq".into(),
             code: "runq_long_waits".into(),
             message: String::new(),
-            suggestion: String::new(),
+            expected: Some(crate::model::flag::Expected {
+                metric: "runq_wait_us".into(),
+                change_percent: -40.0 * seq as f64,
+                words: String::new(),
+            }),
+            ..Default::default()
         });
         m.update(&window(seq, seq * 1000, vec![c]));
     }
@@ -177,6 +182,12 @@ fn diagnoses_are_counted_per_window() {
         t.contains(r#"cgtrace_flagged_windows_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits"} 2"#),
         "{t}"
     );
+    // What the last window's change should do, by the metric it names.
+    let gauge = r#"cgtrace_flag_expected_change_percent{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits",metric="runq_wait_us"} -80"#;
+    assert!(t.contains(gauge), "{t}");
+    // A window without the flag takes it away.
+    m.update(&window(3, 3000, vec![cgroup(7, "/slow", &[5000])]));
+    assert!(!m.render().contains("cgtrace_flag_expected_change_percent{"));
 }
 
 #[test]

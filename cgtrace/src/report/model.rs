@@ -217,7 +217,20 @@ pub struct Diagnosed {
 pub struct FlagSeen {
     pub windows: u64,
     pub message: String,
+    pub evidence: String,
     pub suggestion: String,
+    /// The exact change and what it should do (as the last window's flag had them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub change: Vec<crate::model::flag::Change>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<crate::model::flag::Expected>,
+}
+
+impl FlagSeen {
+    /// The change and its expected effect on one line (empty without a change).
+    pub fn change_line(&self) -> String {
+        crate::model::flag::change_line(&self.change, self.expected.as_ref())
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -2,7 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::{medium::Medium::Text, model::Report, model::TOP};
+use super::{
+    medium::Medium::Text,
+    model::{FlagSeen, Report, TOP},
+};
 use crate::{
     safety::escape::terminal as esc,
     units::{PeriodIn, clock_utc, duration_us as us, period, period_thread},
@@ -93,14 +96,14 @@ pub fn render_text(r: &Report) -> String {
         for d in &r.diagnoses {
             let _ = writeln!(
                 o,
-                "  {}: {} {} ({} windows): {}\n    → {}",
+                "  {}: {} {} ({} windows): {}",
                 Text.who(&d.path, &d.name, d.id),
                 esc(&d.family),
                 esc(&d.code),
                 d.seen.windows,
                 esc(&d.seen.message),
-                esc(&d.seen.suggestion)
             );
+            advice(&mut o, "    ", &d.seen);
         }
     }
     if !r.throttled.is_empty() {
@@ -127,12 +130,12 @@ pub fn render_text(r: &Report) -> String {
             for (code, f) in &t.flags {
                 let _ = writeln!(
                     o,
-                    "    flag {} ({} windows): {}\n      → {}",
+                    "    flag {} ({} windows): {}",
                     esc(code),
                     f.windows,
                     esc(&f.message),
-                    esc(&f.suggestion)
                 );
+                advice(&mut o, "      ", f);
             }
         }
     }
@@ -268,4 +271,16 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     o
+}
+
+/// A flag's evidence, suggestion and exact change, each on its own line under it.
+fn advice(o: &mut String, indent: &str, f: &FlagSeen) {
+    if !f.evidence.is_empty() {
+        let _ = writeln!(o, "{indent}why: {}", esc(&f.evidence));
+    }
+    let _ = writeln!(o, "{indent}→ {}", esc(&f.suggestion));
+    let change = f.change_line();
+    if !change.is_empty() {
+        let _ = writeln!(o, "{indent}change: {}", esc(&change));
+    }
 }

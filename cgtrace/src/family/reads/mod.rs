@@ -11,7 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::{
     decode::comm_str,
     family::info::{FamilyInfo, LineHead, Room},
-    model::{CgroupWindow, Flag},
+    model::{
+        CgroupWindow, Flag,
+        flag::{Change, ChangeKind, Expected},
+    },
 };
 
 pub mod attach;
@@ -62,45 +65,85 @@ pub fn flags(cg: &CgroupWindow, duration_ms: u64, out: &mut Vec<Flag>) {
     if !busy && worst.latency.max_us < SLOW_READ_US {
         return;
     }
-    let (code, advice) = if flush > 0.5 * total {
-        (
+    let share = |us: f64| if total > 0.0 { us / total * 100.0 } else { 0.0 };
+    let count: u64 = files.iter().map(|f| f.count).sum();
+    let dying = files.iter().filter_map(|f| f.dying_memcgs).max();
+    let who = format!("{} [{}]", worst.comm, worst.pid);
+    let (code, advice, change, expected) =
+        if flush > 0.5 * total {
+            (
             "reads_rstat_flush",
             "most of it is memcg stat flushing: count dying memcgs (the stream's dying_memcgs and \
              memcgs) and find who creates and removes cgroups (churn); fewer memory.stat readers, \
              or a longer scrape interval, helps meanwhile"
                 .to_string(),
+            vec![
+                Change::new(ChangeKind::Runtime, format!("{who}'s read interval"), "longer"),
+                Change::new(
+                    ChangeKind::Move,
+                    "dying memcgs (whoever creates and removes cgroups: churn)",
+                    "",
+                ),
+            ],
+            Some(Expected {
+                metric: "reads_us".into(),
+                change_percent: -share(flush),
+                words: format!(
+                    "time in reads −{:.0} % (the flushing part) per read saved",
+                    share(flush)
+                ),
+            }),
         )
-    } else if worst.fs == "fuse" {
-        (
-            "reads_fuse",
-            "a FUSE file (lxcfs?) is slow: its daemon's own reads show which cgroup files it \
+        } else if worst.fs == "fuse" {
+            (
+                "reads_fuse",
+                "a FUSE file (lxcfs?) is slow: its daemon's own reads show which cgroup files it \
              waits on"
-                .to_string(),
-        )
-    } else {
-        (
-            "reads_slow",
-            "check which pseudo-files are read in a loop (cpufreq sysfs files block per CPU; \
+                    .to_string(),
+                vec![Change::new(
+                    ChangeKind::Move,
+                    format!("the FUSE daemon serving {}", worst.file),
+                    "",
+                )],
+                None,
+            )
+        } else {
+            (
+                "reads_slow",
+                "check which pseudo-files are read in a loop (cpufreq sysfs files block per CPU; \
              tools like lscpu/htop read them)"
-                .to_string(),
-        )
-    };
+                    .to_string(),
+                vec![Change::new(
+                    ChangeKind::Runtime,
+                    format!("{who}'s reads of {}", worst.file),
+                    "fewer",
+                )],
+                None,
+            )
+        };
     out.push(Flag {
         family: INFO.name.into(),
         code: code.into(),
         message: format!(
             "{} in pseudo-file reads ({:.0} % flush); slowest {} of {} by {}",
             crate::hist::micros(total),
-            if total > 0.0 {
-                flush / total * 100.0
-            } else {
-                0.0
-            },
+            share(flush),
             crate::hist::micros(worst.latency.max_us),
             worst.file,
             worst.comm
         ),
+        evidence: format!(
+            "{count} reads took {} in a {} ms window ({:.0} % flushing memcg stats{}); slowest {} of {} by {who}",
+            crate::hist::micros(total),
+            duration_ms,
+            share(flush),
+            dying.map_or(String::new(), |d| format!(", {d} dying memcgs below the target")),
+            crate::hist::micros(worst.latency.max_us),
+            worst.file,
+        ),
         suggestion: advice,
+        change,
+        expected,
     });
 }
 

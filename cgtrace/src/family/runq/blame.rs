@@ -394,6 +394,7 @@ impl Noisy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::family::runq::advice::{Advice, Knobs, blame_diagnosis};
     use crate::model::RunqWindow;
 
     fn cg(id: u64, wait_us: f64) -> CgroupWindow {
@@ -655,8 +656,11 @@ mod tests {
     fn the_diagnosis_names_the_neighbour_and_the_quota() {
         let cgs = blamed_window();
         let b = cgs[0].runq.blame.as_ref().expect("blame");
-        let (message, advice) =
-            super::super::blame_diagnosis(b, 1_000_000.0, "cpu.weight", "cpu.max").expect("one");
+        let Advice {
+            message,
+            suggestion: advice,
+            ..
+        } = blame_diagnosis(b, 1_000_000.0, &Knobs::V2, None).expect("one");
         assert_eq!(
             message,
             "waited 1.00s for a CPU: 80 % behind /kubepods/c10, 15 % its own quota"
@@ -665,19 +669,46 @@ mod tests {
             advice.starts_with("/kubepods/c10 held its CPUs"),
             "{advice}"
         );
+        // The change moves the neighbour, and takes its 80 % away.
+        let a = blame_diagnosis(b, 1_000_000.0, &Knobs::V2, None).expect("one");
+        assert_eq!(
+            a.change[0].words(),
+            "move /kubepods/c10 → other CPUs (its cpuset.cpus)"
+        );
+        assert_eq!(a.change[1].words(), "/kubepods/c10/cpu.weight = lower");
+        let e = a.expected.expect("expected");
+        assert_eq!(
+            (e.metric.as_str(), e.change_percent),
+            ("runq_wait_us", -80.0)
+        );
+        assert!(
+            a.evidence.contains("800ms behind /kubepods/c10"),
+            "{}",
+            a.evidence
+        );
         // Its own quota first when it is the larger part.
         let mut own = b.clone();
         std::mem::swap(&mut own.throttled_own_us, &mut own.neighbours[0].wait_us);
-        let (message, advice) =
-            super::super::blame_diagnosis(&own, 1_000_000.0, "cpu.weight", "cpu.max").unwrap();
+        let Advice {
+            message,
+            suggestion: advice,
+            ..
+        } = blame_diagnosis(&own, 1_000_000.0, &Knobs::V2, None).unwrap();
         assert!(message.ends_with(": 80 % its own quota, 15 % behind /kubepods/c10"));
         assert!(advice.contains("cpu.max"), "{advice}");
+        // With the quota its throttling asked for, the exact value, v1 and v2.
+        let a = blame_diagnosis(&own, 1_000_000.0, &Knobs::V2, Some((45_000, 100_000))).unwrap();
+        let words: Vec<String> = a.change.iter().map(|c| c.words()).collect();
+        assert_eq!(
+            words,
+            ["cpu.max = 45000 100000", "resources.limits.cpu = 450m"]
+        );
+        let a = blame_diagnosis(&own, 1_000_000.0, &Knobs::V1, Some((45_000, 100_000))).unwrap();
+        assert_eq!(a.change[0].words(), "cpu.cfs_quota_us = 45000");
         // Mostly unattributed: no account to give.
         let mut little = b.clone();
         little.unattributed_us = 600_000.0;
-        assert!(
-            super::super::blame_diagnosis(&little, 1_000_000.0, "cpu.weight", "cpu.max").is_none()
-        );
+        assert!(blame_diagnosis(&little, 1_000_000.0, &Knobs::V2, None).is_none());
     }
 
     #[test]
@@ -766,14 +797,18 @@ mod tests {
             unattributed_us: 1_000.0,
             ..Blame::default()
         };
-        let (message, advice) =
-            super::super::blame_diagnosis(&idle, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        let Advice {
+            message,
+            suggestion: advice,
+            ..
+        } = blame_diagnosis(&idle, 10_000.0, &Knobs::V2, None).expect("one");
         assert!(message.contains("90 % an idle CPU elsewhere"), "{message}");
         assert!(advice.contains("affinity"), "{advice}");
         idle.idle_elsewhere_us = None;
         idle.irq_us = Some(9_000.0);
-        let (_, advice) =
-            super::super::blame_diagnosis(&idle, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        let Advice {
+            suggestion: advice, ..
+        } = blame_diagnosis(&idle, 10_000.0, &Knobs::V2, None).expect("one");
         assert!(advice.contains("RPS"), "{advice}");
     }
 
@@ -825,8 +860,11 @@ mod tests {
             named,
             [("/kubepods/pod-a", 6_000.0), ("/kubepods", 3_000.0)]
         );
-        let (message, advice) =
-            super::super::blame_diagnosis(b, 10_000.0, "cpu.weight", "cpu.max").expect("one");
+        let Advice {
+            message,
+            suggestion: advice,
+            ..
+        } = blame_diagnosis(b, 10_000.0, &Knobs::V2, None).expect("one");
         assert!(
             message.contains("90 % the quota of its ancestor /kubepods/pod-a"),
             "{message}"

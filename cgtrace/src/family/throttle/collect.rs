@@ -73,9 +73,10 @@ impl Throttle {
     pub fn new(
         reader: ThrottleReader,
         files: Option<CpuFiles>,
-        rules: FlagRules,
+        mut rules: FlagRules,
         max_cgroups: usize,
     ) -> Self {
+        rules.v1 = files.as_ref().is_some_and(|f| f.version == Version::V1);
         let mut t = Self {
             reader,
             sums: None,

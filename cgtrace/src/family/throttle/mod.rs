@@ -2,6 +2,7 @@
 //! and the kernel's own counters (`cpu.stat`, quota, period, burst, usage) read from cgroupfs for
 //! the same window, so every window carries both.
 
+pub mod advice;
 pub mod attach;
 pub mod burners;
 pub mod collect;
@@ -9,6 +10,7 @@ pub mod metrics;
 pub mod model;
 pub mod sched_ext;
 
+pub use advice::{FlagRules, flags};
 pub use model::{KernelDelta, ThrottleWindow};
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
@@ -23,7 +25,6 @@ use crate::{
     family::throttle::burners::ThrottledPeriod,
     hist::Hist,
     model::Flag,
-    units::{self, PeriodIn},
 };
 
 pub const INFO: FamilyInfo = FamilyInfo {
@@ -187,92 +188,6 @@ pub struct KernelCpu {
     pub at_ns: u64,
 }
 
-/// Flag thresholds.
-#[derive(Clone, Copy, Debug)]
-pub struct FlagRules {
-    /// Throttled while average use is below this fraction of the quota.
-    pub below_quota_fraction: f64,
-}
-
-impl Default for FlagRules {
-    fn default() -> Self {
-        Self {
-            below_quota_fraction: 0.5,
-        }
-    }
-}
-
-/// The diagnoses a window's numbers support.
-pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
-    let mut out = Vec::new();
-    let (Some(quota_us), Some(quota_cores)) = (w.quota_us, w.quota_cores) else {
-        return out;
-    };
-    let period_ms = w.period_us as f64 / 1e3;
-    if w.nr_throttled > 0
-        && let Some(used) = w.usage_cores
-        && used < rules.below_quota_fraction * quota_cores
-    {
-        // Per throttled period, how much CPU the group was held off (summed over CPUs): an upper
-        // bound of the demand above quota. v1 and v2 both require burst <= quota.
-        let held_off_us = w.throttled_us / w.nr_throttled as f64;
-        let burst_us = ((held_off_us / 1000.0).ceil() * 1000.0).min(quota_us as f64) as u64;
-        out.push(Flag {
-            family: INFO.name.into(),
-            code: "throttled_below_quota".into(),
-            message: format!(
-                "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
-                w.nr_throttled, w.nr_periods
-            ),
-            suggestion: format!(
-                "allow a burst: cpu.max.burst (v2) or cpu.cfs_burst_us (v1) = {burst_us} (≤ quota {quota_us}); it was held off {held_off_us:.0} µs of CPU per throttled period"
-            ),
-        });
-    }
-    let pool = 2 * (quota_cores.ceil() as usize).max(1);
-    if let Some(p) = w
-        .periods
-        .iter()
-        .filter(|p| p.threads > pool && p.burned_in_ms.is_some_and(|b| b < period_ms / 2.0))
-        .max_by_key(|p| p.threads)
-    {
-        let flag = PeriodIn::Flag {
-            quota_ms: quota_us as f64 / 1e3,
-        };
-        let names: Vec<String> = p
-            .top
-            .iter()
-            .map(|t| units::period_thread(&t.comm, t.tid, t.cpu_ms, t.cpus, flag))
-            .collect();
-        let burn = units::period(p.burned_in_ms, p.threads, p.cpu_ms, flag);
-        out.push(Flag {
-            family: INFO.name.into(),
-            code: "many_threads_burn".into(),
-            message: format!("{burn} ({})", names.join(", ")),
-            suggestion: format!(
-                "size thread pools to the quota ({} CPUs), not the host: e.g. JVM -XX:ActiveProcessorCount={}, Go GOMAXPROCS={}",
-                quota_cores.ceil(),
-                quota_cores.ceil(),
-                quota_cores.ceil()
-            ),
-        });
-    }
-    if w.episodes > 0 && w.episode.p99_us >= 500.0 * period_ms {
-        out.push(Flag {
-            family: INFO.name.into(),
-            code: "long_throttle_waits".into(),
-            message: format!(
-                "throttled tasks stall up to {:.0} ms (p99) of each {period_ms:.0} ms period",
-                w.episode.p99_us / 1e3
-            ),
-            suggestion: format!(
-                "raise the quota toward the peak use, or shorten the period (cpu.cfs_period_us / cpu.max) so each stall is shorter (now {period_ms:.0} ms)"
-            ),
-        });
-    }
-    out
-}
-
 /// Episodes of one cgroup gathered during a window.
 #[derive(Default, Debug, Clone)]
 pub struct Episodes {
@@ -362,7 +277,13 @@ pub fn window(
         }
     }
     w.periods = burned;
-    w.flags = flags(&w, rules);
+    w.flags = flags(&w, rules)
+        .into_iter()
+        .map(|f| Flag {
+            family: INFO.name.into(),
+            ..f
+        })
+        .collect();
     w
 }
 
@@ -541,61 +462,5 @@ mod tests {
             "{:?}",
             w.usage_cores
         );
-    }
-
-    fn throttled_window(usage_cores: f64, threads: usize, burned_in_ms: f64) -> ThrottleWindow {
-        let mut w = ThrottleWindow {
-            quota_us: Some(100_000),
-            period_us: 100_000,
-            quota_cores: Some(1.0),
-            usage_cores: Some(usage_cores),
-            nr_periods: 10,
-            nr_throttled: 2,
-            throttled_us: 30_000.0,
-            episodes: 2,
-            ..ThrottleWindow::default()
-        };
-        w.periods.push(ThrottledPeriod {
-            start_ns: Some(0),
-            end_ns: 100_000_000,
-            burned_in_ms: Some(burned_in_ms),
-            threads,
-            cpu_ms: 100.0,
-            top: Vec::new(),
-        });
-        w
-    }
-
-    #[test]
-    fn bursty_use_under_quota_is_flagged_with_a_burst_within_quota() {
-        let f = flags(&throttled_window(0.3, 2, 60.0), &FlagRules::default());
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].code, "throttled_below_quota");
-        assert!(f[0].suggestion.contains("= 15000 "), "{}", f[0].suggestion);
-        // Steady use near the quota is not.
-        assert!(flags(&throttled_window(0.9, 2, 60.0), &FlagRules::default()).is_empty());
-        // Never suggests a burst above the quota.
-        let mut w = throttled_window(0.3, 2, 60.0);
-        w.throttled_us = 10_000_000.0;
-        assert!(
-            flags(&w, &FlagRules::default())[0]
-                .suggestion
-                .contains("= 100000 ")
-        );
-    }
-
-    #[test]
-    fn many_threads_burning_the_quota_fast_is_flagged() {
-        let f = flags(&throttled_window(0.9, 14, 18.0), &FlagRules::default());
-        assert_eq!(
-            f.iter().map(|f| f.code.as_str()).collect::<Vec<_>>(),
-            ["many_threads_burn"]
-        );
-        assert!(
-            f[0].message.contains("burned in 18.0 ms by 14 threads"),
-            "{}",
-            f[0].message
-        );
-        assert!(flags(&throttled_window(0.9, 14, 80.0), &FlagRules::default()).is_empty());
     }
 }

@@ -67,6 +67,18 @@ impl Budget {
         }
     }
 
+    /// `slot = new` for a value of `size(..)` bytes, when there is room for what it grows by.
+    pub(crate) fn set_sized<T: Clone + PartialEq>(
+        &mut self,
+        slot: &mut T,
+        new: &T,
+        size: impl Fn(&T) -> usize,
+    ) {
+        if slot != new && self.grow(size(new).saturating_sub(size(slot))) {
+            slot.clone_from(new);
+        }
+    }
+
     /// `slot = new`, when there is room for what it grows by.
     pub(crate) fn set_str(&mut self, slot: &mut String, new: &str) {
         if slot != new && self.grow(new.len().saturating_sub(slot.len())) {

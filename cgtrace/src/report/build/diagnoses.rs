@@ -7,7 +7,10 @@ use super::budget::Budget;
 
 use crate::{
     family,
-    model::{CgroupWindow, Flag},
+    model::{
+        CgroupWindow, Flag,
+        flag::{Change, Expected},
+    },
     report::{model::Diagnosed, model::FlagSeen, model::TOP},
 };
 
@@ -17,7 +20,18 @@ impl FlagSeen {
     pub(super) fn see(&mut self, f: &Flag, budget: &mut Budget) {
         self.windows += 1;
         budget.set_str(&mut self.message, &f.message);
+        budget.set_str(&mut self.evidence, &f.evidence);
         budget.set_str(&mut self.suggestion, &f.suggestion);
+        budget.set_sized(&mut self.change, &f.change, |c| {
+            c.iter()
+                .map(|c| size_of::<Change>() + c.knob.len() + c.value.len())
+                .sum()
+        });
+        budget.set_sized(&mut self.expected, &f.expected, |e| {
+            e.as_ref().map_or(0, |e| {
+                size_of::<Expected>() + e.metric.len() + e.words.len()
+            })
+        });
     }
 }
 

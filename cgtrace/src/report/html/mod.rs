@@ -97,6 +97,8 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .flag{border-left:4px solid var(--acc);padding:.3em .6em;margin:.5em 0;background:#fbf1f0}
 .flag b{color:var(--acc)}
 .sug{color:var(--fg)}
+.why{color:var(--mut)}
+.change code{font-weight:bold}
 .legend span{display:inline-block;margin-right:1em;font-size:.85em;color:var(--mut)}
 .legend i{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:-2px}
 table.who td{min-width:4.5em}table.who small{opacity:.8}
@@ -188,12 +190,24 @@ fn flags(o: &mut String, r: &Report) {
         any = true;
         let _ = writeln!(
             o,
-            "<div class=\"flag\"><b>{} {}</b> — {who} ({} windows)<br>{}<br><span class=\"sug\">→ {}</span></div>",
+            "<div class=\"flag\"><b>{} {}</b> — {who} ({} windows)<br>{}{}<br><span class=\"sug\">→ {}</span>{}</div>",
             esc(family),
             esc(code),
             seen.windows,
             esc(&seen.message),
-            esc(&seen.suggestion)
+            if seen.evidence.is_empty() {
+                String::new()
+            } else {
+                format!("<br><span class=\"why\">{}</span>", esc(&seen.evidence))
+            },
+            esc(&seen.suggestion),
+            match seen.change_line() {
+                c if c.is_empty() => String::new(),
+                c => format!(
+                    "<br><span class=\"change\">change: <code>{}</code></span>",
+                    esc(&c)
+                ),
+            }
         );
     }
     if !any {

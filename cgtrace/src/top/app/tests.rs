@@ -568,7 +568,9 @@ impl Family for Fake {
             code: "FK".into(),
             family: "fake",
             finding: "always".into(),
+            evidence: String::new(),
             advice: "none".into(),
+            change: String::new(),
         });
     }
 }

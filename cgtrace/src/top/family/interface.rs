@@ -20,7 +20,11 @@ pub struct Flag {
     pub code: String,
     pub family: &'static str,
     pub finding: String,
+    /// The numbers it rests on (empty in recordings from before them).
+    pub evidence: String,
     pub advice: String,
+    /// The exact change and what it should do, on one line (empty without one).
+    pub change: String,
 }
 
 /// What the view shows of a family besides its per-cgroup data.
@@ -94,7 +98,9 @@ pub fn daemon_flags(cg: &CgroupWindow, family: &'static str, out: &mut Vec<Flag>
                 family,
                 // They name cgroups and threads, which tenants name.
                 finding: crate::safety::escape::terminal(&f.message).into_owned(),
+                evidence: crate::safety::escape::terminal(&f.evidence).into_owned(),
                 advice: crate::safety::escape::terminal(&f.suggestion).into_owned(),
+                change: crate::safety::escape::terminal(&f.change_line()).into_owned(),
             }),
     );
 }

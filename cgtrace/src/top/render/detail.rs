@@ -98,7 +98,13 @@ pub fn lines(app: &App, width: u16) -> Vec<Line<'static>> {
             Span::styled(format!("{:<4} ", f.code), t.warn),
             Span::styled(f.finding.clone(), t.warn),
         ]));
+        if !f.evidence.is_empty() {
+            out.push(Line::styled(format!("     {}", f.evidence), t.dim));
+        }
         out.push(Line::raw(format!("     → {}", f.advice)));
+        if !f.change.is_empty() {
+            out.push(Line::raw(format!("     change: {}", f.change)));
+        }
     }
     let ctx = app.store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
     for fam in app.families {

@@ -1,0 +1,272 @@
+//! Advice proven by applying it: a load runs under cgtrace, the change its flag names (`change`:
+//! the cgroup file and value, or the thread count) is made exactly as given, the same load runs
+//! again, and the kernel's own `cpu.stat` before and after says whether it worked — by at least
+//! what the flag promised (`expected`), never by cgtrace's own account.
+use std::{process::Command, thread::sleep, time::Duration, time::Instant};
+
+use cgtrace_tests::{
+    can_trace_on_cpus,
+    cgroup::TestCgroup,
+    stream::Stream,
+    workload::{self, Task},
+};
+use serde_json::Value;
+
+const SIGINT: i32 = 2;
+
+/// One run of a load: cgtrace's lines and the kernel's `cpu.stat` over the load's life.
+struct Run {
+    lines: Vec<Value>,
+    secs: f64,
+    nr_throttled: u64,
+    throttled_us: f64,
+}
+
+impl Run {
+    fn throttled_per_s(&self) -> f64 {
+        self.nr_throttled as f64 / self.secs
+    }
+
+    /// The kernel's throttled time per throttled period: how long a throttled group stalls.
+    fn stall_us(&self) -> f64 {
+        self.throttled_us / self.nr_throttled.max(1) as f64
+    }
+
+    /// Every window's flags `code` of `path` (from the throttle family or the cgroup's own).
+    fn flags(&self, path: &str, code: &str) -> Vec<Value> {
+        self.lines
+            .iter()
+            .filter(|l| l["type"] == "window")
+            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["path"] == path)
+            .flat_map(|c| c["flags"].as_array().cloned().unwrap_or_default())
+            .filter(|f| f["code"] == code)
+            .collect()
+    }
+}
+
+/// Runs `spawn`'s load in `cg` (and its cpuacct twin, for usage on v1) for `secs` under
+/// `cgtrace stream`, reading `cpu.stat` as the load starts and after it stopped.
+fn run(
+    cg: &TestCgroup,
+    acct: Option<&TestCgroup>,
+    secs: u64,
+    spawn: impl Fn() -> anyhow::Result<Task>,
+) -> anyhow::Result<Run> {
+    let mut s = Stream::start(&["--interval", "1000"])?;
+    s.windows(1)?;
+    let (t0, us0) = cg.kernel_throttling()?;
+    let started = Instant::now();
+    let task = spawn()?;
+    if let Some(a) = acct {
+        std::fs::write(a.procs_file(), task.pid().to_string())?;
+    }
+    s.windows(secs as usize)?;
+    drop(task);
+    let secs = started.elapsed().as_secs_f64();
+    // The last throttled period ends at the next period timer.
+    sleep(Duration::from_millis(300));
+    let (t1, us1) = cg.kernel_throttling()?;
+    let (_, lines) = s.stop(SIGINT)?;
+    Ok(Run {
+        lines,
+        secs,
+        nr_throttled: t1 - t0,
+        throttled_us: us1 - us0,
+    })
+}
+
+/// Makes a flag's `cgroup_file` changes in `cg`, in order, each exactly as given; the kernel
+/// must accept every one (a value it refuses is a wrong suggestion). Returns what was written.
+fn apply(cg: &TestCgroup, flag: &Value) -> anyhow::Result<Vec<String>> {
+    let mut done = Vec::new();
+    for c in flag["change"].as_array().into_iter().flatten() {
+        if c["kind"] != "cgroup_file" {
+            continue;
+        }
+        let (knob, value) = (
+            c["knob"].as_str().unwrap_or(""),
+            c["value"].as_str().unwrap_or(""),
+        );
+        assert!(
+            !knob.contains('/') && value.bytes().all(|b| b.is_ascii_digit() || b == b' '),
+            "a file of this cgroup and a number: {c}"
+        );
+        std::fs::write(cg.dir.join(knob), value).map_err(|e| {
+            anyhow::anyhow!("the kernel refused the suggested {knob} = {value}: {e}")
+        })?;
+        done.push(format!("{knob} = {value}"));
+    }
+    assert!(!done.is_empty(), "the flag names a cgroup file: {flag}");
+    Ok(done)
+}
+
+/// The flag whose `change` value (at `i`) is the median over the run: the advice of the run,
+/// not of its luckiest window.
+fn median_flag(flags: &[Value], i: usize) -> Value {
+    let value = |f: &Value| -> u64 {
+        f["change"][i]["value"]
+            .as_str()
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut sorted = flags.to_vec();
+    sorted.sort_by_key(value);
+    sorted[sorted.len() / 2].clone()
+}
+
+fn expected_percent(flag: &Value) -> f64 {
+    flag["expected"]["change_percent"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the flag says what it should change: {flag}"))
+}
+
+/// Bursts well under the quota on average (2 threads × 150 ms each second of a 1-CPU quota) are
+/// throttled; the burst the flag suggests, written to the cgroup, takes away at least 80 % of the
+/// throttled periods (the kernel's `nr_throttled` per second), and the flag's promise is met.
+#[test]
+fn the_suggested_burst_cuts_throttled_periods() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs for a burst to outrun a 1-CPU quota") {
+        return Ok(());
+    }
+    let cg = TestCgroup::new("advice-burst")?;
+    let acct = cg.cpuacct_twin()?;
+    cg.set_quota(100_000, 100_000)?;
+    let load = || {
+        let mut cmd = Command::new(workload::bin("burst"));
+        cmd.args(["2", "150", "1000"]);
+        Task::spawn(cmd, Some(&cg.procs_file()), None, false)
+    };
+    let before = run(&cg, acct.as_ref(), 8, load)?;
+    let flags = before.flags(&cg.rel, "throttled_below_quota");
+    assert!(
+        !flags.is_empty(),
+        "bursts under the quota flagged (kernel: {} throttled periods)",
+        before.nr_throttled
+    );
+    let flag = median_flag(&flags, 0);
+    let promised = -expected_percent(&flag);
+    let written = apply(&cg, &flag)?;
+    let after = run(&cg, acct.as_ref(), 8, load)?;
+    let cut = 1.0 - after.throttled_per_s() / before.throttled_per_s();
+    eprintln!(
+        "burst: {written:?}; throttled periods/s {:.2} -> {:.2} (kernel), cut {:.0} %, promised {promised:.0} %; flags {} -> {}",
+        before.throttled_per_s(),
+        after.throttled_per_s(),
+        cut * 100.0,
+        flags.len(),
+        after.flags(&cg.rel, "throttled_below_quota").len()
+    );
+    assert!(before.nr_throttled > 0, "the bursts were throttled");
+    assert!(
+        cut >= 0.8,
+        "at least 80 % fewer throttled periods: {:.0} %",
+        cut * 100.0
+    );
+    assert!(
+        cut * 100.0 >= promised - 25.0,
+        "the cut ({:.0} %) is what the flag promised ({promised:.0} %)",
+        cut * 100.0
+    );
+    Ok(())
+}
+
+/// A steady spinner under 20 ms / 100 ms stalls 80 ms of every period: the flag suggests a
+/// quarter of the period with the same share. Written to the cgroup, the kernel's throttled time
+/// per throttled period (one thread on one CPU: the stall) shrinks by at least the factor the flag
+/// promised, within 25 %.
+#[test]
+fn the_suggested_period_shortens_stalls_by_the_promised_factor() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let cg = TestCgroup::new("advice-period")?;
+    cg.set_quota(20_000, 100_000)?;
+    let load = || workload::spin(1, &cg.procs_file(), Some(1));
+    let before = run(&cg, None, 5, load)?;
+    let flags = before.flags(&cg.rel, "long_throttle_waits");
+    assert!(
+        !flags.is_empty(),
+        "long stalls flagged (kernel: {:.0} µs per throttled period)",
+        before.stall_us()
+    );
+    let flag = median_flag(&flags, 0);
+    let promised = 1.0 / (1.0 + expected_percent(&flag) / 100.0);
+    let written = apply(&cg, &flag)?;
+    let after = run(&cg, None, 5, load)?;
+    let factor = before.stall_us() / after.stall_us();
+    eprintln!(
+        "period: {written:?}; stall {:.0} -> {:.0} µs per throttled period (kernel), {factor:.2}x shorter, promised {promised:.2}x",
+        before.stall_us(),
+        after.stall_us()
+    );
+    assert!(after.nr_throttled > 0, "still throttled, in shorter stalls");
+    assert!(
+        factor >= 0.75 * promised,
+        "stalls {factor:.2}x shorter, promised {promised:.2}x"
+    );
+    Ok(())
+}
+
+/// Eight spinning threads burn a half-CPU quota in a quarter of the period on two CPUs: the flag
+/// suggests a pool the size of the quota. Re-run with that many threads, the kernel throttles it
+/// for less time per period, and the quota lasts later into the period, as far as promised
+/// (within 25 %).
+#[test]
+fn the_suggested_thread_count_burns_the_quota_later() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs for 8 threads to outrun a half-CPU quota") {
+        return Ok(());
+    }
+    let cg = TestCgroup::new("advice-threads")?;
+    cg.set_quota(50_000, 100_000)?;
+    let before = run(&cg, None, 5, || workload::spin(8, &cg.procs_file(), None))?;
+    let flags = before.flags(&cg.rel, "many_threads_burn");
+    assert!(!flags.is_empty(), "8 threads on a half-CPU quota flagged");
+    let flag = median_flag(&flags, 0);
+    let threads: usize = flag["change"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["knob"] == "thread pool size")
+        .and_then(|c| c["value"].as_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("a thread count: {flag}"));
+    let promised = 1.0 + expected_percent(&flag) / 100.0;
+    let after = run(&cg, None, 5, || {
+        workload::spin(threads, &cg.procs_file(), None)
+    })?;
+    let burned_in = |r: &Run| {
+        let v: Vec<f64> = r
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "window")
+            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["path"] == cg.rel.as_str())
+            .flat_map(|c| {
+                c["throttle"]["periods"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|p| p["burned_in_ms"].as_f64())
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (b0, b1) = (burned_in(&before), burned_in(&after));
+    let per_period = |r: &Run| r.throttled_us / r.secs / 10.0;
+    eprintln!(
+        "threads: 8 -> {threads}; throttled {:.0} -> {:.0} µs per period (kernel); quota lasts {b0:.1} -> {b1:.1} ms, promised {promised:.2}x",
+        per_period(&before),
+        per_period(&after)
+    );
+    assert!(
+        after.throttled_us / after.secs < 0.75 * before.throttled_us / before.secs,
+        "throttled less with {threads} threads"
+    );
+    assert!(
+        b1 >= 0.75 * promised * b0,
+        "the quota lasts {b1:.1} ms, promised {:.1} ms",
+        promised * b0
+    );
+    Ok(())
+}
