@@ -66,9 +66,17 @@ fn millicores(quota_us: u64, period_us: u64) -> String {
     )
 }
 
+/// Headroom of a burst over the largest held-off CPU it is sized for: a burst that only just
+/// holds the excess still throttles at the period's end whenever the load runs a little longer.
+const BURST_HEADROOM: f64 = 1.25;
+
 /// Throttled while using well under the quota: the demand comes in bursts a burst allowance
-/// absorbs. The burst is the CPU held off per throttled period (whole ms), never above the quota
-/// (v1 and v2 refuse that); when the bursts are larger than the quota, the quota goes up too.
+/// absorbs. A throttled period held the group off its episodes' length on each throttled CPU
+/// (at most the work it could not do: an episode lasts to the period's end even when the demand
+/// stopped earlier); the burst holds the large ones (p99 of the episodes, times the CPUs
+/// throttled per period) with headroom, in whole ms, never above the quota (v1 and v2 refuse
+/// that). Only when even the mean throttled period was held off more than the quota does the
+/// quota go up, by the rest.
 fn burst(
     w: &ThrottleWindow,
     rules: &FlagRules,
@@ -76,10 +84,16 @@ fn burst(
     quota_cores: f64,
     used: f64,
 ) -> Flag {
-    // Per throttled period, how much CPU the group was held off (summed over CPUs): an upper
-    // bound of the demand above quota.
-    let held_off_us = w.throttled_us / w.nr_throttled as f64;
-    let burst_us = ceil_ms_us(held_off_us).clamp(QUOTA_MIN_US.min(quota_us), quota_us);
+    let nr = w.nr_throttled.max(1) as f64;
+    let per_period = (w.episodes as f64 / nr).max(1.0);
+    let held_off_us = w.throttled_us / nr;
+    // This window's, or the most of recent windows': bursts land at different points of the
+    // period, and the advice must hold for the ones that land worst.
+    let held_off_p99_us = (w.episode.p99_us * per_period)
+        .max(held_off_us)
+        .max(w.held_off_recent_us.unwrap_or(0.0));
+    let needed_us = ceil_ms_us(BURST_HEADROOM * held_off_p99_us);
+    let burst_us = needed_us.clamp(QUOTA_MIN_US.min(quota_us), quota_us);
     let file = if rules.v1 {
         "cpu.cfs_burst_us"
     } else {
@@ -91,7 +105,7 @@ fn burst(
         burst_us.to_string(),
     )];
     let mut suggestion = format!(
-        "allow a burst: {file} = {burst_us} µs (≤ quota {quota_us}); it was held off {held_off_us:.0} µs of CPU per throttled period"
+        "allow a burst: {file} = {burst_us} µs (≤ quota {quota_us}); it was held off up to {held_off_p99_us:.0} µs of CPU in a throttled period of its last windows"
     );
     let short_us = ceil_ms_us(held_off_us).saturating_sub(burst_us);
     if short_us > 0 {
@@ -101,14 +115,11 @@ fn burst(
             "; the bursts are larger than the quota: raise it to {quota} µs too"
         ));
     }
-    // A throttled period goes away when what it was held off fits in the burst. Per period that
-    // is its episodes summed over CPUs: each episode's length times the episodes per period.
-    let per_period = w.episodes as f64 / w.nr_throttled as f64;
-    let covered = if short_us > 0 {
-        1.0
-    } else {
-        share_at_most(&w.episode.buckets, burst_us as f64 / per_period.max(1.0))
-    };
+    // A throttled period goes away when what it was held off fits in the burst (and the quota
+    // raised with it): its episodes, each counted at its bucket's middle, times the CPUs
+    // throttled per period.
+    let room_us = (burst_us + short_us) as f64 / per_period;
+    let covered = share_at_most(&w.episode.buckets, room_us);
     Flag {
         family: String::new(),
         code: "throttled_below_quota".into(),
@@ -117,11 +128,11 @@ fn burst(
             w.nr_throttled, w.nr_periods
         ),
         evidence: format!(
-            "{} of {} periods throttled, held off {} of CPU per throttled period ({per_period:.1} CPUs throttled, stalls p99 {}), using {used:.2} of {quota_cores:.2} CPUs",
+            "{} of {} periods throttled, held off {} of CPU per throttled period (p99 {}, {per_period:.1} CPUs throttled), using {used:.2} of {quota_cores:.2} CPUs",
             w.nr_throttled,
             w.nr_periods,
             crate::hist::micros(held_off_us),
-            crate::hist::micros(w.episode.p99_us),
+            crate::hist::micros(held_off_p99_us),
         ),
         suggestion,
         change,
@@ -310,16 +321,17 @@ fn period(w: &ThrottleWindow, rules: &FlagRules, quota_us: u64) -> Flag {
     }
 }
 
-/// The share of a histogram's values (`(lower_ns, count)` buckets) of at most `us`, counting a
-/// bucket by its lower bound.
+/// The share of a histogram's values (`(lower_ns, count)` buckets, four per power of two) of at
+/// most `us`, counting a bucket by its middle.
 fn share_at_most(buckets: &[(u64, u64)], us: f64) -> f64 {
     let total: u64 = buckets.iter().map(|b| b.1).sum();
     if total == 0 {
         return 0.0;
     }
+    let middle = 2f64.powf(1.0 / 8.0);
     let under: u64 = buckets
         .iter()
-        .filter(|(lo, _)| *lo as f64 / 1e3 <= us)
+        .filter(|(lo, _)| *lo as f64 * middle / 1e3 <= us)
         .map(|b| b.1)
         .sum();
     under as f64 / total as f64
@@ -358,7 +370,8 @@ mod tests {
         let f = flags(&throttled_window(0.3, 2, 60.0), &FlagRules::default());
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].code, "throttled_below_quota");
-        assert!(f[0].suggestion.contains("= 15000 "), "{}", f[0].suggestion);
+        // 15 ms held off per throttled period, with a quarter of headroom.
+        assert!(f[0].suggestion.contains("= 19000 "), "{}", f[0].suggestion);
         // Steady use near the quota is not.
         assert!(flags(&throttled_window(0.9, 2, 60.0), &FlagRules::default()).is_empty());
         // Never suggests a burst above the quota.
@@ -391,9 +404,11 @@ mod tests {
         // Two throttled periods, 15 ms held off each, in episodes of 10–15 ms on one CPU.
         let mut w = throttled_window(0.3, 2, 60.0);
         w.episode.buckets = vec![(10_000_000, 1), (15_000_000, 1)];
+        w.episode.p99_us = 16_000.0;
         let f = &flags(&w, &FlagRules::default())[0];
         let words: Vec<String> = f.change.iter().map(Change::words).collect();
-        assert_eq!(words, ["cpu.max.burst = 15000"]);
+        // The large ones (p99 16 ms) with a quarter of headroom.
+        assert_eq!(words, ["cpu.max.burst = 20000"]);
         let e = f.expected.as_ref().expect("expected");
         assert_eq!(
             (e.metric.as_str(), e.change_percent),
@@ -411,18 +426,33 @@ mod tests {
             ..FlagRules::default()
         };
         assert_eq!(flags(&w, &v1)[0].change[0].knob, "cpu.cfs_burst_us");
-        // Bursts beyond the quota: the burst is the quota and the quota goes up by the rest.
-        w.throttled_us = 2.0 * 130_000.0;
+        // Bursts beyond the quota (120 ms held off on average): the burst is the quota and the
+        // quota goes up by the rest.
+        w.throttled_us = 2.0 * 120_000.0;
         let f = &flags(&w, &FlagRules::default())[0];
         let words: Vec<String> = f.change.iter().map(Change::words).collect();
         assert_eq!(
             words,
             [
                 "cpu.max.burst = 100000",
-                "cpu.max = 130000 100000",
-                "resources.limits.cpu = 1300m"
+                "cpu.max = 120000 100000",
+                "resources.limits.cpu = 1200m"
             ]
         );
+        // A recent window held off more: the burst is sized for that one.
+        w.throttled_us = 30_000.0;
+        w.held_off_recent_us = Some(40_000.0);
+        assert_eq!(flags(&w, &FlagRules::default())[0].change[0].value, "50000");
+        w.held_off_recent_us = None;
+        // Half the throttled periods held off more than the burst holds: half the promise.
+        w.throttled_us = 30_000.0;
+        w.episode.p99_us = 0.0;
+        w.episode.buckets = vec![(10_000_000, 1), (32_000_000, 1)];
+        let e = flags(&w, &FlagRules::default())[0]
+            .expected
+            .clone()
+            .expect("expected");
+        assert_eq!(e.change_percent, -50.0);
     }
 
     #[test]

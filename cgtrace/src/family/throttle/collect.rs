@@ -2,7 +2,7 @@
 //! counters (`cpu.stat`, quota, period, burst, usage) read from cgroupfs.
 
 use std::{
-    collections::{BTreeMap, HashMap as StdHashMap},
+    collections::{BTreeMap, HashMap as StdHashMap, VecDeque},
     path::{Path, PathBuf},
 };
 
@@ -12,7 +12,7 @@ use cgtrace_common::{
     throttle::{HookEpisode, SliceEvent, SliceKey, SliceSum, ThrottleStats},
 };
 
-use super::{FlagRules, KernelCpu, PeriodDelta};
+use super::{FlagRules, KernelCpu, PeriodDelta, ThrottleWindow};
 use crate::{
     bpf::maps::batch::WholeHashMap,
     cgroup::Version,
@@ -66,8 +66,14 @@ pub struct Throttle {
     /// The kernel's counters of each throttled cgroup at the end of the last window that read
     /// them (at most `max_cgroups`).
     kernel: StdHashMap<u64, KernelCpu>,
+    /// Each throttled cgroup's most CPU held off in one throttled period, in its last
+    /// [`HELD_OFF_WINDOWS`] windows with throttling (at most `max_cgroups`).
+    held_off: StdHashMap<u64, VecDeque<f64>>,
     max_cgroups: usize,
 }
+
+/// How many windows with throttling the burst advice looks back over.
+pub const HELD_OFF_WINDOWS: usize = 30;
 
 impl Throttle {
     pub fn new(
@@ -83,6 +89,7 @@ impl Throttle {
             files,
             rules,
             kernel: StdHashMap::new(),
+            held_off: StdHashMap::new(),
             max_cgroups: max_cgroups.max(1),
         };
         t.prime_quota_baselines();
@@ -226,6 +233,28 @@ impl SliceSums {
     }
 }
 
+impl Throttle {
+    /// Notes what `w` held off per throttled period and returns the most over the cgroup's
+    /// recent windows with throttling (`None` without throttling now or before).
+    fn held_off_recent(&mut self, id: u64, w: &ThrottleWindow) -> Option<f64> {
+        if w.nr_throttled > 0 {
+            let nr = w.nr_throttled as f64;
+            let per_period = (w.episodes as f64 / nr).max(1.0);
+            let now = (w.episode.p99_us * per_period).max(w.throttled_us / nr);
+            if self.held_off.len() < self.max_cgroups || self.held_off.contains_key(&id) {
+                let recent = self.held_off.entry(id).or_default();
+                if recent.len() == HELD_OFF_WINDOWS {
+                    recent.pop_front();
+                }
+                recent.push_back(now);
+            }
+        }
+        self.held_off
+            .get(&id)
+            .and_then(|r| r.iter().copied().reduce(f64::max))
+    }
+}
+
 impl Collector for Throttle {
     fn read_window(
         &mut self,
@@ -268,20 +297,23 @@ impl Collector for Throttle {
             }
             _ => (None, None),
         };
-        cg.throttle = Some(Box::new(super::window(
+        let mut w = super::window(
             input.periods.get(&id).copied().unwrap_or_default(),
             input.episodes.get(&id),
             input.burned.remove(&id).unwrap_or_default(),
             prev.as_ref(),
             cur.as_ref(),
             duration_ms,
-            &self.rules,
-        )));
+        );
+        w.held_off_recent_us = self.held_off_recent(id, &w);
+        super::set_flags(&mut w, &self.rules);
+        cg.throttle = Some(Box::new(w));
     }
 
     fn forget(&mut self, cgroup_id: u64) {
         self.reader.forget(cgroup_id);
         self.kernel.remove(&cgroup_id);
+        self.held_off.remove(&cgroup_id);
     }
 }
 

@@ -219,7 +219,6 @@ pub fn window(
     prev: Option<&KernelCpu>,
     cur: Option<&KernelCpu>,
     duration_ms: u64,
-    rules: &FlagRules,
 ) -> ThrottleWindow {
     let mut w = ThrottleWindow {
         nr_periods: periods.nr_periods,
@@ -277,14 +276,19 @@ pub fn window(
         }
     }
     w.periods = burned;
-    w.flags = flags(&w, rules)
+    w
+}
+
+/// Makes the window's diagnoses (once everything they rest on is in it: the collector adds what
+/// recent windows held off before).
+pub fn set_flags(w: &mut ThrottleWindow, rules: &FlagRules) {
+    w.flags = flags(w, rules)
         .into_iter()
         .map(|f| Flag {
             family: INFO.name.into(),
             ..f
         })
         .collect();
-    w
 }
 
 #[cfg(test)]
@@ -415,7 +419,6 @@ mod tests {
             Some(&prev),
             Some(&cur),
             1000,
-            &FlagRules::default(),
         );
         assert_eq!(w.episodes, 2);
         assert_eq!(w.throttled_us, 159_000.0);
@@ -427,6 +430,8 @@ mod tests {
         assert_eq!(w.runnable_at_throttle_mean, 3.0);
         // Using its whole quota while throttled: no "below quota" flag; 80 ms stalls in 100 ms
         // periods are long.
+        let mut w = w;
+        set_flags(&mut w, &FlagRules::default());
         let codes: Vec<&str> = w.flags.iter().map(|f| f.code.as_str()).collect();
         assert_eq!(codes, ["long_throttle_waits"]);
     }
@@ -454,7 +459,6 @@ mod tests {
             Some(&prev),
             Some(&cur),
             1000,
-            &FlagRules::default(),
         );
         assert_eq!(w.usage_us, Some(600_000.0));
         assert!(

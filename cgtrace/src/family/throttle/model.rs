@@ -55,6 +55,13 @@ pub struct ThrottleWindow {
     /// Throttled periods that ended in the window, with the threads that used the quota.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub periods: Vec<ThrottledPeriod>,
+    /// The most CPU held off in one throttled period (its episodes' p99 times the CPUs
+    /// throttled per period, or the mean when larger) over the cgroup's last
+    /// [`HELD_OFF_WINDOWS`](super::collect::HELD_OFF_WINDOWS) windows with throttling: what the
+    /// burst advice is sized for, so it follows the distribution over many periods rather than one
+    /// window's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_off_recent_us: Option<f64>,
     /// Diagnoses from the numbers above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
