@@ -308,15 +308,30 @@ fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Resul
         s.contains(&crowded.rel) && !s.contains(&quiet.rel)
     })?;
 
-    // Detail pane of the crowded cgroup: its histogram by wait kind.
+    // Detail pane of the crowded cgroup: its diagnosis (with the change it asks for), its waits
+    // by kind, and below them (scrolled into view with J where the pane is short) the histogram.
     tmux.keys(&["Enter"])?;
     let s = tmux.wait_for("the detail pane", Duration::from_secs(5), |s| {
-        s.contains("Run-queue latency") && s.contains("usecs") && s.contains("wakeup")
+        s.contains("Run-queue latency") && s.contains("wakeup")
     })?;
     ensure!(
         s.matches(crowded.rel.as_str()).count() >= 2,
         "detail pane names the cgroup:\n{s}"
     );
+    let (mut s, mut down) = (s, 0);
+    while !s.contains("usecs") && down < 30 {
+        tmux.keys(&["J"])?;
+        down += 1;
+        std::thread::sleep(Duration::from_millis(100));
+        s = tmux.screen()?;
+    }
+    ensure!(s.contains("usecs"), "the histogram, scrolled to:\n{s}");
+    for _ in 0..down {
+        tmux.keys(&["K"])?;
+    }
+    tmux.wait_for("the pane scrolled back", Duration::from_secs(5), |s| {
+        s.contains("Run-queue latency")
+    })?;
 
     // Help overlay, closed by Esc (which then closes the detail pane, and quits only after).
     tmux.type_text("?")?;

@@ -75,12 +75,16 @@ pub(super) fn task_label(t: &super::model::KernelTaskTotal) -> String {
     }
 }
 
-/// Writes `words` after `head`, wrapped at [`WIDTH`] with continuation lines indented.
+/// Writes `words` after `head`, wrapped at [`WIDTH`] with continuation lines indented. A word
+/// with more after it keeps room for the comma its line ends with if the next one wraps.
 fn wrapped(o: &mut String, head: &str, words: &[String]) {
     let mut line = head.to_string();
     for (i, w) in words.iter().enumerate() {
         let sep = if i == 0 { "" } else { ", " };
-        if line.chars().count() + sep.len() + w.chars().count() > WIDTH && !line.trim().is_empty() {
+        let comma = usize::from(i + 1 < words.len());
+        if line.chars().count() + sep.len() + w.chars().count() + comma > WIDTH
+            && !line.trim().is_empty()
+        {
             let _ = writeln!(o, "{}{}", line.trim_end(), sep.trim_end());
             line = format!("       {w}");
         } else {
@@ -235,6 +239,23 @@ mod tests {
         Report {
             who_delayed_whom: two_windows(),
             ..Report::default()
+        }
+    }
+
+    #[test]
+    fn wrapped_lines_keep_room_for_their_comma() {
+        // Every split of words around the width: no line, comma included, is over it.
+        for first in 80..100 {
+            let words: Vec<String> = ["x".repeat(first - 10), "y".repeat(8), "z".repeat(30)]
+                .into_iter()
+                .collect();
+            let mut o = String::new();
+            wrapped(&mut o, "  head: ", &words);
+            assert!(
+                o.lines().all(|l| l.chars().count() <= WIDTH),
+                "{first}: {o}"
+            );
+            assert_eq!(o.matches(',').count(), 2, "{o}");
         }
     }
 
