@@ -2,7 +2,13 @@
 //! the largest part asks for, with the share of the wait it should take away.
 
 use crate::{
-    family::{runq::blame, throttle::model::ThrottleWindow},
+    family::{
+        runq::blame,
+        throttle::{
+            advice::{ceil_ms_us, quota_changes},
+            model::ThrottleWindow,
+        },
+    },
     model::{
         CgroupWindow,
         flag::{Change, ChangeKind, Expected, Flag},
@@ -147,29 +153,17 @@ fn demanded_quota(
         return None;
     }
     let cores = (used + throttled) / (duration_ms as f64 * 1e3);
-    let q = ((cores * t.period_us as f64 / 1e3).ceil() * 1e3) as u64;
+    let q = ceil_ms_us(cores * t.period_us as f64);
     Some((q.max(quota + 1000), t.period_us))
 }
 
 /// The quota raised to `own` (from [`demanded_quota`]), as the cgroup file and the Kubernetes
 /// limit; without a number, the file to raise.
 fn quota_change(knobs: &Knobs, own: Option<(u64, u64)>) -> Vec<Change> {
-    let Some((q, period)) = own else {
-        return vec![Change::new(ChangeKind::CgroupFile, knobs.quota, "higher")];
-    };
-    let file = if knobs.v1 {
-        Change::new(ChangeKind::CgroupFile, knobs.quota, q.to_string())
-    } else {
-        Change::new(ChangeKind::CgroupFile, knobs.quota, format!("{q} {period}"))
-    };
-    vec![
-        file,
-        Change::new(
-            ChangeKind::Kubernetes,
-            "resources.limits.cpu",
-            format!("{}m", (q as f64 * 1000.0 / period as f64).ceil() as u64),
-        ),
-    ]
+    match own {
+        Some((q, period)) => quota_changes(knobs.v1, q, period),
+        None => vec![Change::new(ChangeKind::CgroupFile, knobs.quota, "higher")],
+    }
 }
 
 /// The blame ledger's account of a long wait: "waited 1.2 s: 80 % behind /kubepods/…/batch-job,

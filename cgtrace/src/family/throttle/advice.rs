@@ -53,8 +53,8 @@ pub fn flags(w: &ThrottleWindow, rules: &FlagRules) -> Vec<Flag> {
     out
 }
 
-/// Milliseconds in the units the knobs take, rounded up to a whole millisecond.
-fn ceil_ms_us(us: f64) -> u64 {
+/// Microseconds (the knobs' unit) rounded up to a whole millisecond.
+pub fn ceil_ms_us(us: f64) -> u64 {
     ((us / 1000.0).ceil() * 1000.0).max(0.0) as u64
 }
 
@@ -84,13 +84,13 @@ fn burst(
     quota_cores: f64,
     used: f64,
 ) -> Flag {
-    let nr = w.nr_throttled.max(1) as f64;
-    let per_period = (w.episodes as f64 / nr).max(1.0);
-    let held_off_us = w.throttled_us / nr;
+    let per_period = w.cpus_per_throttled_period();
+    let held_off_us = w.throttled_us / w.nr_throttled.max(1) as f64;
     // This window's, or the most of recent windows': bursts land at different points of the
     // period, and the advice must hold for the ones that land worst.
-    let held_off_p99_us = (w.episode.p99_us * per_period)
-        .max(held_off_us)
+    let held_off_p99_us = w
+        .held_off_p99_us()
+        .unwrap_or(held_off_us)
         .max(w.held_off_recent_us.unwrap_or(0.0));
     let needed_us = ceil_ms_us(BURST_HEADROOM * held_off_p99_us);
     let burst_us = needed_us.clamp(QUOTA_MIN_US.min(quota_us), quota_us);
@@ -110,7 +110,7 @@ fn burst(
     let short_us = ceil_ms_us(held_off_us).saturating_sub(burst_us);
     if short_us > 0 {
         let quota = quota_us + short_us;
-        change.extend(quota_changes(rules, quota, w.period_us));
+        change.extend(quota_changes(rules.v1, quota, w.period_us));
         suggestion.push_str(&format!(
             "; the bursts are larger than the quota: raise it to {quota} µs too"
         ));
@@ -147,9 +147,10 @@ fn burst(
     }
 }
 
-/// The quota set to `quota_us` as the cgroup file and as the Kubernetes limit.
-fn quota_changes(rules: &FlagRules, quota_us: u64, period_us: u64) -> Vec<Change> {
-    let file = if rules.v1 {
+/// The quota set to `quota_us` as the cgroup file (v1 `cpu.cfs_quota_us`, v2 `cpu.max`) and as
+/// the Kubernetes limit.
+pub fn quota_changes(v1: bool, quota_us: u64, period_us: u64) -> Vec<Change> {
+    let file = if v1 {
         Change::new(
             ChangeKind::CgroupFile,
             "cpu.cfs_quota_us",
@@ -267,7 +268,7 @@ fn period(w: &ThrottleWindow, rules: &FlagRules, quota_us: u64) -> Flag {
             suggestion: format!(
                 "the period ({period_ms:.0} ms) cannot be shortened with this quota: raise the quota to {quota} µs"
             ),
-            change: quota_changes(rules, quota, period_us),
+            change: quota_changes(rules.v1, quota, period_us),
             expected: None,
         };
     }

@@ -237,17 +237,14 @@ impl Throttle {
     /// Notes what `w` held off per throttled period and returns the most over the cgroup's
     /// recent windows with throttling (`None` without throttling now or before).
     fn held_off_recent(&mut self, id: u64, w: &ThrottleWindow) -> Option<f64> {
-        if w.nr_throttled > 0 {
-            let nr = w.nr_throttled as f64;
-            let per_period = (w.episodes as f64 / nr).max(1.0);
-            let now = (w.episode.p99_us * per_period).max(w.throttled_us / nr);
-            if self.held_off.len() < self.max_cgroups || self.held_off.contains_key(&id) {
-                let recent = self.held_off.entry(id).or_default();
-                if recent.len() == HELD_OFF_WINDOWS {
-                    recent.pop_front();
-                }
-                recent.push_back(now);
+        if let Some(now) = w.held_off_p99_us()
+            && (self.held_off.len() < self.max_cgroups || self.held_off.contains_key(&id))
+        {
+            let recent = self.held_off.entry(id).or_default();
+            if recent.len() == HELD_OFF_WINDOWS {
+                recent.pop_front();
             }
+            recent.push_back(now);
         }
         self.held_off
             .get(&id)

@@ -66,3 +66,20 @@ pub struct ThrottleWindow {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
 }
+
+impl ThrottleWindow {
+    /// CPUs throttled per throttled period (at least one).
+    pub fn cpus_per_throttled_period(&self) -> f64 {
+        (self.episodes as f64 / self.nr_throttled.max(1) as f64).max(1.0)
+    }
+
+    /// The CPU held off in the larger throttled periods of the window: its episodes' p99 on each
+    /// CPU throttled per period, or the mean per throttled period when larger. `None` without
+    /// throttling.
+    pub fn held_off_p99_us(&self) -> Option<f64> {
+        (self.nr_throttled > 0).then(|| {
+            (self.episode.p99_us * self.cpus_per_throttled_period())
+                .max(self.throttled_us / self.nr_throttled as f64)
+        })
+    }
+}
