@@ -64,6 +64,38 @@ impl Task {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Stops the task (SIGSTOP) and waits until it is stopped: off every run queue, so a
+    /// tracer started now sees every wait of its after [`Task::resume`] from its start. Waits
+    /// begun before a tracer attaches are ones it cannot know the start of (and on a crowded
+    /// CPU a weight-1 task's wait can last seconds).
+    pub fn pause(&self) -> Result<()> {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGSTOP) };
+        let stat = format!("/proc/{}/stat", self.pid());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let s = std::fs::read_to_string(&stat).context("reading the task's stat")?;
+            // The state follows the command name's closing parenthesis.
+            if s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "task {} did not stop within 30 s",
+                self.pid()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Continues a task stopped by [`Task::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGCONT) };
+    }
 }
 
 impl Drop for Task {

@@ -400,6 +400,7 @@ fn wait_starts_match_run_delay(
         return Ok(());
     }
     let scene = workload::crowded_scene(prefix)?;
+    scene.tasks[1].pause()?;
     let s = start_with_env(env.0, env.1, &["--interval", "1000"])?;
     let detail = s.hello()["families"]["runq"]["detail"]
         .as_str()
@@ -533,6 +534,7 @@ fn blame_names_the_neighbour_that_held_the_cpu() -> anyhow::Result<()> {
     }
     let scene = workload::crowded_scene("blame-")?;
     let (busy, crowded) = (&scene.busy, &scene.crowded);
+    scene.tasks[1].pause()?;
     let s = Stream::start(&["--interval", "1000", "--blame"])?;
     // Which kernel-dependent parts this kernel tells (`hello.blame`); the others are null in
     // every window, never 0, and each has its reason.
@@ -640,9 +642,14 @@ fn blame_charges_host_work_in_the_root_cgroup_to_kernel() -> anyhow::Result<()> 
     let root_procs = runq_mount().0.join("cgroup.procs");
     let host = workload::spin(3, &root_procs, Some(1))?;
     let sleeper = workload::sleeper(1000, Some(&victim.procs_file()), Some(1), false)?;
+    // Paused while cgtrace attaches: a wait begun before has a start no CPU's history holds
+    // (charged `unattributed_history_us`; at weight 1 behind three loops such a wait has lasted
+    // 2.6 s).
+    sleeper.pause()?;
     let mut s = Stream::start(&["--interval", "1000"])?;
     let first = s.windows(1)?.remove(0);
     let delay_from = cgtrace_tests::node::run_delay_ns(sleeper.pid()) as f64 / 1e3;
+    sleeper.resume();
     s.windows(4)?;
     let delay_to = stop_and_run_delay_us(&[&sleeper]);
     let (_, lines) = s.stop(SIGINT)?;
@@ -826,8 +833,10 @@ fn check_unattributed(windows: &[serde_json::Value], path: &str) {
     );
 }
 
-/// The crowded scene's run under `s`: the first window, then the crowded sleeper's `run_delay`
-/// sampled, four windows more, the sleeper stopped and its `run_delay` sampled again, the stream
+/// The crowded scene's run under `s`, started with the crowded sleeper paused ([`Task::pause`]:
+/// a wait begun before cgtrace attached is one whose start it cannot know, and at weight 1
+/// behind three loops one such wait has lasted 2 s): the first window, then the crowded
+/// sleeper's `run_delay` sampled and the sleeper resumed, four windows more, the sleeper stopped and its `run_delay` sampled again, the stream
 /// stopped (SIGINT). Returns the windows after the first (the kernel's count is sampled as it
 /// arrives) and the sleeper's `run_delay` between the two samples (µs).
 fn crowded_sleeper_run(
@@ -836,6 +845,7 @@ fn crowded_sleeper_run(
 ) -> anyhow::Result<(Vec<serde_json::Value>, f64)> {
     let first = s.windows(1)?.remove(0);
     let delay_from = cgtrace_tests::node::run_delay_ns(scene.tasks[1].pid()) as f64 / 1e3;
+    scene.tasks[1].resume();
     s.windows(4)?;
     let delay_to = stop_and_run_delay_us(&[&scene.tasks[1]]);
     let (_, lines) = s.stop(SIGINT)?;

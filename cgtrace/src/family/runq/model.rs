@@ -60,7 +60,8 @@ pub struct Blame {
     /// (`blame_full`).
     pub unattributed_us: f64,
     /// Of `unattributed_us`: the stretches older than what the CPU keeps (its last 1 024 slices
-    /// and, 5.18+, the 32 summaries of the slices before them: at least 16 384 and 32 s).
+    /// and, 5.18+, the 32 summaries of the slices before them: at least 16 384 and 32 s), and the
+    /// part of a wait begun before cgtrace attached (the CPU's history starts then).
     #[serde(default)]
     pub unattributed_history_us: f64,
 }
