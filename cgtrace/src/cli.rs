@@ -43,6 +43,10 @@ pub enum Command {
     /// (throttle) and pseudo-file reads (reads), longest throttle episodes, who delayed whom,
     /// flags; as text, JSON or an HTML page.
     Report(ReportArgs),
+    /// For throttled cgroups, replay their recorded CPU demand against other quota, period,
+    /// burst or CPU settings and predict throttling, stalls and the wait that goes away (from a
+    /// recording, or traced live with --for).
+    Whatif(WhatifArgs),
     /// Trace headless and serve runq, throttle and reads metrics as OpenMetrics for Prometheus
     /// and/or push them as OTLP.
     Serve(ServeArgs),
@@ -187,6 +191,37 @@ pub struct ReportArgs {
     /// Write the report to this file (created; not through a link) instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct WhatifArgs {
+    /// A file written by `cgtrace record`.
+    #[arg(required_unless_present = "for_secs", conflicts_with = "for_secs")]
+    pub file: Option<PathBuf>,
+    /// Trace live for this many seconds (as `record` does, into a file removed after), then
+    /// answer.
+    #[arg(long = "for", value_name = "SECS", value_parser = clap::value_parser!(u64).range(5..=86_400))]
+    pub for_secs: Option<u64>,
+    /// Only this cgroup (its path, as the stream and report show it).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// Quotas to try: CPUs (1.5) or time per period (150ms); comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = cgtrace::whatif::parse_quota)]
+    pub quota: Vec<cgtrace::whatif::Quota>,
+    /// Periods to try (100ms, 25ms, 1000us); comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = cgtrace::whatif::parse_time_us)]
+    pub period: Vec<u64>,
+    /// Bursts to try (20ms); comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = cgtrace::whatif::parse_time_us)]
+    pub burst: Vec<u64>,
+    /// CPUs the group may run on at once (a cpuset) to try; comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<f64>,
+    /// JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub trace: TraceArgs,
 }
 
 #[derive(Args)]

@@ -27,3 +27,4 @@ pub mod safety;
 pub mod selfstat;
 pub mod top;
 pub mod units;
+pub mod whatif;

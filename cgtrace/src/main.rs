@@ -6,7 +6,7 @@ use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
 
-use cli::{Cli, Command, ReplayArgs, ReportArgs, usage_error};
+use cli::{Cli, Command, ReplayArgs, ReportArgs, WhatifArgs, usage_error};
 
 use cgtrace::{
     doctor,
@@ -144,6 +144,57 @@ fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `whatif`: a recording's (or a live trace's) throttled cgroups replayed against other settings.
+fn run_whatif(args: WhatifArgs) -> anyhow::Result<()> {
+    if args.cpus.iter().any(|c| !(*c > 0.0)) {
+        anyhow::bail!("--cpus: give a number of CPUs above 0 (e.g. --cpus 2)");
+    }
+    let ask = cgtrace::whatif::Ask {
+        cgroup: args.cgroup.clone(),
+        quota: args.quota.clone(),
+        period_us: args.period.clone(),
+        burst_us: args.burst.clone(),
+        cpus: args.cpus.clone(),
+    };
+    let rec = match (&args.file, args.for_secs) {
+        (Some(file), _) => open_recording(file)?,
+        (None, Some(secs)) => {
+            let dir = std::env::temp_dir().join(format!("cgtrace-whatif-{}", std::process::id()));
+            std::fs::create_dir(&dir)
+                .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+            let file = dir.join("live.cgtrace");
+            eprintln!("cgtrace: tracing for {secs} s");
+            let opts = RecordOptions {
+                output: file.clone(),
+                duration: Some(Duration::from_secs(secs)),
+                max_size: None,
+                on_full: OnFull::Stop,
+                force: false,
+                min_free: None,
+                stream: None,
+                metrics: Default::default(),
+            };
+            let done = block_on(recorder::run(args.trace.session(), opts))
+                .and_then(|()| open_recording(&file));
+            let _ = std::fs::remove_dir_all(&dir);
+            done?
+        }
+        (None, None) => anyhow::bail!("whatif needs a recording, or --for SECS to trace live"),
+    };
+    let w = cgtrace::whatif::analyse(&rec, &ask);
+    let out = if args.json {
+        cgtrace::whatif::render_json(&w)
+    } else {
+        cgtrace::whatif::render_text(&w)
+    };
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(out.as_bytes()).and_then(|()| o.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(anyhow::Error::from),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -165,6 +216,7 @@ fn main() -> ExitCode {
         Command::Top(a) => a.trace.require_drop,
         Command::Record(a) => a.trace.require_drop,
         Command::Serve(a) => a.trace.require_drop,
+        Command::Whatif(a) => a.for_secs.is_some() && a.trace.require_drop,
         Command::Replay(_) | Command::Report(_) | Command::Doctor => false,
     });
     let result = match cli.command {
@@ -205,6 +257,7 @@ fn main() -> ExitCode {
             }),
         Command::Replay(args) => run_replay(args),
         Command::Report(args) => run_report(&args),
+        Command::Whatif(args) => run_whatif(args),
         Command::Serve(args) => {
             let out = args.prometheus.get();
             if out.is_empty() {

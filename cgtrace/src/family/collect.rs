@@ -69,7 +69,7 @@ pub struct WindowInput {
     pub periods: HashMap<u64, throttle::PeriodDelta>,
     pub episodes: HashMap<u64, throttle::Episodes>,
     /// Throttled periods and who burned them, by cgroup.
-    pub burned: HashMap<u64, Vec<throttle::burners::ThrottledPeriod>>,
+    pub burned: HashMap<u64, throttle::burners::Taken>,
     pub events: crate::model::EventCounts,
     /// Pseudo-file reads by reader cgroup.
     pub reads: HashMap<u64, Vec<reads::FileReads>>,

@@ -29,6 +29,9 @@ const THREADS_PER_PERIOD: usize = 4096;
 /// Periods of one group open at once: the current one, and ended ones waiting a window for
 /// their last sums (ten 100 ms periods a second). Beyond, the oldest is dropped.
 const OPEN_PERIODS: usize = 64;
+/// Periods of one group described per window (`ThrottleWindow::period_use`): a 1 ms period
+/// watched for a whole 1 s window. Beyond, they are counted in `period_use_dropped`.
+pub const USES_KEPT: usize = 1024;
 
 /// A thread's share of one throttled period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -56,6 +59,42 @@ pub struct ThrottledPeriod {
     pub cpu_ms: f64,
     /// The busiest threads, most CPU first.
     pub top: Vec<PeriodThread>,
+}
+
+/// One period of a group watched after a throttle (the second after each episode opens): the CPU
+/// its threads used, and the CPU time its throttle held off (its episodes, one per throttled CPU).
+/// What `cgtrace whatif` replays as the group's demand.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeriodUse {
+    /// CLOCK_MONOTONIC (ns) of the period timer that began it (`null`: the first period seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    /// CLOCK_MONOTONIC (ns) of the period timer that ended it.
+    pub end_ns: u64,
+    /// CPU its threads ran in the period (ms).
+    pub cpu_ms: f64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub throttled: bool,
+    /// How long after its start the quota ran out, when both ends were seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burned_in_ms: Option<f64>,
+    /// CPU time held off by the throttle: the episodes that ended the period, summed (ms).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_off_ms: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// What a window takes of a group: its completed throttled periods with who burned them, and
+/// every completed period it watched.
+#[derive(Debug, Default, PartialEq)]
+pub struct Taken {
+    pub periods: Vec<ThrottledPeriod>,
+    pub uses: Vec<PeriodUse>,
+    /// Periods past [`USES_KEPT`] in one window, not described.
+    pub uses_dropped: u64,
 }
 
 #[derive(Default, Debug)]
@@ -126,10 +165,35 @@ struct Period {
     first_throttle_ns: Option<u64>,
     threads: HashMap<u32, ThreadAcc>,
     overflow_ns: u64,
+    /// The episodes that closed it (throttled CPU time), summed.
+    held_off_ns: u64,
 }
 
 impl Period {
+    /// Its description for `ThrottleWindow::period_use`.
+    fn use_of(&self, end: End) -> PeriodUse {
+        let total_ns = self.threads.values().fold(self.overflow_ns, |acc, t| {
+            acc.saturating_add(t.runtime_ns())
+        });
+        PeriodUse {
+            start_ns: self.start_ns,
+            end_ns: end.ns,
+            cpu_ms: total_ns as f64 / 1e6,
+            throttled: end.throttled,
+            burned_in_ms: self.burned_in_ms(),
+            held_off_ms: self.held_off_ns as f64 / 1e6,
+        }
+    }
+
+    fn burned_in_ms(&self) -> Option<f64> {
+        match (self.start_ns, self.first_throttle_ns) {
+            (Some(start), Some(t)) => Some(t.saturating_sub(start) as f64 / 1e6),
+            _ => None,
+        }
+    }
+
     fn finish(self, end: End) -> ThrottledPeriod {
+        let burned_in_ms = self.burned_in_ms();
         let mut threads: Vec<(u32, ThreadAcc)> = self.threads.into_iter().collect();
         // Saturating: replayed records come from files, which may be damaged or forged.
         let total_ns = threads.iter().fold(self.overflow_ns, |acc, (_, t)| {
@@ -148,10 +212,6 @@ impl Period {
                 cpus: t.sum_cpus.max(t.cpus.len() as u32),
             })
             .collect();
-        let burned_in_ms = match (self.start_ns, self.first_throttle_ns) {
-            (Some(start), Some(t)) => Some(t.saturating_sub(start) as f64 / 1e6),
-            _ => None,
-        };
         ThrottledPeriod {
             start_ns: self.start_ns,
             end_ns: end.ns,
@@ -180,6 +240,9 @@ struct Group {
     last_ns: u64,
     /// Throttled periods completed since the last take.
     done: Vec<ThrottledPeriod>,
+    /// Every period completed since the last take, and those past [`USES_KEPT`].
+    uses: Vec<PeriodUse>,
+    uses_dropped: u64,
     /// The last throttled periods completed, by number, for event lines.
     recent: VecDeque<(u32, ThrottledPeriod)>,
 }
@@ -260,6 +323,9 @@ impl Burners {
     pub fn episode(&mut self, ev: &ThrottleEvent) -> Option<u32> {
         let g = self.groups.get_mut(&ev.cgroup_id)?;
         let n = g.last_throttled?;
+        if let Some(p) = g.periods.get_mut(&n) {
+            p.held_off_ns = p.held_off_ns.saturating_add(ev.duration_ns);
+        }
         if let Some(p) = g.periods.get_mut(&n)
             && let (Some(start), Some(end)) = (p.start_ns, p.end)
             && (start..=end.ns).contains(&ev.start_ns)
@@ -339,9 +405,17 @@ impl Burners {
             let finished = std::mem::replace(&mut g.periods, rest);
             g.complete_upto = g.complete_upto.max(last);
             for (n, p) in finished {
-                let Some(end) = p.end.filter(|e| e.throttled) else {
+                let Some(end) = p.end else {
                     continue;
                 };
+                if g.uses.len() < USES_KEPT {
+                    g.uses.push(p.use_of(end));
+                } else {
+                    g.uses_dropped += 1;
+                }
+                if !end.throttled {
+                    continue;
+                }
                 let tp = p.finish(end);
                 if g.done.len() >= PERIODS_KEPT {
                     g.done.remove(0);
@@ -358,13 +432,20 @@ impl Burners {
     /// Throttled periods completed at this window's end, by group: those whose end was seen
     /// before the previous window's end. Groups whose last record is older than `FORGET_NS`
     /// before `now_ns` (CLOCK_MONOTONIC) are forgotten, with the sums of an unfinished period.
-    pub fn take(&mut self, now_ns: u64) -> HashMap<u64, Vec<ThrottledPeriod>> {
+    pub fn take(&mut self, now_ns: u64) -> HashMap<u64, Taken> {
         self.complete(false);
         self.takes += 1;
         let mut out = HashMap::new();
         self.groups.retain(|&id, g| {
-            if !g.done.is_empty() {
-                out.insert(id, std::mem::take(&mut g.done));
+            if !g.done.is_empty() || !g.uses.is_empty() || g.uses_dropped > 0 {
+                out.insert(
+                    id,
+                    Taken {
+                        periods: std::mem::take(&mut g.done),
+                        uses: std::mem::take(&mut g.uses),
+                        uses_dropped: std::mem::take(&mut g.uses_dropped),
+                    },
+                );
             }
             now_ns.saturating_sub(g.last_ns) < FORGET_NS
         });
@@ -385,6 +466,15 @@ mod tests {
     };
 
     use super::*;
+
+    /// The throttled periods of a take, by group (groups with none left out).
+    fn throttled(taken: HashMap<u64, Taken>) -> HashMap<u64, Vec<ThrottledPeriod>> {
+        taken
+            .into_iter()
+            .filter(|(_, t)| !t.periods.is_empty())
+            .map(|(id, t)| (id, t.periods))
+            .collect()
+    }
 
     fn header(kind: u32, cpu: u32, ts_ns: u64) -> EventHeader {
         EventHeader { kind, cpu, ts_ns }
@@ -460,11 +550,26 @@ mod tests {
         b.slice(&slice(20, 0, 1, "app"));
         b.period(&period(100, true));
         let n = b.episode(&episode(18)).expect("period");
-        assert!(b.take(150_000_000).is_empty(), "complete one window later");
+        assert!(
+            throttled(b.take(150_000_000)).is_empty(),
+            "complete one window later"
+        );
         assert!(b.completed(7, n).is_none() && b.is_open(7, n));
         let taken = b.take(150_000_000);
         let p = b.completed(7, n).expect("completed").clone();
-        assert_eq!(taken[&7], vec![p.clone()]);
+        assert_eq!(taken[&7].periods, vec![p.clone()]);
+        let uses = &taken[&7].uses;
+        assert_eq!(uses.len(), 2, "{uses:?}");
+        assert_eq!((uses[0].start_ns, uses[0].throttled), (None, false));
+        assert_eq!(
+            (
+                uses[1].cpu_ms,
+                uses[1].throttled,
+                uses[1].burned_in_ms,
+                uses[1].held_off_ms
+            ),
+            (15.0, true, Some(18.0), 82.0)
+        );
         assert_eq!(p.burned_in_ms, Some(18.0));
         assert_eq!(p.threads, 4);
         assert_eq!(p.cpu_ms, 15.0);
@@ -472,14 +577,31 @@ mod tests {
         assert_eq!(p.top[0].cpu_ms, 6.0);
         assert_eq!(p.top[0].cpus, 2);
         assert_eq!(p.top[0].comm, "GC Thread#n");
-        assert!(b.take(150_000_000).is_empty(), "taken once");
-        // An unthrottled period is not reported.
+        // The periods it watched: the one before (from its start: unknown) and the throttled
+        // one, with its episode's 82 ms held off.
+        let uses = b.take(150_000_000);
+        assert!(uses.is_empty(), "taken once");
+        // An unthrottled period is not among the throttled ones; every period is described once
+        // (what it used, and what its episodes held off).
         b.slice(&slice(30, 0, 9, "x"));
         b.period(&period(200, false));
-        assert!(b.take(250_000_000).is_empty());
-        assert!(b.take(250_000_000).is_empty());
+        assert!(throttled(b.take(250_000_000)).is_empty());
+        let taken = b.take(250_000_000);
+        assert!(taken[&7].periods.is_empty());
+        assert_eq!(
+            taken[&7].uses,
+            vec![PeriodUse {
+                start_ns: Some(100_000_000),
+                end_ns: 200_000_000,
+                cpu_ms: 9.0,
+                throttled: false,
+                burned_in_ms: None,
+                held_off_ms: 0.0,
+            }]
+        );
+        assert!(b.take(250_000_000).is_empty(), "taken once");
         // Silent groups are forgotten.
-        b.take(10_000_000_000);
+        throttled(b.take(10_000_000_000));
         assert!(b.groups.is_empty());
     }
 
@@ -504,10 +626,10 @@ mod tests {
         b.slice(&sum(3, 5, 9_000, 4, 1));
         // Period 6 runs on; its sums are not complete.
         b.slice(&sum(1, 6, 100_500, 7, 1));
-        assert!(b.take(150_000_000).is_empty());
+        assert!(throttled(b.take(150_000_000)).is_empty());
         assert!(!b.is_done(7, 5));
         b.slice(&sum(2, 5, 2_000, 3, 1));
-        let taken = b.take(250_000_000);
+        let taken = throttled(b.take(250_000_000));
         let p = &taken[&7][0];
         assert_eq!((p.threads, p.cpu_ms), (3, 39.0));
         assert_eq!((p.top[0].tid, p.top[0].cpus), (1, 2));
@@ -531,8 +653,8 @@ mod tests {
         b.slice(&slice(40, 131, 1, "x"));
         b.slice(&slice(40, 3, 1, "x"));
         b.period(&period(100, true));
-        b.take(150_000_000);
-        let periods = b.take(150_000_000).remove(&7).expect("periods");
+        throttled(b.take(150_000_000));
+        let periods = throttled(b.take(150_000_000)).remove(&7).expect("periods");
         assert_eq!(periods[0].top[0].cpus, 3);
     }
 
@@ -544,9 +666,9 @@ mod tests {
         let mut s = slice(50, 0, 1, "x");
         s.header.ts_ns = 1_000_000_000;
         b.slice(&s);
-        assert!(b.take(2_000_000_000).is_empty());
+        assert!(throttled(b.take(2_000_000_000)).is_empty());
         assert_eq!(b.groups.len(), 1, "still within FORGET_NS");
-        b.take(1_000_000_000 + FORGET_NS + 1);
+        throttled(b.take(1_000_000_000 + FORGET_NS + 1));
         assert!(b.groups.is_empty());
         assert!(b.is_done(7, 1), "nothing kept: its sums may go");
     }

@@ -102,7 +102,7 @@ impl Records {
         mono_ns: u64,
     ) -> (
         StdHashMap<u64, Episodes>,
-        std::collections::HashMap<u64, Vec<ThrottledPeriod>>,
+        std::collections::HashMap<u64, burners::Taken>,
     ) {
         let burned = self.burners.take(mono_ns);
         self.release(false);
@@ -215,7 +215,7 @@ impl Episodes {
 pub fn window(
     periods: PeriodDelta,
     episodes: Option<&Episodes>,
-    burned: Vec<ThrottledPeriod>,
+    burned: burners::Taken,
     prev: Option<&KernelCpu>,
     cur: Option<&KernelCpu>,
     duration_ms: u64,
@@ -275,7 +275,9 @@ pub fn window(
             }
         }
     }
-    w.periods = burned;
+    w.periods = burned.periods;
+    w.period_use = burned.uses;
+    w.period_use_dropped = burned.uses_dropped;
     w
 }
 
@@ -366,7 +368,7 @@ mod tests {
         let p = lines[0].as_ref().expect("the line carries its period");
         assert_eq!((p.threads, p.cpu_ms, p.burned_in_ms), (2, 20.0, Some(30.0)));
         assert_eq!(p.top[0].comm, "spin");
-        assert_eq!(burned[&5], vec![p.clone()]);
+        assert_eq!(burned[&5].periods, vec![p.clone()]);
         // An episode of a period that never completes goes out at the end of the run.
         r.burners.period(&period(1_200_000_000, 3, 1));
         r.episode(&ep, &mut Room::new(&mut dropped));
@@ -415,7 +417,7 @@ mod tests {
                 nr_throttled: 10,
             },
             Some(&e),
-            Vec::new(),
+            burners::Taken::default(),
             Some(&prev),
             Some(&cur),
             1000,
@@ -455,7 +457,7 @@ mod tests {
         let w = window(
             PeriodDelta::default(),
             None,
-            Vec::new(),
+            burners::Taken::default(),
             Some(&prev),
             Some(&cur),
             1000,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::burners::ThrottledPeriod;
+use super::burners::{PeriodUse, ThrottledPeriod};
 use crate::{hist::HistSummary, model::flag::Flag};
 
 /// The kernel's counters over one window.
@@ -55,6 +55,14 @@ pub struct ThrottleWindow {
     /// Throttled periods that ended in the window, with the threads that used the quota.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub periods: Vec<ThrottledPeriod>,
+    /// Every period that ended in the window while the group was watched (the second after each
+    /// throttle): what it used and what its throttle held off — the demand `cgtrace whatif`
+    /// replays. At most `USES_KEPT` (1 024) per window; more are counted in
+    /// `period_use_dropped`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub period_use: Vec<PeriodUse>,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub period_use_dropped: u64,
     /// The most CPU held off in one throttled period (its episodes' p99 times the CPUs
     /// throttled per period, or the mean when larger) over the cgroup's last
     /// [`HELD_OFF_WINDOWS`](super::collect::HELD_OFF_WINDOWS) windows with throttling: what the
@@ -65,6 +73,10 @@ pub struct ThrottleWindow {
     /// Diagnoses from the numbers above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<Flag>,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ThrottleWindow {
