@@ -146,7 +146,7 @@ fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
 
 /// `whatif`: a recording's (or a live trace's) throttled cgroups replayed against other settings.
 fn run_whatif(args: WhatifArgs) -> anyhow::Result<()> {
-    if args.cpus.iter().any(|c| !(*c > 0.0)) {
+    if args.cpus.iter().any(|c| c.is_nan() || *c <= 0.0) {
         anyhow::bail!("--cpus: give a number of CPUs above 0 (e.g. --cpus 2)");
     }
     let ask = cgtrace::whatif::Ask {

@@ -1,7 +1,7 @@
 //! The recording reader on arbitrary bytes: it must never panic, hang or allocate without bound,
 //! whatever the file holds. With the first byte odd, the chunk checksums of the rest are
 //! recomputed first, so mutations get past the CRC into the decompressor and the record parser.
-//! No line of `replay --stream`, the text report or `report --json` may hold a raw control or
+//! No line of `replay --stream`, the text report, `report --json` or `whatif` may hold a raw control or
 //! invisible character, and every replayed line is one JSON value.
 #![no_main]
 
@@ -11,6 +11,7 @@ use cgtrace::{
     record::{format::repair_checksums, reader::Recording},
     replay, report,
     safety::escape::is_unsafe,
+    whatif,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -44,9 +45,12 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let r = report::build(&rec);
+    let w = whatif::analyse(&rec, &whatif::Ask::default());
     for (what, text) in [
         ("report", report::render_text(&r)),
         ("report --json", report::render_json(&r)),
+        ("whatif", whatif::render_text(&w)),
+        ("whatif --json", whatif::render_json(&w)),
     ] {
         assert!(text.ends_with('\n'), "{what}: {text:?}");
         for line in text.split_terminator('\n') {

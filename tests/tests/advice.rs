@@ -14,17 +14,43 @@ use serde_json::Value;
 
 const SIGINT: i32 = 2;
 
-/// One run of a load: cgtrace's lines and the kernel's `cpu.stat` over the load's life.
+/// One run of a load: cgtrace's lines, its recording, and the kernel's `cpu.stat` over the
+/// load's life.
 struct Run {
     lines: Vec<Value>,
+    recording: std::path::PathBuf,
     secs: f64,
     nr_throttled: u64,
     throttled_us: f64,
 }
 
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.recording);
+    }
+}
+
 impl Run {
     fn throttled_per_s(&self) -> f64 {
         self.nr_throttled as f64 / self.secs
+    }
+
+    /// `cgtrace whatif` on this run's recording for `path`, trying `args`: the JSON of the
+    /// cgroup's answer.
+    fn whatif(&self, path: &str, args: &[&str]) -> anyhow::Result<Value> {
+        let out = Command::new(cgtrace_tests::stream::cgtrace_bin())
+            .arg("whatif")
+            .arg(&self.recording)
+            .args(["--cgroup", path, "--json"])
+            .args(args)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "whatif: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout)?;
+        Ok(v["cgroups"][0].clone())
     }
 
     /// The kernel's throttled time per throttled period: how long a throttled group stalls.
@@ -53,7 +79,20 @@ fn run(
     secs: u64,
     spawn: impl Fn() -> anyhow::Result<Task>,
 ) -> anyhow::Result<Run> {
-    let mut s = Stream::start(&["--interval", "1000"])?;
+    let recording = std::env::temp_dir().join(format!(
+        "cgtrace-advice-{}-{}.cgtrace",
+        std::process::id(),
+        rand_tag()
+    ));
+    let _ = std::fs::remove_file(&recording);
+    let mut s = Stream::start_cmd(&[
+        "record",
+        "-o",
+        &recording.display().to_string(),
+        "--stream",
+        "--interval",
+        "1000",
+    ])?;
     s.windows(1)?;
     let (t0, us0) = cg.kernel_throttling()?;
     let started = Instant::now();
@@ -70,10 +109,18 @@ fn run(
     let (_, lines) = s.stop(SIGINT)?;
     Ok(Run {
         lines,
+        recording,
         secs,
         nr_throttled: t1 - t0,
         throttled_us: us1 - us0,
     })
+}
+
+/// A tag that tells two runs of one process apart.
+fn rand_tag() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// Makes a flag's `cgroup_file` changes in `cg`, in order, each exactly as given; the kernel
@@ -116,6 +163,33 @@ fn median_flag(flags: &[Value], i: usize) -> Value {
     sorted[sorted.len() / 2].clone()
 }
 
+/// The `cgtrace whatif` options that try a flag's cgroup-file change.
+fn whatif_args(flag: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in flag["change"].as_array().into_iter().flatten() {
+        if c["kind"] != "cgroup_file" {
+            continue;
+        }
+        let v: Vec<&str> = c["value"]
+            .as_str()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let mut add = |opt: &str, us: &str| out.extend([opt.to_string(), format!("{us}us")]);
+        match (c["knob"].as_str().unwrap_or(""), v.as_slice()) {
+            ("cpu.cfs_burst_us" | "cpu.max.burst", [b]) => add("--burst", b),
+            ("cpu.cfs_quota_us", [q]) => add("--quota", q),
+            ("cpu.cfs_period_us", [p]) => add("--period", p),
+            ("cpu.max", [q, p]) => {
+                add("--quota", q);
+                add("--period", p);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 fn expected_percent(flag: &Value) -> f64 {
     flag["expected"]["change_percent"]
         .as_f64()
@@ -149,9 +223,34 @@ fn the_suggested_burst_cuts_throttled_periods() -> anyhow::Result<()> {
     );
     let flag = median_flag(&flags, 0);
     let promised = -expected_percent(&flag);
+    // What `whatif` predicts from the first run's recording, before the change is made.
+    let args = whatif_args(&flag);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let answer = before.whatif(&cg.rel, &args)?;
+    let rate = |v: &Value| v["throttled_per_s"].as_f64().unwrap_or(f64::NAN);
+    let replayed = rate(&answer["replayed"]);
+    let predicted = rate(&answer["candidates"][0]["predicted"]);
     let written = apply(&cg, &flag)?;
     let after = run(&cg, acct.as_ref(), 8, load)?;
     let cut = 1.0 - after.throttled_per_s() / before.throttled_per_s();
+    let predicted_cut = 1.0 - predicted / replayed;
+    eprintln!(
+        "whatif {args:?}: replayed as recorded {replayed:.2} throttled periods/s (kernel, same windows: {:.2}), predicted {predicted:.2}: cut {:.0} % (measured {:.0} %)",
+        answer["recorded"]["nr_throttled"].as_f64().unwrap_or(0.0)
+            / answer["recorded"]["secs"].as_f64().unwrap_or(1.0),
+        predicted_cut * 100.0,
+        cut * 100.0
+    );
+    assert!(
+        replayed > 0.0,
+        "the replay of the recorded demand is throttled: {answer}"
+    );
+    assert!(
+        (predicted_cut - cut).abs() <= 0.25,
+        "whatif predicted a {:.0} % cut, the kernel measured {:.0} %: {answer}",
+        predicted_cut * 100.0,
+        cut * 100.0
+    );
     eprintln!(
         "burst: {written:?}; throttled periods/s {:.2} -> {:.2} (kernel), cut {:.0} %, promised {promised:.0} %; flags {} -> {}",
         before.throttled_per_s(),
@@ -195,9 +294,27 @@ fn the_suggested_period_shortens_stalls_by_the_promised_factor() -> anyhow::Resu
     );
     let flag = median_flag(&flags, 0);
     let promised = 1.0 / (1.0 + expected_percent(&flag) / 100.0);
+    let args = whatif_args(&flag);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let answer = before.whatif(&cg.rel, &args)?;
+    let p99 = |v: &Value| v["stall_p99_ms"].as_f64().unwrap_or(f64::NAN) * 1e3;
+    let (replayed, predicted) = (
+        p99(&answer["replayed"]),
+        p99(&answer["candidates"][0]["predicted"]),
+    );
     let written = apply(&cg, &flag)?;
     let after = run(&cg, None, 5, load)?;
     let factor = before.stall_us() / after.stall_us();
+    eprintln!(
+        "whatif {args:?}: p99 stall replayed as recorded {replayed:.0} µs (kernel {:.0}), predicted {predicted:.0} µs (kernel after the change {:.0})",
+        before.stall_us(),
+        after.stall_us()
+    );
+    assert!(
+        (predicted / after.stall_us() - 1.0).abs() <= 0.25,
+        "whatif predicted a {predicted:.0} µs stall, the kernel measured {:.0} µs: {answer}",
+        after.stall_us()
+    );
     eprintln!(
         "period: {written:?}; stall {:.0} -> {:.0} µs per throttled period (kernel), {factor:.2}x shorter, promised {promised:.2}x",
         before.stall_us(),

@@ -62,6 +62,9 @@ pub struct Demand {
     pub recorded: Recorded,
     /// Periods past the per-window bound (`period_use_dropped`): those stretches are estimated.
     pub periods_dropped: u64,
+    /// Where the period timer's grid lay (a period end, CLOCK_MONOTONIC ns), when seen: the
+    /// recorded period is replayed on it (the timer keeps its grid when the group idles).
+    pub grid_ns: Option<u64>,
 }
 
 /// How far apart two period timers may be and still be consecutive (ns): timers fire late by
@@ -103,98 +106,108 @@ pub fn build(windows: &[WindowIn]) -> Demand {
         d.periods_dropped += t.period_use_dropped;
     }
     d.cpus_per_throttled_period = (episodes as f64 / throttled_periods.max(1) as f64).max(1.0);
-    // Every watched period once, in order.
+    // Every watched throttled period once, in order.
     let mut uses: Vec<PeriodUse> = windows
         .iter()
-        .flat_map(|w| w.throttle.period_use.iter().cloned())
+        .flat_map(|w| {
+            w.throttle
+                .period_use
+                .iter()
+                .filter(|u| u.throttled)
+                .cloned()
+        })
         .collect();
     uses.sort_by_key(|u| u.end_ns);
     uses.dedup_by_key(|u| u.end_ns);
-    let period_ns = |u: &PeriodUse| {
-        u.start_ns
-            .filter(|s| *s < u.end_ns)
-            .map_or(d.period_us * 1_000, |s| u.end_ns - s)
-    };
+    let period_ns = d.period_us * 1_000;
+    d.grid_ns = uses.last().map(|u| u.end_ns);
+    let period_ms = period_ns as f64 / 1e6;
     let quota_ms = d.quota_us.map_or(0.0, |q| q as f64 / 1e3);
-    // What each period demanded, and how fast (CPUs) while it ran.
-    let mut want: Vec<(u64, u64, f64, f64)> = Vec::with_capacity(uses.len());
-    let mut cpu: Vec<f64> = uses
-        .iter()
-        .map(|u| {
-            if u.throttled {
-                // A throttled period ran its whole quota, whatever slices went unseen.
-                u.cpu_ms.max(quota_ms)
-            } else {
-                u.cpu_ms
+    // A throttled period ran its whole quota (slices before the throttle may go unseen: the
+    // quota is the floor), at the rate it ran before the quota ran out.
+    let used = |u: &PeriodUse| u.cpu_ms.max(quota_ms);
+    let burned_ms = |u: &PeriodUse| {
+        // The timer of an idle group stops: the period began one period before its end, not at
+        // the previous timer's run.
+        let start = u.end_ns.saturating_sub(period_ns);
+        match (u.start_ns, u.burned_in_ms) {
+            (Some(s), Some(b)) => {
+                let at = s as f64 + b * 1e6;
+                Some(((at - start as f64) / 1e6).clamp(0.0, period_ms))
             }
+            _ => None,
+        }
+        .filter(|b| *b > 0.0)
+    };
+    // Each window's usage left after its throttled periods' quota: what ran outside them (the
+    // work held off, finished after the throttle, comes out of it first).
+    let mut left: Vec<f64> = windows
+        .iter()
+        .map(|w| {
+            let (ws, we) = (w.end_ns.saturating_sub(w.duration_ms * 1_000_000), w.end_ns);
+            let quota_used: f64 = uses
+                .iter()
+                .filter(|u| u.end_ns > ws && u.end_ns <= we)
+                .map(used)
+                .sum();
+            (w.throttle.usage_us.unwrap_or(0.0) / 1e3 - quota_used).max(0.0)
         })
         .collect();
-    // What each period used (the windows' usage counters hold it), before held-off work is moved.
-    let used = cpu.clone();
-    for i in 0..uses.len() {
-        let u = &uses[i];
-        let len_ns = period_ns(u);
-        let start = u.end_ns - len_ns;
-        let len_ms = len_ns as f64 / 1e6;
-        if !u.throttled {
-            want.push((start, u.end_ns, cpu[i].max(0.0), cpu[i].max(0.0) / len_ms));
-            continue;
-        }
-        let ran_ms = u.burned_in_ms.filter(|b| *b > 0.0 && *b < len_ms);
-        let rate = ran_ms.map_or(cpu[i] / len_ms, |b| cpu[i] / b);
-        let mut held = u.held_off_ms;
-        if let Some(next) = uses.get(i + 1)
-            && !next.throttled
-            && next
-                .start_ns
-                .is_none_or(|s| s.abs_diff(u.end_ns) <= ADJACENT_NS)
-        {
-            // The work held off was done in the next period, which then ran out of work.
-            held = held.min(cpu[i + 1]);
-            cpu[i + 1] -= held;
-        }
-        let total = cpu[i] + held;
-        let busy_ms = if rate > 0.0 {
-            (total / rate).min(len_ms)
+    let window_of = |end: u64| {
+        windows.iter().position(|w| {
+            end > w.end_ns.saturating_sub(w.duration_ms * 1_000_000) && end <= w.end_ns
+        })
+    };
+    let mut segs: Vec<Segment> = Vec::new();
+    for (i, u) in uses.iter().enumerate() {
+        let start = u.end_ns.saturating_sub(period_ns);
+        let cpu = used(u);
+        let rate = burned_ms(u).map_or(d.cpus_per_throttled_period, |b| cpu / b);
+        let next_throttled = uses
+            .get(i + 1)
+            .is_some_and(|n| n.end_ns.saturating_sub(u.end_ns) <= period_ns + ADJACENT_NS);
+        // The recording ended before the next period did: held off as it was.
+        let at_end = i + 1 == uses.len() && u.end_ns + period_ns + ADJACENT_NS >= d.end_ns;
+        let held = if next_throttled || at_end {
+            // Throttled again: it wanted the CPU all along.
+            u.held_off_ms
         } else {
-            len_ms
+            // The work held off ran after the throttle, out of what the window used besides.
+            let w = window_of(u.end_ns);
+            let spare = w.map_or(0.0, |k| left[k]);
+            let carry = u.held_off_ms.min(spare);
+            if let Some(k) = w {
+                left[k] -= carry;
+            }
+            carry
+        };
+        let total = cpu + held;
+        let busy_ms = if rate > 0.0 {
+            (total / rate).min(period_ms)
+        } else {
+            period_ms
         };
         let end = start + (busy_ms * 1e6) as u64;
-        want.push((start, end.max(start + 1), total, total / busy_ms.max(1e-6)));
+        segs.push(Segment {
+            start_ns: start,
+            end_ns: end.max(start + 1),
+            rate: total / busy_ms.max(1e-6),
+        });
     }
-    // Watched stretches, then the rest of each window at its leftover usage.
-    let mut segs: Vec<Segment> = want
-        .iter()
-        .filter(|w| w.2 > 0.0)
-        .map(|&(s, e, _, rate)| Segment {
-            start_ns: s,
-            end_ns: e,
-            rate,
-        })
-        .collect();
-    let watched: Vec<(u64, u64, f64)> = uses
-        .iter()
-        .zip(&used)
-        .map(|(u, &cpu_ms)| (u.end_ns - period_ns(u), u.end_ns, cpu_ms))
-        .collect();
-    for w in windows {
+    // The rest of each window: its leftover usage spread evenly over the time outside the
+    // throttled periods.
+    for (k, w) in windows.iter().enumerate() {
         let (ws, we) = (w.end_ns.saturating_sub(w.duration_ms * 1_000_000), w.end_ns);
-        if we <= ws {
+        if we <= ws || left[k] <= 0.0 {
             continue;
         }
-        let mut covered: Vec<(u64, u64)> = Vec::new();
-        let mut known_us = 0.0;
-        for &(s, e, cpu_ms) in &watched {
-            let (a, b) = (s.max(ws), e.min(we));
-            if a < b {
-                covered.push((a, b));
-                known_us += cpu_ms * 1e3 * (b - a) as f64 / (e - s).max(1) as f64;
-            }
-        }
-        covered.sort_unstable();
         let mut gaps = Vec::new();
         let mut at = ws;
-        for (a, b) in covered {
+        for u in uses
+            .iter()
+            .filter(|u| u.end_ns > ws && u.end_ns.saturating_sub(period_ns) < we)
+        {
+            let (a, b) = (u.end_ns.saturating_sub(period_ns).max(ws), u.end_ns.min(we));
             if a > at {
                 gaps.push((at, a));
             }
@@ -204,12 +217,11 @@ pub fn build(windows: &[WindowIn]) -> Demand {
             gaps.push((at, we));
         }
         let gap_ns: u64 = gaps.iter().map(|(a, b)| b - a).sum();
-        let left_us = (w.throttle.usage_us.unwrap_or(0.0) - known_us).max(0.0);
-        if gap_ns == 0 || left_us <= 0.0 {
+        if gap_ns == 0 {
             continue;
         }
-        d.estimated_us += left_us;
-        let rate = left_us * 1e3 / gap_ns as f64;
+        d.estimated_us += left[k] * 1e3;
+        let rate = left[k] * 1e6 / gap_ns as f64;
         segs.extend(gaps.into_iter().map(|(a, b)| Segment {
             start_ns: a,
             end_ns: b,

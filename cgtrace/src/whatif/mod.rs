@@ -414,9 +414,9 @@ pub fn render_text(w: &Whatif) -> String {
 
 /// The answer as one JSON document.
 pub fn render_json(w: &Whatif) -> String {
-    let mut s = serde_json::to_string_pretty(w).unwrap_or_else(|_| "{}".into());
-    s.push('\n');
-    s
+    // Plain data: serialising it cannot fail. Tenant paths may hold what a terminal acts on.
+    let s = serde_json::to_string_pretty(w).unwrap_or_else(|_| "{}".into());
+    escape::json_line(&s).into_owned() + "\n"
 }
 
 #[cfg(test)]
@@ -453,6 +453,31 @@ mod tests {
                 .any(|(_, s)| s.period_us == 25_000 && s.quota_us == Some(25_000))
         );
         assert!(c.iter().all(|(_, s)| s.period_us >= PERIOD_MIN_US));
+    }
+
+    #[test]
+    fn a_tenants_path_is_escaped_in_text_and_json() {
+        let w = Whatif {
+            cgroups: vec![CgroupWhatif {
+                path: "/pod\u{202e}x\x1b[2J\u{9b}".into(),
+                setting: cur(),
+                recorded: Recorded::default(),
+                replayed: Prediction::default(),
+                candidates: Vec::new(),
+                demand_ms_per_s: 0.0,
+                estimated_share: 0.0,
+                parallelism: 1.0,
+                uncertain: Vec::new(),
+            }],
+        };
+        for out in [render_text(&w), render_json(&w)] {
+            assert!(out.ends_with('\n'));
+            for line in out.split_terminator('\n') {
+                assert!(!line.chars().any(escape::is_unsafe), "{line:?}");
+            }
+        }
+        let v: serde_json::Value = serde_json::from_str(&render_json(&w)).expect("JSON");
+        assert_eq!(v["cgroups"][0]["path"], "/pod\u{202e}x\x1b[2J\u{9b}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use super::demand::Demand;
+use crate::family::throttle::advice::{PERIOD_MAX_US, PERIOD_MIN_US};
 
 /// A CFS bandwidth setting to try.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -32,7 +33,8 @@ impl Setting {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Prediction {
     pub throttled_per_s: f64,
-    /// Throttled periods of all periods.
+    /// Throttled periods of the periods the group wanted the CPU in (as the kernel counts
+    /// `nr_periods`: its timer stops while the group idles).
     pub throttled_share: f64,
     /// Throttled time as the kernel sums it (each throttled CPU's time), ms per second.
     pub throttled_ms_per_s: f64,
@@ -43,6 +45,11 @@ pub struct Prediction {
     /// causes), ms per second.
     pub held_off_ms_per_s: f64,
 }
+
+/// Steps of one replay at most (about 10 ms of work): an hour of 100 ms periods is replayed in
+/// 1.8 ms steps; of a longer recording, or one with more periods than steps, the beginning; a
+/// forged recording's span cannot make it run long.
+const MAX_STEPS: u64 = 1_000_000;
 
 /// Phases of the period timer tried (its phase against the demand is not recorded): the
 /// prediction is their mean.
@@ -56,15 +63,23 @@ pub fn replay(d: &Demand, s: &Setting) -> Prediction {
     }
     let mut sum = Prediction::default();
     let mut stalls: Vec<f64> = Vec::new();
-    for k in 0..PHASES {
-        let (p, mut st) = run(d, s, s.period_us * 1_000 * k / PHASES);
+    let period_ns = s.period_us.clamp(PERIOD_MIN_US, PERIOD_MAX_US) * 1_000;
+    // The recorded period on its recorded grid; another period on several phases.
+    let phases: Vec<u64> = match d.grid_ns {
+        Some(g) if s.period_us == d.period_us => {
+            vec![(g % period_ns + period_ns - d.start_ns % period_ns) % period_ns]
+        }
+        _ => (0..PHASES).map(|k| period_ns * k / PHASES).collect(),
+    };
+    for &phase in &phases {
+        let (p, mut st) = run(d, s, phase);
         sum.throttled_per_s += p.throttled_per_s;
         sum.throttled_share += p.throttled_share;
         sum.throttled_ms_per_s += p.throttled_ms_per_s;
         sum.held_off_ms_per_s += p.held_off_ms_per_s;
         stalls.append(&mut st);
     }
-    let n = PHASES as f64;
+    let n = phases.len() as f64;
     stalls.sort_by(f64::total_cmp);
     let pct = |q: f64| {
         if stalls.is_empty() {
@@ -86,13 +101,15 @@ pub fn replay(d: &Demand, s: &Setting) -> Prediction {
 /// One run with the period timer `phase_ns` after the demand's start. Returns the prediction and
 /// each throttled period's stall (ms).
 fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
-    let period = (s.period_us.max(1) * 1_000) as f64;
+    let period = (s.period_us.clamp(PERIOD_MIN_US, PERIOD_MAX_US) * 1_000) as f64;
     let quota = s.quota_us.map(|q| (q * 1_000) as f64);
     let burst = (s.burst_us * 1_000) as f64;
     let cap = s.cpus.unwrap_or(d.parallelism).max(1e-9);
     // Steps of 1/200 of a period (at least 10 µs, at most 1 ms).
-    let dt = (period / 200.0).clamp(10_000.0, 1_000_000.0);
     let (t0, t1) = (d.start_ns as f64, d.end_ns as f64);
+    let dt = (period / 200.0)
+        .clamp(10_000.0, 1_000_000.0)
+        .max((t1 - t0) / MAX_STEPS as f64);
     let mut next_period = t0 + phase_ns as f64;
     if next_period <= t0 {
         next_period += period;
@@ -104,7 +121,11 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
     let mut stalls = Vec::new();
     let mut seg = 0usize;
     let mut t = t0;
-    while t < t1 {
+    let mut steps = 0u64;
+    // Whether the group wanted the CPU in the current period (the kernel counts only those).
+    let mut active = false;
+    while t < t1 && steps < MAX_STEPS {
+        steps += 1;
         let step = dt.min(t1 - t).min((next_period - t).max(1.0));
         // Demand arriving in the step (CPU ns).
         while seg < d.segments.len() && (d.segments[seg].end_ns as f64) <= t {
@@ -116,6 +137,7 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
             .filter(|g| (g.start_ns as f64) <= t)
             .map_or(0.0, |g| g.rate);
         backlog += rate * step;
+        active |= backlog > 0.0;
         match throttled_at {
             Some((_, cpus)) => {
                 // Runnable threads wait: as many as were running when the quota ran out, or as
@@ -135,7 +157,8 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
         }
         t += step;
         if t >= next_period - 0.5 {
-            periods += 1;
+            periods += u64::from(active);
+            active = backlog > 0.0;
             if let Some((at, cpus)) = throttled_at.take() {
                 throttled += 1;
                 let stall = (next_period - at).max(0.0);
@@ -148,7 +171,7 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
             next_period += period;
         }
     }
-    let secs = (t1 - t0) / 1e9;
+    let secs = ((t - t0) / 1e9).max(1e-9);
     (
         Prediction {
             throttled_per_s: throttled as f64 / secs,
