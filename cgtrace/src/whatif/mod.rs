@@ -121,6 +121,9 @@ pub struct CgroupWhatif {
 #[derive(Clone, Debug, Serialize)]
 pub struct Whatif {
     pub cgroups: Vec<CgroupWhatif>,
+    /// The cgroup asked for (`--cgroup`), if one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asked: Option<String>,
 }
 
 /// Windows of each cgroup with a quota, by path, in order.
@@ -170,7 +173,10 @@ pub fn analyse(rec: &Recording, ask: &Ask) -> Whatif {
             .then(a.path.cmp(&b.path))
     });
     cgroups.truncate(MAX_CGROUPS);
-    Whatif { cgroups }
+    Whatif {
+        cgroups,
+        asked: ask.cgroup.clone(),
+    }
 }
 
 fn one(path: String, d: &Demand, ask: &Ask, flags: &[crate::model::flag::Flag]) -> CgroupWhatif {
@@ -362,7 +368,15 @@ pub fn label(s: &Setting) -> String {
 pub fn render_text(w: &Whatif) -> String {
     let mut o = String::new();
     if w.cgroups.is_empty() {
-        o.push_str("no cgroup with a quota was throttled in this recording: nothing to replay\n");
+        match &w.asked {
+            Some(path) => o.push_str(&format!(
+                "{} has no quota in this recording, or is not in it: `cgtrace report FILE` lists its cgroups\n",
+                escape::terminal(path)
+            )),
+            None => o.push_str(
+                "no cgroup with a quota was throttled in this recording: nothing to replay\n",
+            ),
+        }
         return o;
     }
     for c in &w.cgroups {
@@ -469,6 +483,7 @@ mod tests {
                 parallelism: 1.0,
                 uncertain: Vec::new(),
             }],
+            asked: None,
         };
         for out in [render_text(&w), render_json(&w)] {
             assert!(out.ends_with('\n'));
