@@ -240,3 +240,49 @@ pub fn crowded_scene(prefix: &str) -> Result<CrowdedScene> {
         quiet,
     })
 }
+
+/// `tests/java/GcBurn.java` compiled (javac, part of the suite's set-up) into a fresh directory,
+/// removed when the value is dropped; run it with `java -cp <dir> GcBurn THREADS SECONDS`.
+pub struct GcBurn {
+    pub classes: std::path::PathBuf,
+}
+
+impl GcBurn {
+    pub fn compile(tag: &str) -> Result<Self> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("java/GcBurn.java");
+        let classes =
+            std::env::temp_dir().join(format!("cgtrace-gcburn-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&classes)?;
+        let javac = Command::new("javac")
+            .arg("-d")
+            .arg(&classes)
+            .arg(&src)
+            .status();
+        anyhow::ensure!(
+            javac.is_ok_and(|s| s.success()),
+            "javac (openjdk-17-jdk-headless) is part of the suite"
+        );
+        Ok(Self { classes })
+    }
+
+    /// The JVM sized for the host (`-XX:-UseContainerSupport`, as JVMs before container support
+    /// are in the field) with `jvm_args`, running `threads` allocating app threads for
+    /// `seconds`.
+    pub fn command(&self, jvm_args: &[&str], threads: usize, seconds: u64) -> Command {
+        let mut java = Command::new("java");
+        java.args(["-XX:-UseContainerSupport", "-Xmx256m"])
+            .args(jvm_args)
+            .arg("-cp")
+            .arg(&self.classes)
+            .arg("GcBurn")
+            .args([threads.to_string(), seconds.to_string()])
+            .stdout(Stdio::null());
+        java
+    }
+}
+
+impl Drop for GcBurn {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.classes);
+    }
+}

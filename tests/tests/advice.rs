@@ -389,3 +389,83 @@ fn the_suggested_thread_count_burns_the_quota_later() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A real JVM sized for the host (two app threads, G1 with two parallel GC threads on this
+/// 2-CPU host) under half a CPU of quota burns it early in the period: the flag says to size the
+/// pools to the quota (`-XX:ActiveProcessorCount`, the thread pool). Re-run with the JVM flag and
+/// the pool as given, the quota lasts later into the period and the kernel throttles it for less
+/// time per second.
+#[test]
+fn the_suggested_jvm_processor_count_burns_the_quota_later() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(
+        2,
+        "needs 2 CPUs for the JVM's threads to outrun a half-CPU quota",
+    ) {
+        return Ok(());
+    }
+    let gcburn = workload::GcBurn::compile("advice")?;
+    let cg = TestCgroup::new("advice-jvm")?;
+    cg.set_quota(50_000, 100_000)?;
+    let jvm = |args: &[&str], threads: usize| {
+        Task::spawn(
+            gcburn.command(args, threads, 60),
+            Some(&cg.procs_file()),
+            None,
+            false,
+        )
+    };
+    let before = run(&cg, None, 6, || jvm(&[], 2))?;
+    let flags = before.flags(&cg.rel, "many_threads_burn");
+    assert!(
+        !flags.is_empty(),
+        "the host-sized JVM flagged (kernel: {} throttled periods)",
+        before.nr_throttled
+    );
+    let flag = median_flag(&flags, 0);
+    let change = |knob: &str| -> String {
+        flag["change"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["knob"] == knob)
+            .and_then(|c| c["value"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("{knob} in {flag}"))
+    };
+    let cpus = change("-XX:ActiveProcessorCount");
+    let threads: usize = change("thread pool size").parse()?;
+    let jvm_flag = format!("-XX:ActiveProcessorCount={cpus}");
+    let after = run(&cg, None, 6, || jvm(&[&jvm_flag], threads))?;
+    let burned_in = |r: &Run| {
+        let v: Vec<f64> = r
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "window")
+            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["path"] == cg.rel.as_str())
+            .flat_map(|c| {
+                c["throttle"]["periods"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|p| p["burned_in_ms"].as_f64())
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (b0, b1) = (burned_in(&before), burned_in(&after));
+    let per_s = |r: &Run| r.throttled_us / r.secs / 1e3;
+    eprintln!(
+        "jvm: {jvm_flag}, {threads} app threads; throttled {:.0} -> {:.0} ms per second (kernel); quota lasts {b0:.1} -> {b1:.1} ms",
+        per_s(&before),
+        per_s(&after)
+    );
+    assert!(
+        per_s(&after) < 0.75 * per_s(&before),
+        "throttled less with {jvm_flag} and {threads} threads"
+    );
+    assert!(
+        b1 > 1.25 * b0,
+        "the quota lasts longer: {b0:.1} -> {b1:.1} ms"
+    );
+    Ok(())
+}

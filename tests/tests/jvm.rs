@@ -6,13 +6,13 @@
 //! parallel GC threads), as JVMs before container support, or with `ActiveProcessorCount` set to
 //! the host, are in the field. Java 17's own container support would see one CPU and pick the
 //! serial collector.
-use std::{collections::BTreeMap, process::Command};
+use std::collections::BTreeMap;
 
 use cgtrace_tests::{
     can_trace,
     cgroup::TestCgroup,
     stream::{Stream, merge},
-    workload::Task,
+    workload::{GcBurn, Task},
 };
 
 #[test]
@@ -20,33 +20,17 @@ fn jvm_gc_threads_burn_the_quota() -> anyhow::Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("java/GcBurn.java");
-    let classes = std::env::temp_dir().join(format!("cgtrace-gcburn-{}", std::process::id()));
-    std::fs::create_dir_all(&classes)?;
-    let javac = Command::new("javac")
-        .arg("-d")
-        .arg(&classes)
-        .arg(&src)
-        .status();
-    assert!(
-        javac.is_ok_and(|s| s.success()),
-        "javac (openjdk-17-jdk-headless) is part of the suite"
-    );
+    let gcburn = GcBurn::compile("jvm")?;
     let cg = TestCgroup::new("jvm")?;
     cg.set_quota(100_000, 100_000)?;
     let mut s = Stream::start(&["--interval", "1000"])?;
     s.windows(1)?;
-    let mut java = Command::new("java");
-    java.args(["-XX:-UseContainerSupport", "-Xmx256m", "-cp"])
-        .arg(&classes)
-        .args(["GcBurn", "2", "6"])
-        .stdout(std::process::Stdio::null());
+    let java = gcburn.command(&[], 2, 6);
     let mut task = Task::spawn(java, Some(&cg.procs_file()), None, false)?;
     let status = task.child.wait()?;
     assert!(status.success(), "the JVM ran to completion: {status}");
     s.windows(1)?;
     let (_, lines) = s.stop(2)?;
-    let _ = std::fs::remove_dir_all(&classes);
 
     let mut throttled = 0;
     let mut burn: BTreeMap<String, f64> = BTreeMap::new();
