@@ -273,6 +273,46 @@ fn the_suggested_burst_cuts_throttled_periods() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The same bursts, five runs: the burst each run suggests (the median of its windows' flags) is
+/// within 20 % of the median of the five — the advice of the workload, not of the run.
+#[test]
+fn the_suggested_burst_holds_from_run_to_run() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs for a burst to outrun a 1-CPU quota") {
+        return Ok(());
+    }
+    let cg = TestCgroup::new("advice-burst-runs")?;
+    let acct = cg.cpuacct_twin()?;
+    cg.set_quota(100_000, 100_000)?;
+    let load = || {
+        let mut cmd = Command::new(workload::bin("burst"));
+        cmd.args(["2", "80", "1030"]);
+        Task::spawn(cmd, Some(&cg.procs_file()), None, false)
+    };
+    let mut bursts = Vec::new();
+    for _ in 0..5 {
+        let r = run(&cg, acct.as_ref(), 6, load)?;
+        let flags = r.flags(&cg.rel, "throttled_below_quota");
+        assert!(!flags.is_empty(), "bursts flagged in every run");
+        let flag = median_flag(&flags, 0);
+        let us: f64 = flag["change"][0]["value"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a burst in µs: {flag}"));
+        bursts.push(us);
+    }
+    let mut sorted = bursts.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[2];
+    eprintln!("suggested bursts over five runs (µs): {bursts:?}, median {median:.0}");
+    for b in &bursts {
+        assert!(
+            (b / median - 1.0).abs() <= 0.2,
+            "{b:.0} µs is more than 20 % from the median {median:.0} µs: {bursts:?}"
+        );
+    }
+    Ok(())
+}
+
 /// A steady spinner under 20 ms / 100 ms stalls 80 ms of every period: the flag suggests a
 /// quarter of the period with the same share. Written to the cgroup, the kernel's throttled time
 /// per throttled period (one thread on one CPU: the stall) shrinks by at least the factor the flag
