@@ -1,6 +1,7 @@
 //! Hostile recordings: valid-looking files made to exhaust `cgtrace report`'s memory or time
 //! (compression bombs, a file of overlapping chunk headers), each read by the real binary within
-//! 256 MiB and 60 s, to a report or a one-line error. Needs no privilege.
+//! 256 MiB and 60 s, to a report or a one-line error; `whatif` on each the same. Needs no
+//! privilege.
 use std::{process::Command, time::Duration};
 
 use anyhow::Result;
@@ -14,8 +15,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 const MAX_RSS_KIB: u64 = 256 * 1024;
 
 /// `cgtrace report FILE`, measured; checks the bounds and the shape of what it printed, and
-/// returns it.
+/// returns it. `cgtrace whatif FILE` on the same file is held to the same bounds.
 fn report(file: &std::path::Path) -> Result<Measured> {
+    whatif(file)?;
     let m = measure(Command::new(cgtrace_bin()).args(["report", s(file)]), LIMIT)?;
     eprintln!(
         "{}: {}, peak RSS {} MiB, {:.1} s: {}",
@@ -40,6 +42,32 @@ fn report(file: &std::path::Path) -> Result<Measured> {
         assert_eq!(m.stderr.lines().count(), 1, "{}", m.stderr);
     }
     Ok(m)
+}
+
+/// `cgtrace whatif FILE`, measured: within the bounds, an answer or a one-line error.
+fn whatif(file: &std::path::Path) -> Result<()> {
+    let m = measure(Command::new(cgtrace_bin()).args(["whatif", s(file)]), LIMIT)?;
+    eprintln!(
+        "whatif {}: {}, peak RSS {} MiB, {:.1} s",
+        file.display(),
+        m.status,
+        m.max_rss_kib / 1024,
+        m.elapsed.as_secs_f64()
+    );
+    assert!(
+        m.max_rss_kib <= MAX_RSS_KIB,
+        "whatif: peak RSS {} KiB",
+        m.max_rss_kib
+    );
+    if m.status.success() {
+        let out = String::from_utf8(m.stdout)?;
+        assert!(out.ends_with('\n'), "{out}");
+    } else {
+        assert_eq!(m.status.code(), Some(1), "{}", m.status);
+        assert!(m.stderr.starts_with("cgtrace: error: "), "{}", m.stderr);
+        assert_eq!(m.stderr.lines().count(), 1, "{}", m.stderr);
+    }
+    Ok(())
 }
 
 #[test]

@@ -15,7 +15,10 @@ use self::{
     replay::{Prediction, Setting},
 };
 use crate::{
-    family::throttle::advice::{PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US},
+    family::throttle::{
+        advice::{PERIOD_MAX_US, PERIOD_MIN_US, QUOTA_MIN_US},
+        model::ThrottleWindow,
+    },
     model::{Window, flag::ChangeKind},
     record::reader::{Item, Recording},
     safety::escape,
@@ -126,9 +129,21 @@ pub struct Whatif {
     pub asked: Option<String>,
 }
 
-/// Windows of each cgroup with a quota, by path, in order.
-pub fn gather(rec: &Recording) -> BTreeMap<String, (Vec<WindowIn>, Vec<crate::model::flag::Flag>)> {
-    let mut out: BTreeMap<String, (Vec<WindowIn>, Vec<crate::model::flag::Flag>)> = BTreeMap::new();
+/// Cgroups counted in the first pass at most (a hostile file may name millions); later ones are
+/// not considered.
+const MAX_COUNTED: usize = 1 << 20;
+/// Windows kept per cgroup replayed (a day of 1 s windows); of a longer recording, the first.
+const MAX_WINDOWS: usize = 86_400;
+
+/// A path's key in the first pass: its hash (the paths themselves are kept only for the cgroups
+/// replayed).
+fn key(path: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(path)
+}
+
+/// Each window with its cgroups that have a quota (path, throttling).
+fn quota_windows(rec: &Recording, mut f: impl FnMut(u64, &Window, &str, &ThrottleWindow)) {
     rec.for_each(|item| {
         let Item::Window { mono_ns, json, .. } = item else {
             return;
@@ -136,30 +151,75 @@ pub fn gather(rec: &Recording) -> BTreeMap<String, (Vec<WindowIn>, Vec<crate::mo
         let Ok(w) = serde_json::from_slice::<Window>(json) else {
             return;
         };
-        for c in w.cgroups {
-            let (Some(path), Some(t)) = (c.path, c.throttle) else {
-                continue;
-            };
-            if t.quota_us.is_none() {
-                continue;
+        for c in &w.cgroups {
+            if let (Some(path), Some(t)) = (&c.path, &c.throttle)
+                && t.quota_us.is_some()
+            {
+                f(mono_ns, &w, path, t);
             }
-            let e = out.entry(path).or_default();
+        }
+    });
+}
+
+/// What the replay needs of a window: the setting, the counters and the throttled periods.
+fn slim(t: &ThrottleWindow) -> ThrottleWindow {
+    ThrottleWindow {
+        quota_us: t.quota_us,
+        period_us: t.period_us,
+        burst_us: t.burst_us,
+        usage_us: t.usage_us,
+        nr_periods: t.nr_periods,
+        nr_throttled: t.nr_throttled,
+        throttled_us: t.throttled_us,
+        episodes: t.episodes,
+        kernel: t.kernel.clone(),
+        period_use: t
+            .period_use
+            .iter()
+            .filter(|u| u.throttled)
+            .cloned()
+            .collect(),
+        period_use_dropped: t.period_use_dropped,
+        ..ThrottleWindow::default()
+    }
+}
+
+/// The answer for a recording: a first pass counts each cgroup's throttled periods, a second
+/// keeps the windows of the ones replayed (the most throttled, or the one asked for).
+pub fn analyse(rec: &Recording, ask: &Ask) -> Whatif {
+    let mut counts: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    quota_windows(rec, |_, _, path, t| {
+        let n = t.kernel.as_ref().map_or(t.nr_throttled, |k| k.nr_throttled);
+        if counts.len() < MAX_COUNTED || counts.contains_key(&key(path)) {
+            *counts.entry(key(path)).or_default() += n;
+        }
+    });
+    let chosen: Vec<u64> = match &ask.cgroup {
+        Some(path) => vec![key(path)],
+        None => {
+            let mut v: Vec<(u64, u64)> = counts.into_iter().filter(|c| c.1 > 0).collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            v.into_iter().take(MAX_CGROUPS).map(|c| c.0).collect()
+        }
+    };
+    type Kept = (Vec<WindowIn>, Vec<crate::model::flag::Flag>);
+    let mut kept: BTreeMap<String, Kept> = BTreeMap::new();
+    quota_windows(rec, |mono_ns, w, path, t| {
+        if !chosen.contains(&key(path)) || ask.cgroup.as_ref().is_some_and(|c| c != path) {
+            return;
+        }
+        let e = kept.entry(path.to_string()).or_default();
+        if e.0.len() < MAX_WINDOWS {
             e.1 = t.flags.clone();
             e.0.push(WindowIn {
                 end_ns: mono_ns,
                 duration_ms: w.duration_ms,
-                throttle: *t,
+                throttle: slim(t),
             });
         }
     });
-    out
-}
-
-/// The answer for a recording.
-pub fn analyse(rec: &Recording, ask: &Ask) -> Whatif {
-    let mut cgroups: Vec<CgroupWhatif> = gather(rec)
+    let mut cgroups: Vec<CgroupWhatif> = kept
         .into_iter()
-        .filter(|(path, _)| ask.cgroup.as_ref().is_none_or(|c| c == path))
         .filter_map(|(path, (windows, flags))| {
             let d = demand::build(&windows);
             (d.recorded.nr_throttled > 0 || ask.cgroup.is_some())
