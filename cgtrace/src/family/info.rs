@@ -104,3 +104,11 @@ impl<'a> Room<'a> {
         }
     }
 }
+
+/// Whether `release` (`/proc/sys/kernel/osrelease`) is at least `want` (major, minor): what a
+/// family may use of the kernel it runs on.
+pub fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
+}

@@ -33,6 +33,8 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
     let runq = matches!(args.scenario, Scenario::Runq | Scenario::All);
     let throttle = matches!(args.scenario, Scenario::Throttle | Scenario::All);
     let reads = matches!(args.scenario, Scenario::Reads | Scenario::All);
+    let advice = matches!(args.scenario, Scenario::Advice | Scenario::All);
+    let mut advice_rows: Vec<(&'static str, String, AdviceReport)> = Vec::new();
     let mut reads_rows: Vec<(&'static str, String, ReadsReport)> = Vec::new();
     let mut rows = Vec::new();
     let mut throttle_rows = Vec::new();
@@ -86,6 +88,36 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
                     },
                 ));
             }
+        }
+        if advice {
+            println!("=== kernel {} advice ===", spec.name);
+            let label = format!("{}-advice", spec.name);
+            let row = match boot(
+                cache,
+                spec,
+                &label,
+                &bins,
+                ADVICE_SCENARIO.as_bytes(),
+                &args.boot,
+            ) {
+                Ok(outcome) => {
+                    let mut failures = Vec::new();
+                    if !outcome.passed() {
+                        failures.push(format!("guest: {}", outcome.summary()));
+                    }
+                    let r = check_advice(spec.name, &outcome.lines, failures);
+                    (spec.name, outcome_timing(&outcome), r)
+                }
+                Err(e) => (
+                    spec.name,
+                    "-".into(),
+                    AdviceReport {
+                        failures: vec![format!("{e:#}")],
+                        ..AdviceReport::default()
+                    },
+                ),
+            };
+            advice_rows.push(row);
         }
         if !throttle {
             continue;
@@ -187,7 +219,12 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
     }
     print_table(&rows, &throttle_rows);
     print_reads_table(&reads_rows);
+    print_advice_table(&advice_rows);
     let failed = rows.iter().filter(|r| !r.failures.is_empty()).count()
+        + advice_rows
+            .iter()
+            .filter(|r| !r.2.failures.is_empty())
+            .count()
         + reads_rows
             .iter()
             .filter(|r| !r.2.failures.is_empty())
@@ -196,7 +233,7 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
             .iter()
             .filter(|r| !r.failures.is_empty())
             .count();
-    let total = rows.len() + throttle_rows.len() + reads_rows.len();
+    let total = rows.len() + throttle_rows.len() + reads_rows.len() + advice_rows.len();
     println!("{} passed, {failed} failed", total - failed);
     if failed > 0 {
         // The summary stays the last line of the output.

@@ -31,6 +31,7 @@ use cgtrace_common::modes::ThrottleMode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+mod advice;
 mod apt;
 mod cpio;
 mod helpers;
@@ -45,6 +46,7 @@ mod table;
 mod tests;
 mod throttle;
 
+use advice::{ADVICE_SCENARIO, AdviceReport, check_advice};
 use helpers::*;
 use initramfs::*;
 use kernels::*;
@@ -198,6 +200,7 @@ enum Scenario {
     Runq,
     Throttle,
     Reads,
+    Advice,
     All,
 }
 

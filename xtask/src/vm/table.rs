@@ -148,6 +148,40 @@ pub(super) fn print_reads_table(rows: &[(&'static str, String, ReadsReport)]) {
     println!();
 }
 
+pub(super) fn print_advice_table(rows: &[(&'static str, String, AdviceReport)]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!("{}", header(ADVICE));
+    for (kernel, timing, r) in rows {
+        let rate = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+        println!(
+            "{}",
+            line(
+                ADVICE,
+                &[
+                    kernel,
+                    &verdict(&r.failures),
+                    timing,
+                    &format!(
+                        "{} = {}",
+                        r.knob.as_deref().unwrap_or("-"),
+                        r.value.as_deref().unwrap_or("-")
+                    ),
+                    &format!("{} -> {}", rate(r.before), rate(r.after)),
+                    &r.cut().map_or("-".into(), |c| format!("{:.0}", c * 100.0)),
+                ]
+            )
+        );
+    }
+    for (kernel, _, r) in rows {
+        for failure in &r.failures {
+            println!("  {kernel} advice: {failure}");
+        }
+    }
+    println!();
+}
+
 fn verdict(failures: &[String]) -> &'static str {
     if failures.is_empty() { "PASS" } else { "FAIL" }
 }
@@ -243,6 +277,17 @@ const THROTTLE: &[Col] = &[
     Right("anc %", 7),
     Right("run_delay thr/anc", 16),
     Right("max ep ms / stale", 18),
+];
+
+/// The advice scenario's table.
+const ADVICE: &[Col] = &[
+    Left("kernel", 8),
+    Left("result", 8),
+    Right("boot/total s", 12),
+    Gap,
+    Left("change written", 28),
+    Right("throttled/s", 14),
+    Right("cut %", 6),
 ];
 
 /// The reads scenario's table.

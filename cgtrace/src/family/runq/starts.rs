@@ -3,12 +3,7 @@
 
 use cgtrace_common::layout::{ABSENT, Layout, THR_CLOCK_NONE};
 
-/// Whether `release` (`/proc/sys/kernel/osrelease`) is at least `want` (major, minor).
-pub(crate) fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
-    matches!((next(), next()), (Some(major), Some(minor)) if (major, minor) >= want)
-}
+use crate::family::info::kernel_at_least;
 
 /// Where the run-queue wait starts (`cgtrace_common::runq::RunqStart`) go: task-local storage
 /// from 6.1 on, the oldest kernel the matrix proves it on (5.10 has none for tracing programs;
@@ -85,7 +80,7 @@ impl WaitStarts {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_at_least;
+    use crate::family::info::kernel_at_least;
 
     #[test]
     fn kernel_releases_compare_by_major_and_minor() {

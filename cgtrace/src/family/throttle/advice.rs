@@ -20,6 +20,8 @@ pub struct FlagRules {
     pub below_quota_fraction: f64,
     /// cgroup v1 (`cpu.cfs_*` files) rather than v2 (`cpu.max`, `cpu.max.burst`).
     pub v1: bool,
+    /// The kernel has a burst allowance (`cpu.cfs_burst_us` / `cpu.max.burst`: 5.14+).
+    pub burst: bool,
 }
 
 impl Default for FlagRules {
@@ -27,8 +29,15 @@ impl Default for FlagRules {
         Self {
             below_quota_fraction: 0.5,
             v1: false,
+            burst: true,
         }
     }
+}
+
+/// Whether a kernel of this release (`/proc/sys/kernel/osrelease`) has the CFS burst allowance
+/// (5.14+).
+pub fn has_burst(release: &str) -> bool {
+    crate::family::info::kernel_at_least(release, (5, 14))
 }
 
 /// The diagnoses a window's numbers support (their `family` left for the family to fill in).
@@ -93,6 +102,17 @@ fn burst(
         .unwrap_or(held_off_us)
         .max(w.held_off_recent_us.unwrap_or(0.0));
     let needed_us = ceil_ms_us(BURST_HEADROOM * held_off_p99_us);
+    if !rules.burst {
+        return no_burst(
+            w,
+            rules,
+            quota_us,
+            quota_cores,
+            used,
+            needed_us,
+            held_off_p99_us,
+        );
+    }
     let burst_us = needed_us.clamp(QUOTA_MIN_US.min(quota_us), quota_us);
     let file = if rules.v1 {
         "cpu.cfs_burst_us"
@@ -141,6 +161,48 @@ fn burst(
             change_percent: -100.0 * covered,
             words: format!(
                 "throttled periods −{:.0} % (those whose held-off CPU fits in the burst, which refills from unused quota)",
+                100.0 * covered
+            ),
+        }),
+    }
+}
+
+/// [`burst`] on a kernel without a burst allowance (before 5.14): the quota goes up by what the
+/// large throttled periods were held off, and says that a 5.14+ kernel could absorb it instead.
+fn no_burst(
+    w: &ThrottleWindow,
+    rules: &FlagRules,
+    quota_us: u64,
+    quota_cores: f64,
+    used: f64,
+    needed_us: u64,
+    held_off_p99_us: f64,
+) -> Flag {
+    let per_period = w.cpus_per_throttled_period();
+    let quota = quota_us + needed_us;
+    let covered = share_at_most(&w.episode.buckets, needed_us as f64 / per_period);
+    Flag {
+        family: String::new(),
+        code: "throttled_below_quota".into(),
+        message: format!(
+            "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
+            w.nr_throttled, w.nr_periods
+        ),
+        evidence: format!(
+            "{} of {} periods throttled, held off up to {} of CPU in a throttled period ({per_period:.1} CPUs throttled), using {used:.2} of {quota_cores:.2} CPUs; this kernel has no burst allowance (5.14+)",
+            w.nr_throttled,
+            w.nr_periods,
+            crate::hist::micros(held_off_p99_us),
+        ),
+        suggestion: format!(
+            "raise the quota to {quota} µs (this kernel has no burst allowance; on 5.14+ a burst of {needed_us} µs would absorb the bursts without raising the average)"
+        ),
+        change: quota_changes(rules.v1, quota, w.period_us),
+        expected: Some(Expected {
+            metric: "throttled_periods".into(),
+            change_percent: -100.0 * covered,
+            words: format!(
+                "throttled periods −{:.0} % (those whose held-off CPU fits in the raised quota)",
                 100.0 * covered
             ),
         }),
@@ -382,6 +444,31 @@ mod tests {
             flags(&w, &FlagRules::default())[0]
                 .suggestion
                 .contains("= 100000 ")
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_burst_gets_a_higher_quota_instead() {
+        assert!(has_burst("5.14.0-284.el9.x86_64") && has_burst("6.18.4"));
+        assert!(!has_burst("5.10.226") && !has_burst("4.19.0"));
+        let rules = FlagRules {
+            burst: false,
+            ..FlagRules::default()
+        };
+        let f = &flags(&throttled_window(0.3, 2, 60.0), &rules)[0];
+        assert_eq!(f.code, "throttled_below_quota");
+        let words: Vec<String> = f.change.iter().map(Change::words).collect();
+        // The 100 ms quota plus the 19 ms a burst would have been.
+        assert_eq!(
+            words,
+            ["cpu.max = 119000 100000", "resources.limits.cpu = 1190m"],
+            "{f:?}"
+        );
+        assert!(f.evidence.contains("no burst allowance"), "{}", f.evidence);
+        assert!(
+            !f.suggestion.contains("cpu.max.burst ="),
+            "{}",
+            f.suggestion
         );
     }
 

@@ -83,6 +83,9 @@ impl Throttle {
         max_cgroups: usize,
     ) -> Self {
         rules.v1 = files.as_ref().is_some_and(|f| f.version == Version::V1);
+        rules.burst = super::advice::has_burst(
+            &std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        );
         let mut t = Self {
             reader,
             sums: None,
