@@ -207,7 +207,7 @@ run_tests() {
   fuzz_short
   say "privileged tests on this kernel (real cgroups, real load; every one must run)"
   CGTRACE_REQUIRE_PRIVILEGED=1 cargo test --locked --release -p cgtrace-tests -- --test-threads=1
-  say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2): runq, and throttle in fentry, kprobe and tgwalk modes"
+  say "kernel matrix under QEMU (5.10, 6.1, 6.12; cgroup2): runq, throttle in fentry, kprobe and tgwalk modes, reads, advice"
   cargo xtask vm fetch
   cargo xtask vm matrix --bin target/release/cgtrace
 }

@@ -6,13 +6,14 @@
 //! busybox-static, the requested binaries with their shared libraries, `tests/vm/init.sh` as
 //! `/init` and a guest script, boots it under QEMU TCG and streams the serial console.
 //!
-//! The matrix has three scenarios, each checked on the host from the captured serial log
-//! (one module each: `runq.rs`, `throttle.rs`, `reads.rs`; booting is `qemu.rs`, the guest's
+//! The matrix has four scenarios, each checked on the host from the captured serial log
+//! (one module each: `runq.rs`, `throttle.rs`, `reads.rs`, `advice.rs`; booting is `qemu.rs`, the guest's
 //! initramfs `initramfs.rs` and `cpio.rs`, the kernels `kernels.rs` and `apt.rs`):
 //! `runq` (`tests/vm/runq.sh`: run-queue latency lands on the right cgroup2 paths) and
 //! `throttle` (`tests/vm/throttle.sh`, one boot per throttle attach mode: cgtrace's
 //! `nr_throttled` and throttled time for a cgroup with `cpu.max` 20000/100000 against the guest
-//! kernel's own `cpu.stat` delta over the same run).
+//! kernel's own `cpu.stat` delta over the same run), `reads` and `advice` (`tests/vm/advice.sh`:
+//! the burst advice written as given cuts the kernel's throttled periods).
 //!
 //! Cache layout: `kernels/<k>/vmlinuz-*` and `kernels/<k>/package` (the Debian package and
 //! version), `apt/<suite>/` (private apt state), `logs/<k>.log` (serial log of the last `run` or
