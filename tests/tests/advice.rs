@@ -190,6 +190,27 @@ fn whatif_args(flag: &Value) -> Vec<String> {
     out
 }
 
+/// `whatif`'s prediction for setting B (its first candidate, from the recording of a run under A)
+/// against the kernel's `cpu.stat` of a run of the same length under B: throttled periods and
+/// throttled time within 20 % (or one period's worth, where B is barely throttled).
+fn check_prediction(what: &str, answer: &Value, b: &Run, period_ms: f64) {
+    let p = &answer["candidates"][0]["predicted"];
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let (periods, ms) = (f(p, "throttled_periods"), f(p, "throttled_ms"));
+    let (kernel_periods, kernel_ms) = (b.nr_throttled as f64, b.throttled_us / 1e3);
+    eprintln!(
+        "{what}: predicted {periods:.1} throttled periods, {ms:.0} ms throttled; kernel under it {kernel_periods:.0}, {kernel_ms:.0} ms"
+    );
+    assert!(
+        (periods - kernel_periods).abs() <= (0.2 * kernel_periods).max(1.0),
+        "{what}: predicted {periods:.1} throttled periods, the kernel counted {kernel_periods}: {answer}"
+    );
+    assert!(
+        (ms - kernel_ms).abs() <= (0.2 * kernel_ms).max(period_ms),
+        "{what}: predicted {ms:.0} ms throttled, the kernel {kernel_ms:.0} ms: {answer}"
+    );
+}
+
 fn expected_percent(flag: &Value) -> f64 {
     flag["expected"]["change_percent"]
         .as_f64()
@@ -245,6 +266,7 @@ fn the_suggested_burst_cuts_throttled_periods() -> anyhow::Result<()> {
         replayed > 0.0,
         "the replay of the recorded demand is throttled: {answer}"
     );
+    check_prediction("burst", &answer, &after, 100.0);
     assert!(
         (predicted_cut - cut).abs() <= 0.25,
         "whatif predicted a {:.0} % cut, the kernel measured {:.0} %: {answer}",
@@ -350,6 +372,7 @@ fn the_suggested_period_shortens_stalls_by_the_promised_factor() -> anyhow::Resu
         before.stall_us(),
         after.stall_us()
     );
+    check_prediction("period", &answer, &after, 25.0);
     assert!(
         (predicted / after.stall_us() - 1.0).abs() <= 0.25,
         "whatif predicted a {predicted:.0} µs stall, the kernel measured {:.0} µs: {answer}",
@@ -427,6 +450,11 @@ fn the_suggested_thread_count_burns_the_quota_later() -> anyhow::Result<()> {
         "the quota lasts {b1:.1} ms, promised {:.1} ms",
         promised * b0
     );
+    // The same eight threads under a whole CPU, as `whatif` predicts it from the first run.
+    let answer = before.whatif(&cg.rel, &["--quota", "1"])?;
+    cg.set_quota(100_000, 100_000)?;
+    let whole = run(&cg, None, 5, || workload::spin(8, &cg.procs_file(), None))?;
+    check_prediction("8 threads, 1 CPU", &answer, &whole, 100.0);
     Ok(())
 }
 

@@ -105,7 +105,17 @@ pub fn build(windows: &[WindowIn]) -> Demand {
         throttled_periods += t.nr_throttled;
         d.periods_dropped += t.period_use_dropped;
     }
-    d.cpus_per_throttled_period = (episodes as f64 / throttled_periods.max(1) as f64).max(1.0);
+    // Episodes per throttled period, at most the CPUs they were seen on (a CPU's group may be
+    // throttled twice in a period, when runtime handed back by another CPU runs out again).
+    let cpus_seen = windows
+        .iter()
+        .map(|w| w.throttle.episodes_per_cpu.len())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    d.cpus_per_throttled_period = (episodes as f64 / throttled_periods.max(1) as f64)
+        .min(cpus_seen)
+        .max(1.0);
     // Every watched throttled period once, in order.
     let mut uses: Vec<PeriodUse> = windows
         .iter()
@@ -162,7 +172,11 @@ pub fn build(windows: &[WindowIn]) -> Demand {
     for (i, u) in uses.iter().enumerate() {
         let start = u.end_ns.saturating_sub(period_ns);
         let cpu = used(u);
-        let rate = burned_ms(u).map_or(d.cpus_per_throttled_period, |b| cpu / b);
+        // At most as many CPUs as its throttle was seen on (a quota seen gone sooner than that
+        // allows is a late period-timer stamp).
+        let rate = burned_ms(u)
+            .map_or(d.cpus_per_throttled_period, |b| cpu / b)
+            .min(cpus_seen);
         let next_throttled = uses
             .get(i + 1)
             .is_some_and(|n| n.end_ns.saturating_sub(u.end_ns) <= period_ns + ADJACENT_NS);
@@ -270,6 +284,8 @@ mod tests {
             duration_ms: 1000,
             throttle: ThrottleWindow {
                 quota_us: Some(quota_ms * 1000),
+                // Throttled on two CPUs.
+                episodes_per_cpu: [(0, 1), (1, 1)].into_iter().collect(),
                 period_us: 100_000,
                 usage_us: Some(usage_ms * 1e3),
                 period_use: uses,

@@ -172,6 +172,7 @@ fn slim(t: &ThrottleWindow) -> ThrottleWindow {
         nr_throttled: t.nr_throttled,
         throttled_us: t.throttled_us,
         episodes: t.episodes,
+        episodes_per_cpu: t.episodes_per_cpu.clone(),
         kernel: t.kernel.clone(),
         period_use: t
             .period_use

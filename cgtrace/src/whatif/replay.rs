@@ -33,6 +33,10 @@ impl Setting {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Prediction {
     pub throttled_per_s: f64,
+    /// Throttled periods over the recording, and throttled time as the kernel sums it (ms): to
+    /// set beside `cpu.stat` deltas of a run of the same length.
+    pub throttled_periods: f64,
+    pub throttled_ms: f64,
     /// Throttled periods of the periods the group wanted the CPU in (as the kernel counts
     /// `nr_periods`: its timer stops while the group idles).
     pub throttled_share: f64,
@@ -74,6 +78,8 @@ pub fn replay(d: &Demand, s: &Setting) -> Prediction {
     for &phase in &phases {
         let (p, mut st) = run(d, s, phase);
         sum.throttled_per_s += p.throttled_per_s;
+        sum.throttled_periods += p.throttled_periods;
+        sum.throttled_ms += p.throttled_ms;
         sum.throttled_share += p.throttled_share;
         sum.throttled_ms_per_s += p.throttled_ms_per_s;
         sum.held_off_ms_per_s += p.held_off_ms_per_s;
@@ -90,6 +96,8 @@ pub fn replay(d: &Demand, s: &Setting) -> Prediction {
     };
     Prediction {
         throttled_per_s: sum.throttled_per_s / n,
+        throttled_periods: sum.throttled_periods / n,
+        throttled_ms: sum.throttled_ms / n,
         throttled_share: sum.throttled_share / n,
         throttled_ms_per_s: sum.throttled_ms_per_s / n,
         stall_p50_ms: pct(0.5),
@@ -114,7 +122,8 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
     if next_period <= t0 {
         next_period += period;
     }
-    let mut runtime = quota.unwrap_or(f64::INFINITY);
+    // The burst full at the start: the recording begins with the group idle, or as good as.
+    let mut runtime = quota.map_or(f64::INFINITY, |q| q + burst);
     let mut backlog = 0.0f64;
     let mut throttled_at: Option<(f64, f64)> = None;
     let (mut periods, mut throttled, mut throttled_ns, mut held_ns) = (0u64, 0u64, 0.0, 0.0);
@@ -151,7 +160,14 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
                 runtime -= serve;
                 backlog -= serve;
                 if quota.is_some() && runtime <= 1e-6 && backlog > 1e-3 {
-                    throttled_at = Some((t + step, (serve / step).max(rate).clamp(1.0, cap)));
+                    // As many CPUs held off as the recorded throttled periods had (their
+                    // episodes per period), at most the CPUs it may use.
+                    let cpus = if d.cpus_per_throttled_period > 0.0 {
+                        d.cpus_per_throttled_period
+                    } else {
+                        (serve / step).max(rate)
+                    };
+                    throttled_at = Some((t + step, cpus.clamp(1.0, cap.max(1.0))));
                 }
             }
         }
@@ -175,6 +191,8 @@ fn run(d: &Demand, s: &Setting, phase_ns: u64) -> (Prediction, Vec<f64>) {
     (
         Prediction {
             throttled_per_s: throttled as f64 / secs,
+            throttled_periods: throttled as f64,
+            throttled_ms: throttled_ns / 1e6,
             throttled_share: throttled as f64 / periods.max(1) as f64,
             throttled_ms_per_s: throttled_ns / 1e6 / secs,
             held_off_ms_per_s: held_ns / 1e6 / secs,
