@@ -53,6 +53,26 @@ impl Run {
         Ok(v["cgroups"][0].clone())
     }
 
+    /// How long into a throttled period the quota lasted, on average over `path`'s throttled
+    /// periods (ms).
+    fn mean_burned_in_ms(&self, path: &str) -> f64 {
+        let v: Vec<f64> = self
+            .lines
+            .iter()
+            .filter(|l| l["type"] == "window")
+            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["path"] == path)
+            .flat_map(|c| {
+                c["throttle"]["periods"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|p| p["burned_in_ms"].as_f64())
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    }
+
     /// The kernel's throttled time per throttled period: how long a throttled group stalls.
     fn stall_us(&self) -> f64 {
         self.throttled_us / self.nr_throttled.max(1) as f64
@@ -417,23 +437,7 @@ fn the_suggested_thread_count_burns_the_quota_later() -> anyhow::Result<()> {
     let after = run(&cg, None, 5, || {
         workload::spin(threads, &cg.procs_file(), None)
     })?;
-    let burned_in = |r: &Run| {
-        let v: Vec<f64> = r
-            .lines
-            .iter()
-            .filter(|l| l["type"] == "window")
-            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
-            .filter(|c| c["path"] == cg.rel.as_str())
-            .flat_map(|c| {
-                c["throttle"]["periods"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .filter_map(|p| p["burned_in_ms"].as_f64())
-            .collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
-    };
+    let burned_in = |r: &Run| r.mean_burned_in_ms(&cg.rel);
     let (b0, b1) = (burned_in(&before), burned_in(&after));
     let per_period = |r: &Run| r.throttled_us / r.secs / 10.0;
     eprintln!(
@@ -503,23 +507,7 @@ fn the_suggested_jvm_processor_count_burns_the_quota_later() -> anyhow::Result<(
     let threads: usize = change("thread pool size").parse()?;
     let jvm_flag = format!("-XX:ActiveProcessorCount={cpus}");
     let after = run(&cg, None, 6, || jvm(&[&jvm_flag], threads))?;
-    let burned_in = |r: &Run| {
-        let v: Vec<f64> = r
-            .lines
-            .iter()
-            .filter(|l| l["type"] == "window")
-            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
-            .filter(|c| c["path"] == cg.rel.as_str())
-            .flat_map(|c| {
-                c["throttle"]["periods"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .filter_map(|p| p["burned_in_ms"].as_f64())
-            .collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
-    };
+    let burned_in = |r: &Run| r.mean_burned_in_ms(&cg.rel);
     let (b0, b1) = (burned_in(&before), burned_in(&after));
     let per_s = |r: &Run| r.throttled_us / r.secs / 1e3;
     eprintln!(

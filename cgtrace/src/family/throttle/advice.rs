@@ -143,10 +143,7 @@ fn burst(
     Flag {
         family: String::new(),
         code: "throttled_below_quota".into(),
-        message: format!(
-            "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
-            w.nr_throttled, w.nr_periods
-        ),
+        message: below_quota_message(w, used, quota_cores),
         evidence: format!(
             "{} of {} periods throttled, held off {} of CPU per throttled period (p99 {}, {per_period:.1} CPUs throttled), using {used:.2} of {quota_cores:.2} CPUs",
             w.nr_throttled,
@@ -167,6 +164,14 @@ fn burst(
     }
 }
 
+/// What `throttled_below_quota` says, with or without a burst allowance.
+fn below_quota_message(w: &ThrottleWindow, used: f64, quota_cores: f64) -> String {
+    format!(
+        "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
+        w.nr_throttled, w.nr_periods
+    )
+}
+
 /// [`burst`] on a kernel without a burst allowance (before 5.14): the quota goes up by what the
 /// large throttled periods were held off, and says that a 5.14+ kernel could absorb it instead.
 fn no_burst(
@@ -184,10 +189,7 @@ fn no_burst(
     Flag {
         family: String::new(),
         code: "throttled_below_quota".into(),
-        message: format!(
-            "throttled in {} of {} periods while using {used:.2} of {quota_cores:.2} CPUs on average: bursts, or quota stranded on other CPUs",
-            w.nr_throttled, w.nr_periods
-        ),
+        message: below_quota_message(w, used, quota_cores),
         evidence: format!(
             "{} of {} periods throttled, held off up to {} of CPU in a throttled period ({per_period:.1} CPUs throttled), using {used:.2} of {quota_cores:.2} CPUs; this kernel has no burst allowance (5.14+)",
             w.nr_throttled,
