@@ -1,5 +1,6 @@
 //! Helpers for cgtrace's privileged integration tests (`tests/tests/*.rs`): real cgroups, real
 //! workloads, and the real `cgtrace` binary whose NDJSON output is parsed.
+pub mod advice;
 pub mod cgroup;
 pub mod chromium;
 pub mod fuse;

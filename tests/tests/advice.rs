@@ -5,6 +5,7 @@
 use std::{process::Command, thread::sleep, time::Duration, time::Instant};
 
 use cgtrace_tests::{
+    advice::{self, apply, median_flag, whatif_args},
     can_trace_on_cpus,
     cgroup::TestCgroup,
     stream::Stream,
@@ -80,14 +81,7 @@ impl Run {
 
     /// Every window's flags `code` of `path` (from the throttle family or the cgroup's own).
     fn flags(&self, path: &str, code: &str) -> Vec<Value> {
-        self.lines
-            .iter()
-            .filter(|l| l["type"] == "window")
-            .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
-            .filter(|c| c["path"] == path)
-            .flat_map(|c| c["flags"].as_array().cloned().unwrap_or_default())
-            .filter(|f| f["code"] == code)
-            .collect()
+        advice::flags(&self.lines, path, code)
     }
 }
 
@@ -141,73 +135,6 @@ fn rand_tag() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
-}
-
-/// Makes a flag's `cgroup_file` changes in `cg`, in order, each exactly as given; the kernel
-/// must accept every one (a value it refuses is a wrong suggestion). Returns what was written.
-fn apply(cg: &TestCgroup, flag: &Value) -> anyhow::Result<Vec<String>> {
-    let mut done = Vec::new();
-    for c in flag["change"].as_array().into_iter().flatten() {
-        if c["kind"] != "cgroup_file" {
-            continue;
-        }
-        let (knob, value) = (
-            c["knob"].as_str().unwrap_or(""),
-            c["value"].as_str().unwrap_or(""),
-        );
-        assert!(
-            !knob.contains('/') && value.bytes().all(|b| b.is_ascii_digit() || b == b' '),
-            "a file of this cgroup and a number: {c}"
-        );
-        std::fs::write(cg.dir.join(knob), value).map_err(|e| {
-            anyhow::anyhow!("the kernel refused the suggested {knob} = {value}: {e}")
-        })?;
-        done.push(format!("{knob} = {value}"));
-    }
-    assert!(!done.is_empty(), "the flag names a cgroup file: {flag}");
-    Ok(done)
-}
-
-/// The flag whose `change` value (at `i`) is the median over the run: the advice of the run,
-/// not of its luckiest window.
-fn median_flag(flags: &[Value], i: usize) -> Value {
-    let value = |f: &Value| -> u64 {
-        f["change"][i]["value"]
-            .as_str()
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let mut sorted = flags.to_vec();
-    sorted.sort_by_key(value);
-    sorted[sorted.len() / 2].clone()
-}
-
-/// The `cgtrace whatif` options that try a flag's cgroup-file change.
-fn whatif_args(flag: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for c in flag["change"].as_array().into_iter().flatten() {
-        if c["kind"] != "cgroup_file" {
-            continue;
-        }
-        let v: Vec<&str> = c["value"]
-            .as_str()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let mut add = |opt: &str, us: &str| out.extend([opt.to_string(), format!("{us}us")]);
-        match (c["knob"].as_str().unwrap_or(""), v.as_slice()) {
-            ("cpu.cfs_burst_us" | "cpu.max.burst", [b]) => add("--burst", b),
-            ("cpu.cfs_quota_us", [q]) => add("--quota", q),
-            ("cpu.cfs_period_us", [p]) => add("--period", p),
-            ("cpu.max", [q, p]) => {
-                add("--quota", q);
-                add("--period", p);
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// `whatif`'s prediction for setting B (its first candidate, from the recording of a run under A)

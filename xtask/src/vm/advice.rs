@@ -2,12 +2,18 @@
 //! a CPU of quota on cgroup v2 are flagged, the flag's cgroup-file change is written exactly as
 //! given, and the same bursts run again. Checked here against the kernel's `cpu.stat`: the change
 //! is `cpu.max.burst` where the kernel has a burst allowance (5.14+) and a higher `cpu.max` on
-//! 5.10, and it takes away at least 80 % of the throttled periods per second.
+//! 5.10, and it takes away at least 80 % of the throttled periods per second. `cgtrace whatif`'s
+//! predictions from the guest's recordings (the flag's change, and a steady loop moved from
+//! 20/100 ms to 5/25 ms) are set beside the kernel's `cpu.stat` of the runs under them.
+use serde_json::Value;
 
 pub const ADVICE_SCENARIO: &str = include_str!("../../../tests/vm/advice.sh");
 const BEFORE: &str = "CGTRACE-ADVICE-BEFORE";
 const CHANGE: &str = "CGTRACE-ADVICE-CHANGE";
 const AFTER: &str = "CGTRACE-ADVICE-AFTER";
+const PREDICT_BURST: &str = "CGTRACE-WHATIF-PREDICT-BURST";
+const PREDICT_STEADY: &str = "CGTRACE-WHATIF-PREDICT-STEADY";
+const RUN_B: &str = "CGTRACE-WHATIF-RUN-B";
 
 /// The file a kernel's burst advice names.
 pub fn expected_knob(kernel: &str) -> &'static str {
@@ -25,7 +31,113 @@ pub struct AdviceReport {
     pub after: Option<f64>,
     pub knob: Option<String>,
     pub value: Option<String>,
+    /// `whatif`'s predictions beside the kernel's runs under them.
+    pub whatif: Vec<WhatifCheck>,
     pub failures: Vec<String>,
+}
+
+/// One `cgtrace whatif` prediction (its first candidate, the setting tried) beside the kernel's
+/// `cpu.stat` of a run of the same length under that setting.
+#[derive(Clone, Debug, Default)]
+pub struct WhatifCheck {
+    pub name: &'static str,
+    pub predicted_periods: f64,
+    pub predicted_ms: f64,
+    pub predicted_stall_p99_ms: f64,
+    pub kernel_periods: f64,
+    pub kernel_ms: f64,
+}
+
+impl WhatifCheck {
+    /// The kernel's stall per throttled period (ms), where enough periods were throttled to say.
+    pub fn kernel_stall_ms(&self) -> Option<f64> {
+        (self.kernel_periods >= 5.0).then(|| self.kernel_ms / self.kernel_periods)
+    }
+
+    /// Why the prediction is off: throttled periods and time within 20 % (or one period's worth
+    /// where the setting is barely throttled), the p99 stall within 30 %.
+    fn failures(&self, period_ms: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        let name = self.name;
+        let (p, k) = (self.predicted_periods, self.kernel_periods);
+        if (p - k).abs() > (0.2 * k).max(1.0) {
+            out.push(format!(
+                "whatif {name}: predicted {p:.1} throttled periods, the kernel counted {k:.0}"
+            ));
+        }
+        let (p, k) = (self.predicted_ms, self.kernel_ms);
+        if (p - k).abs() > (0.2 * k).max(period_ms) {
+            out.push(format!(
+                "whatif {name}: predicted {p:.0} ms throttled, the kernel {k:.0} ms"
+            ));
+        }
+        if let Some(k) = self.kernel_stall_ms() {
+            let p = self.predicted_stall_p99_ms;
+            if (p - k).abs() > 0.3 * k {
+                out.push(format!(
+                    "whatif {name}: predicted a p99 stall of {p:.1} ms, the kernel's stall per throttled period {k:.1} ms"
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// The JSON printed after `marker`, and the kernel's throttled periods and time (ms) of the run
+/// after `run_marker`, as a check of `name` (its failures, for a period of `period_ms`, added).
+fn whatif_check(
+    lines: &[String],
+    name: &'static str,
+    marker: &str,
+    run_marker: &str,
+    period_ms: f64,
+    failures: &mut Vec<String>,
+) -> Option<WhatifCheck> {
+    let Some(json) = lines
+        .iter()
+        .find_map(|l| l.split_once(&format!("{marker} ")).map(|(_, r)| r))
+    else {
+        failures.push(format!("no {marker} line (whatif's prediction)"));
+        return None;
+    };
+    let v: Value = match serde_json::from_str(json.trim()) {
+        Ok(v) => v,
+        Err(e) => {
+            failures.push(format!("{marker}: not whatif's JSON: {e}"));
+            return None;
+        }
+    };
+    let p = &v["cgroups"][0]["candidates"][0]["predicted"];
+    let f = |k: &str| p[k].as_f64();
+    let (Some(periods), Some(ms), Some(p99)) =
+        (f("throttled_periods"), f("throttled_ms"), f("stall_p99_ms"))
+    else {
+        failures.push(format!("{marker}: no prediction for the cgroup: {json}"));
+        return None;
+    };
+    let kernel = fields(lines, run_marker)?;
+    let get = |k: &str| -> Option<f64> {
+        kernel
+            .iter()
+            .find(|(key, _)| *key == k)
+            .and_then(|(_, v)| v.parse().ok())
+    };
+    let (Some(kp), Some(kus)) = (get("nr_throttled"), get("throttled_usec")) else {
+        failures.push(format!(
+            "no {run_marker} line with nr_throttled and throttled_usec"
+        ));
+        return None;
+    };
+    let c = WhatifCheck {
+        name,
+        predicted_periods: periods,
+        predicted_ms: ms,
+        predicted_stall_p99_ms: p99,
+        kernel_periods: kp,
+        kernel_ms: kus / 1e3,
+    };
+    failures.extend(c.failures(period_ms));
+    Some(c)
 }
 
 impl AdviceReport {
@@ -108,6 +220,22 @@ pub fn check_advice(kernel: &str, lines: &[String], mut failures: Vec<String>) -
             cut * 100.0
         ));
     }
+    r.whatif.extend(whatif_check(
+        lines,
+        "burst",
+        PREDICT_BURST,
+        AFTER,
+        100.0,
+        &mut failures,
+    ));
+    r.whatif.extend(whatif_check(
+        lines,
+        "steady",
+        PREDICT_STEADY,
+        RUN_B,
+        25.0,
+        &mut failures,
+    ));
     r.failures = failures;
     r
 }
@@ -116,12 +244,54 @@ pub fn check_advice(kernel: &str, lines: &[String], mut failures: Vec<String>) -
 mod tests {
     use super::*;
 
+    fn whatif(periods: f64, ms: f64, p99: f64) -> String {
+        format!(
+            r#"{{"cgroups":[{{"path":"/cgtrace-vm-advice","candidates":[{{"predicted":{{"throttled_periods":{periods},"throttled_ms":{ms},"stall_p99_ms":{p99}}}}}]}}]}}"#
+        )
+    }
+
     fn log(knob: &str, value: &str, after: u64) -> Vec<String> {
         vec![
-            format!("{BEFORE} nr_throttled=7 secs=20"),
+            format!("{BEFORE} nr_throttled=7 throttled_usec=300000 secs=20"),
             format!("{CHANGE} knob={knob} value={value}"),
-            format!("{AFTER} nr_throttled={after} secs=20"),
+            format!("{PREDICT_BURST} {}", whatif(0.0, 0.0, 0.0)),
+            format!(
+                "{AFTER} nr_throttled={after} throttled_usec={} secs=20",
+                after * 40_000
+            ),
+            format!("CGTRACE-WHATIF-RUN-A nr_throttled=100 throttled_usec=8000000 secs=10"),
+            format!("{PREDICT_STEADY} {}", whatif(210.0, 4200.0, 20.5)),
+            format!("{RUN_B} nr_throttled=200 throttled_usec=3990000 secs=10"),
         ]
+    }
+
+    #[test]
+    fn whatif_within_20_percent_of_the_kernel_passes_and_further_fails() {
+        let r = check_advice("6.1", &log("cpu.max.burst", "50000", 0), Vec::new());
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(r.whatif.len(), 2);
+        assert_eq!(r.whatif[1].kernel_stall_ms(), Some(19.95));
+        let mut lines = log("cpu.max.burst", "50000", 0);
+        lines[5] = format!("{PREDICT_STEADY} {}", whatif(260.0, 4200.0, 30.0));
+        let r = check_advice("6.1", &lines, Vec::new());
+        assert_eq!(r.failures.len(), 2, "{:?}", r.failures);
+        // The burst predicted to remove the throttling, which stayed.
+        let r = check_advice("6.1", &log("cpu.max.burst", "50000", 2), Vec::new());
+        assert!(
+            r.failures.iter().any(|f| f.contains("whatif burst")),
+            "{:?}",
+            r.failures
+        );
+        // No prediction printed: said.
+        let lines: Vec<String> = log("cpu.max.burst", "50000", 0)
+            .into_iter()
+            .filter(|l| !l.starts_with(PREDICT_STEADY))
+            .collect();
+        let r = check_advice("6.1", &lines, Vec::new());
+        assert_eq!(
+            r.failures,
+            vec![format!("no {PREDICT_STEADY} line (whatif's prediction)")]
+        );
     }
 
     #[test]
@@ -139,11 +309,11 @@ mod tests {
                 .len(),
             1
         );
-        assert_eq!(
-            check_advice("6.1", &log("cpu.max.burst", "1", 3), Vec::new())
-                .failures
-                .len(),
-            1
+        let small = check_advice("6.1", &log("cpu.max.burst", "1", 3), Vec::new());
+        assert!(
+            small.failures[0].contains("a 57 % cut"),
+            "{:?}",
+            small.failures
         );
     }
 }

@@ -92,13 +92,16 @@ pub(super) fn run_matrix(cache: &Path, args: &MatrixArgs) -> Result<()> {
         if advice {
             println!("=== kernel {} advice ===", spec.name);
             let label = format!("{}-advice", spec.name);
+            // Four recorded runs (two of 20 s, two of 10 s) and two predictions: ~100 s.
+            let mut opts = args.boot.clone();
+            opts.timeout = opts.timeout.max(240);
             let row = match boot(
                 cache,
                 spec,
                 &label,
                 &bins,
                 ADVICE_SCENARIO.as_bytes(),
-                &args.boot,
+                &opts,
             ) {
                 Ok(outcome) => {
                     let mut failures = Vec::new();

@@ -170,6 +170,20 @@ pub(super) fn print_advice_table(rows: &[(&'static str, String, AdviceReport)]) 
                     ),
                     &format!("{} -> {}", rate(r.before), rate(r.after)),
                     &r.cut().map_or("-".into(), |c| format!("{:.0}", c * 100.0)),
+                    &r.whatif
+                        .iter()
+                        .map(|w| {
+                            format!(
+                                "{} {:.0}/{:.0} {:.0}/{:.0}",
+                                w.name,
+                                w.predicted_periods,
+                                w.kernel_periods,
+                                w.predicted_ms,
+                                w.kernel_ms
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 ]
             )
         );
@@ -288,6 +302,8 @@ const ADVICE: &[Col] = &[
     Left("change written", 28),
     Right("throttled/s", 14),
     Right("cut %", 6),
+    Gap,
+    Left("whatif: throttled periods / ms, predicted vs kernel", 52),
 ];
 
 /// The reads scenario's table.
