@@ -138,7 +138,7 @@ pub fn build(windows: &[WindowIn]) -> Demand {
     let used = |u: &PeriodUse| u.cpu_ms.max(quota_ms);
     let burned_ms = |u: &PeriodUse| {
         // The timer of an idle group stops: the period began one period before its end, not at
-        // the previous timer's run.
+        // the previous timer's run (recordings made before `Burners` knew that start there).
         let start = u.end_ns.saturating_sub(period_ns);
         match (u.start_ns, u.burned_in_ms) {
             (Some(s), Some(b)) => {

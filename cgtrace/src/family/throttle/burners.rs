@@ -7,6 +7,12 @@
 //! over here as the same records ([`Burners::wants_sum`]). A period is complete one window after
 //! its end (the period record) was seen: by then every sum of it has come, from the ring buffer
 //! or from the map.
+//!
+//! A period starts one period before its end, not at the group's previous period record: the
+//! period timer of a group that idled stopped, so the record before can be seconds back. The
+//! period's length is the smallest gap between the group's recent period records (the timer
+//! keeps its phase, so every gap is a whole number of periods; a record missed makes one gap
+//! longer, never shorter), which follows a period written to the group within [`GAPS`] records.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -32,6 +38,8 @@ const OPEN_PERIODS: usize = 64;
 /// Periods of one group described per window (`ThrottleWindow::period_use`): a 1 ms period
 /// watched for a whole 1 s window. Beyond, they are counted in `period_use_dropped`.
 pub const USES_KEPT: usize = 1024;
+/// Gaps between a group's period records kept for its period's length.
+const GAPS: usize = 8;
 
 /// A thread's share of one throttled period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -229,8 +237,11 @@ struct Group {
     periods: BTreeMap<u32, Period>,
     /// Periods up to this one are complete: later sums of them are late.
     complete_upto: u32,
-    /// When its last period record came: the next period's start.
+    /// When its last period record came.
     last_end_ns: Option<u64>,
+    /// The last gaps between its period records (0: none yet), a ring at `gap_next`.
+    gaps: [u64; GAPS],
+    gap_next: usize,
     /// Its last throttled period that ended: episodes closing now belong to it.
     last_throttled: Option<u32>,
     /// Recordings from before sums number no periods: lone slices go to this one, which the
@@ -248,6 +259,24 @@ struct Group {
 }
 
 impl Group {
+    /// A period record came at `end_ns`: when its period started — at the record before when
+    /// that was the period before (a gap under 1.5 periods: the timer's own jitter kept), else
+    /// one period (the smallest recent gap) before; unknown for the group's first.
+    fn start_of(&mut self, end_ns: u64) -> Option<u64> {
+        let prev = self.last_end_ns.replace(end_ns)?;
+        let gap = end_ns.saturating_sub(prev);
+        if gap > 0 {
+            self.gaps[self.gap_next] = gap;
+            self.gap_next = (self.gap_next + 1) % GAPS;
+        }
+        let period = self.gaps.iter().copied().filter(|&g| g > 0).min()?;
+        if gap < period.saturating_add(period / 2) {
+            Some(prev)
+        } else {
+            Some(end_ns.saturating_sub(period))
+        }
+    }
+
     /// The open period `n`, made if new (dropping the oldest open one past `OPEN_PERIODS`).
     fn period(&mut self, n: u32) -> &mut Period {
         if !self.periods.contains_key(&n) && self.periods.len() >= OPEN_PERIODS {
@@ -299,7 +328,7 @@ impl Burners {
         } else {
             ev.period
         };
-        let start = g.last_end_ns.replace(ev.header.ts_ns);
+        let start = g.start_of(ev.header.ts_ns);
         if n <= g.complete_upto {
             self.late += 1;
             return;
@@ -603,6 +632,46 @@ mod tests {
         // Silent groups are forgotten.
         throttled(b.take(10_000_000_000));
         assert!(b.groups.is_empty());
+    }
+
+    #[test]
+    fn a_period_starts_one_period_before_its_end_after_the_group_idled() {
+        let mut b = Burners::default();
+        b.period(&numbered(0, false, 1));
+        b.period(&numbered(25, false, 2));
+        // The group idled (its timer stopped) and came back throttled, 40 ms into a period
+        // that ended at 2 025 ms; a record missed (at 2 050) makes a gap of two periods.
+        b.period(&numbered(2_025, true, 3));
+        let n = b.episode(&episode(2_010)).expect("period");
+        b.period(&numbered(2_075, false, 4));
+        b.take(2_100_000_000);
+        let taken = b.take(2_100_000_000);
+        let p = b.completed(7, n).expect("completed");
+        assert_eq!(p.start_ns, Some(2_000_000_000));
+        assert_eq!(
+            p.burned_in_ms,
+            Some(10.0),
+            "not 1 985 ms from the record before"
+        );
+        let starts: Vec<Option<u64>> = taken[&7].uses.iter().map(|u| u.start_ns).collect();
+        assert_eq!(
+            starts,
+            [None, Some(0), Some(2_000_000_000), Some(2_050_000_000)]
+        );
+        // A longer period written to the group: followed once the short gaps are out of the
+        // last eight.
+        let mut t = 2_075;
+        for n in 5..=14 {
+            t += 100;
+            b.period(&numbered(t, false, n));
+        }
+        b.take(3_200_000_000);
+        let uses = b.take(3_200_000_000);
+        let last = uses[&7].uses.last().expect("uses").clone();
+        assert_eq!(
+            (last.start_ns, last.end_ns),
+            (Some((t - 100) * 1_000_000), t * 1_000_000)
+        );
     }
 
     #[test]
