@@ -121,6 +121,26 @@ install_helm() {
   echo "$HELM_VERSION" >"$GOBIN_DIR/.helm-version"
 }
 
+# The OpenTelemetry Collector (core: OTLP receiver, OTLP/HTTP exporter), from the Go module proxy
+# by the collector's builder, for the OTLP tests.
+OTELCOL_VERSION=v0.165.0
+install_otelcol() {
+  local stamp; stamp="$OTELCOL_VERSION $(sha256sum tests/otelcol/builder.yaml | cut -c1-16)"
+  if [[ -x $GOBIN_DIR/otelcol-cgtrace && $(cat "$GOBIN_DIR/.otelcol-version" 2>/dev/null) == "$stamp" ]]; then
+    say "otelcol $OTELCOL_VERSION: present"; return
+  fi
+  say "otelcol $OTELCOL_VERSION: building from the Go module proxy"
+  mkdir -p "$GOBIN_DIR"
+  local build=/opt/cgtrace/otelcol-build
+  rm -rf "$build"; mkdir -p "$build"
+  GOBIN="$build" GOFLAGS=-mod=mod go install "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION"
+  (cd "$build" && ./builder --config "$here/tests/otelcol/builder.yaml" >builder.log 2>&1) ||
+    { tail -20 "$build/builder.log" >&2; die "building the OpenTelemetry Collector failed (log: $build/builder.log)"; }
+  install -m 0755 "$build/otelcol-cgtrace/otelcol-cgtrace" "$GOBIN_DIR/otelcol-cgtrace"
+  echo "$stamp" >"$GOBIN_DIR/.otelcol-version"
+  rm -rf "$build"
+}
+
 deps() {
   install_apt
   install_toolchain "$STABLE" rustfmt clippy
@@ -129,6 +149,7 @@ deps() {
   install_cargo_fuzz
   install_otlp_receiver
   install_helm
+  install_otelcol
 }
 
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay

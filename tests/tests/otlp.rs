@@ -1,7 +1,10 @@
 //! `--otlp URL` against a receiver built on the reference protobuf definitions (PyPI's
 //! `opentelemetry-proto`, `tests/otlp/receiver.py`): the histograms it decodes carry the busy
 //! cgroup's run-queue waits, with cgtrace's bounds and exact counts, and the last push equals
-//! what the stream's windows summed to.
+//! what the stream's windows summed to. Then through a real OpenTelemetry Collector
+//! (`otelcol-cgtrace`, built by `scripts/setup.sh` from the Go module proxy: its OTLP receiver,
+//! and its OTLP/HTTP exporter to the same receiver): a simulated node's pods' histograms come out
+//! of the collector under resources named by the semantic conventions (`k8s.pod.name`, …).
 use std::{
     fs,
     path::Path,
@@ -12,6 +15,7 @@ use std::{
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     Killed, can_trace,
+    node::{Node, Role, Spec},
     record::{cgroup_sum, cgtrace, free_port, lines, windows},
     workload::{self, cpus},
 };
@@ -19,6 +23,8 @@ use serde_json::Value;
 
 /// The Python with opentelemetry-proto that `scripts/setup.sh` installs.
 const PYTHON: &str = "/opt/cgtrace/otlp-venv/bin/python";
+/// The OpenTelemetry Collector that `scripts/setup.sh` builds.
+const OTELCOL: &str = "/opt/cgtrace/go/bin/otelcol-cgtrace";
 
 /// The receiver on a free port, appending its JSON lines to `out`, once it accepts connections.
 fn receiver(out: &Path) -> Result<(Killed, u16)> {
@@ -190,5 +196,168 @@ fn otlp_a_series_made_again_after_its_ttl_has_a_new_start_time() -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The collector on a free port, its OTLP/HTTP exporter sending to the receiver at `to`, once it
+/// accepts connections.
+fn collector(dir: &Path, to: u16) -> Result<(Killed, u16)> {
+    anyhow::ensure!(
+        Path::new(OTELCOL).exists(),
+        "{OTELCOL} is missing: run scripts/setup.sh deps (the OpenTelemetry Collector, built from the Go module proxy)"
+    );
+    let port = free_port()?;
+    let config = dir.join("otelcol.yaml");
+    fs::write(
+        &config,
+        format!(
+            "receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:{port}
+exporters:
+  otlphttp:
+    endpoint: http://127.0.0.1:{to}
+    compression: none
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      exporters: [otlphttp]
+"
+        ),
+    )?;
+    let log = fs::File::create(dir.join("otelcol.log"))?;
+    let mut child = Killed(
+        Command::new(OTELCOL)
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() >= deadline || child.0.try_wait()?.is_some() {
+            anyhow::bail!(
+                "the collector did not start: {}",
+                fs::read_to_string(dir.join("otelcol.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((child, port))
+}
+
+/// A small node (its throttled pods' busy threads, and busy loops beside them so every pod
+/// waits) under `cgtrace stream --otlp` to a real collector: what the collector exports carries
+/// each container's run-queue wait histogram under a resource with its `k8s.namespace.name`,
+/// `k8s.pod.name`, `k8s.container.name` and `host.name`, and its last count is every wait the
+/// stream's windows counted for that container.
+#[test]
+fn otlp_through_a_real_collector_names_pods_by_the_semantic_conventions() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    let dir = std::env::temp_dir().join(format!("cgtrace-otelcol-{}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let out = dir.join("received.jsonl");
+    let (_receiver, rport) = receiver(&out)?;
+    let (_collector, cport) = collector(&dir, rport)?;
+    let node = Node::start(Spec {
+        pods: 4,
+        replace_per_min: 0.0,
+        throttled_pods: 2,
+        sampled_pods: 1,
+        ..Spec::default()
+    })?;
+    let _busy = workload::busy("otelcol-busy", cpus())?;
+    let url = format!("http://127.0.0.1:{cport}/v1/metrics");
+    let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
+    assert_eq!(code, 0, "{err}");
+    let stream = lines(&stdout)?;
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")?
+        .trim()
+        .to_string();
+    // (namespace, pod, container, the container's path, its waits in the stream).
+    let want: Vec<(String, String, String, String, u64)> = node.with_pods(|pods| {
+        pods.iter()
+            .filter(|p| p.role == Role::Throttled)
+            .flat_map(|p| {
+                p.containers.iter().map(|c| {
+                    let waits = cgroup_sum(&windows(&stream), &c.rel, "/runq/count");
+                    (
+                        p.namespace.clone(),
+                        p.name.clone(),
+                        c.name.clone(),
+                        c.rel.clone(),
+                        waits,
+                    )
+                })
+            })
+            .collect()
+    });
+    assert!(!want.is_empty(), "the node has throttled pods");
+    // The collector exports on its own schedule: wait for the last push to come through.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: Vec<Value> = fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let mut missing = Vec::new();
+        for (ns, pod, container, rel, waits) in &want {
+            // The largest count of each kind under this container's resource, summed.
+            let mut by_kind = std::collections::BTreeMap::new();
+            for p in got.iter().filter(|p| {
+                let r = &p["resource"];
+                p["metric"] == "cgtrace_runq_wait_seconds"
+                    && r["k8s.namespace.name"] == ns.as_str()
+                    && r["k8s.pod.name"] == pod.as_str()
+                    && r["k8s.container.name"] == container.as_str()
+                    && r["host.name"] == host.as_str()
+                    && r["service.name"] == "cgtrace"
+                    && p["attributes"]["cgroup"] == rel.as_str()
+            }) {
+                assert!(
+                    p["attributes"].get("pod").is_none(),
+                    "the pod is the resource's, not the point's: {p}"
+                );
+                let k = p["attributes"]["kind"].as_str().unwrap_or("?").to_string();
+                let c = p["count"].as_u64().unwrap_or(0);
+                let e = by_kind.entry(k).or_insert(0u64);
+                *e = (*e).max(c);
+            }
+            let pushed: u64 = by_kind.values().sum();
+            if pushed != *waits || *waits == 0 {
+                missing.push(format!(
+                    "{ns}/{pod}/{container}: {pushed} waits through the collector, {waits} in the stream"
+                ));
+            }
+        }
+        if missing.is_empty() {
+            eprintln!(
+                "through the collector: {:?}",
+                want.iter()
+                    .map(|w| format!("{}/{}/{} {} waits", w.0, w.1, w.2, w.4))
+                    .collect::<Vec<_>>()
+            );
+            break;
+        }
+        if Instant::now() >= deadline {
+            anyhow::bail!(
+                "{missing:?}; collector log: {}",
+                fs::read_to_string(dir.join("otelcol.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(node);
+    let _ = fs::remove_dir_all(&dir);
     Ok(())
 }

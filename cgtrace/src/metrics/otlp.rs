@@ -5,14 +5,18 @@
 //! The messages are the reference ones (`opentelemetry-proto`), encoded with prost. Every metric
 //! is cumulative since cgtrace started, as in the text exposition: counters are monotonic
 //! cumulative sums, histograms carry the same explicit bounds (the powers of two from 1.024 µs to
-//! 34.4 s, in seconds) and exact counts, and each series' labels (`cgroup`, `namespace`, `pod`,
-//! `container`, `kind`, …) are its data point's attributes. The resource names the host.
+//! 34.4 s, in seconds) and exact counts, and each series' labels (`cgroup`, `kind`, …) are its
+//! data point's attributes. The resource names the host (`host.name`) and, by the OpenTelemetry
+//! semantic conventions, the pod and container a series belongs to: `k8s.namespace.name`,
+//! `k8s.pod.name`, `k8s.container.name` (a container outside Kubernetes: `container.name`), one
+//! `ResourceMetrics` each; the host's own series (no pod, no container) come first.
 //!
 //! A push runs on its own task with a 10 s timeout; while one is in flight the next window's is
 //! skipped and counted, so a slow or absent collector never holds the pump back. The last
 //! window's push is always sent, and [`Pusher::flush`] waits for it before cgtrace exits.
 
 use std::{
+    collections::BTreeMap,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -40,7 +44,7 @@ use prost::Message as _;
 
 use super::{
     Metrics, MetricsOptions,
-    encode::{Kind, MetricFamily, Value, le_bounds},
+    encode::{Kind, Labels, MetricFamily, Value, le_bounds},
 };
 use crate::{
     live::driver::{Flow, Sink, Turn},
@@ -67,8 +71,33 @@ fn unit(u: &str) -> &'static str {
     }
 }
 
+/// The resource attributes a series' `labels` name by the OpenTelemetry semantic conventions
+/// (its pod and container; none for the host's own series), and the labels left for its data
+/// point.
+fn split_labels(labels: &Labels) -> (Vec<(&'static str, String)>, Vec<(&'static str, String)>) {
+    let in_pod = labels.iter().any(|(k, _)| *k == "pod");
+    let mut resource = Vec::new();
+    let mut point = Vec::new();
+    for (k, v) in labels {
+        let key = match (*k, in_pod) {
+            ("namespace", true) => "k8s.namespace.name",
+            ("pod", true) => "k8s.pod.name",
+            ("container", true) => "k8s.container.name",
+            ("container", false) => "container.name",
+            _ => {
+                point.push((*k, v.clone()));
+                continue;
+            }
+        };
+        resource.push((key, v.clone()));
+    }
+    resource.sort();
+    (resource, point)
+}
+
 /// The OTLP request for `families` at `now_ns` (Unix), each series cumulative since its own
-/// start (a cgroup's series made again after `--series-ttl` restarts from zero) or `start_ns`.
+/// start (a cgroup's series made again after `--series-ttl` restarts from zero) or `start_ns`:
+/// one `ResourceMetrics` per pod or container (see the module's docs), the host's first.
 pub fn request(
     families: &[MetricFamily],
     host: &str,
@@ -76,94 +105,115 @@ pub fn request(
     now_ns: u64,
 ) -> ExportMetricsServiceRequest {
     let bounds = le_bounds();
-    let mut metrics = Vec::with_capacity(families.len());
+    // Resource -> the metrics of its series, in the families' order.
+    let mut by_resource: BTreeMap<Vec<(&'static str, String)>, Vec<Metric>> = BTreeMap::new();
+    by_resource.insert(Vec::new(), Vec::new());
     for f in families.iter().filter(|f| !f.samples.is_empty()) {
-        let attrs = |s: &super::encode::Sample| -> Vec<KeyValue> {
-            s.labels.iter().map(|(k, v)| attr(k, v)).collect()
-        };
         let start = |s: &super::encode::Sample| -> u64 {
             s.start_unix_ms
                 .map_or(start_ns, |ms| ms.saturating_mul(1_000_000))
         };
-        let numbers = || -> Vec<NumberDataPoint> {
-            f.samples
-                .iter()
-                .filter_map(|s| match s.value {
-                    Value::Num(v) => Some(NumberDataPoint {
-                        attributes: attrs(s),
+        // This family's points, by resource.
+        let mut numbers: BTreeMap<Vec<(&'static str, String)>, Vec<NumberDataPoint>> =
+            BTreeMap::new();
+        let mut hists: BTreeMap<Vec<(&'static str, String)>, Vec<HistogramDataPoint>> =
+            BTreeMap::new();
+        for s in &f.samples {
+            let (resource, point) = split_labels(&s.labels);
+            let attributes = point.iter().map(|(k, v)| attr(k, v)).collect();
+            match &s.value {
+                Value::Num(v) => numbers.entry(resource).or_default().push(NumberDataPoint {
+                    attributes,
+                    start_time_unix_nano: start(s),
+                    time_unix_nano: now_ns,
+                    value: Some(number_data_point::Value::AsDouble(*v)),
+                    ..Default::default()
+                }),
+                Value::Hist(h) => {
+                    let mut counts = h.bucket_counts().to_vec();
+                    let below: u64 = counts.iter().sum();
+                    counts.push(h.count().saturating_sub(below));
+                    hists.entry(resource).or_default().push(HistogramDataPoint {
+                        attributes,
                         start_time_unix_nano: start(s),
                         time_unix_nano: now_ns,
-                        value: Some(number_data_point::Value::AsDouble(v)),
+                        count: h.count(),
+                        sum: Some(h.sum_seconds()),
+                        bucket_counts: counts,
+                        explicit_bounds: bounds.clone(),
                         ..Default::default()
-                    }),
-                    Value::Hist(_) => None,
-                })
-                .collect()
-        };
-        let data = match f.kind {
-            Kind::Counter => metric::Data::Sum(Sum {
-                data_points: numbers(),
-                aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                is_monotonic: true,
-            }),
-            Kind::Gauge => metric::Data::Gauge(Gauge {
-                data_points: numbers(),
-            }),
-            Kind::Histogram => metric::Data::Histogram(Histogram {
-                data_points: f
-                    .samples
-                    .iter()
-                    .filter_map(|s| match &s.value {
-                        Value::Hist(h) => {
-                            let mut counts = h.bucket_counts().to_vec();
-                            let below: u64 = counts.iter().sum();
-                            counts.push(h.count().saturating_sub(below));
-                            Some(HistogramDataPoint {
-                                attributes: attrs(s),
-                                start_time_unix_nano: start(s),
-                                time_unix_nano: now_ns,
-                                count: h.count(),
-                                sum: Some(h.sum_seconds()),
-                                bucket_counts: counts,
-                                explicit_bounds: bounds.clone(),
-                                ..Default::default()
-                            })
-                        }
-                        Value::Num(_) => None,
-                    })
-                    .collect(),
-                aggregation_temporality: AggregationTemporality::Cumulative as i32,
-            }),
-        };
-        metrics.push(Metric {
+                    });
+                }
+            }
+        }
+        let metric = |data| Metric {
             name: f.name.to_string(),
             description: f.help.to_string(),
             unit: unit(f.unit).to_string(),
             data: Some(data),
             ..Default::default()
-        });
+        };
+        // A family's points are of its kind (others are left out, as the text exposition does).
+        let data: Vec<_> = match f.kind {
+            Kind::Counter => numbers
+                .into_iter()
+                .map(|(r, data_points)| {
+                    let sum = Sum {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    };
+                    (r, metric::Data::Sum(sum))
+                })
+                .collect(),
+            Kind::Gauge => numbers
+                .into_iter()
+                .map(|(r, data_points)| (r, metric::Data::Gauge(Gauge { data_points })))
+                .collect(),
+            Kind::Histogram => hists
+                .into_iter()
+                .map(|(r, data_points)| {
+                    let h = Histogram {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    };
+                    (r, metric::Data::Histogram(h))
+                })
+                .collect(),
+        };
+        for (resource, data) in data {
+            by_resource.entry(resource).or_default().push(metric(data));
+        }
     }
+    let scope = || InstrumentationScope {
+        name: "cgtrace".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    };
     ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![
-                    attr("service.name", "cgtrace"),
-                    attr("service.version", env!("CARGO_PKG_VERSION")),
-                    attr("host.name", host),
-                ],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "cgtrace".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
+        resource_metrics: by_resource
+            .into_iter()
+            .filter(|(resource, metrics)| resource.is_empty() || !metrics.is_empty())
+            .map(|(resource, metrics)| ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: [
+                        attr("service.name", "cgtrace"),
+                        attr("service.version", env!("CARGO_PKG_VERSION")),
+                        attr("host.name", host),
+                    ]
+                    .into_iter()
+                    .chain(resource.iter().map(|(k, v)| attr(k, v)))
+                    .collect(),
                     ..Default::default()
                 }),
-                metrics,
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(scope()),
+                    metrics,
+                    ..Default::default()
+                }],
                 ..Default::default()
-            }],
-            ..Default::default()
-        }],
+            })
+            .collect(),
     }
 }
 
@@ -306,7 +356,26 @@ mod tests {
         let req = request(&[f, c], "node-1", 1, 2);
         let bytes = req.encode_to_vec();
         let back = ExportMetricsServiceRequest::decode(&bytes[..]).unwrap();
-        let m = &back.resource_metrics[0].scope_metrics[0].metrics;
+        // The host's series first, then the pod's, named by its resource.
+        assert_eq!(back.resource_metrics.len(), 2);
+        let resource = |i: usize| -> Vec<(String, String)> {
+            back.resource_metrics[i]
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .map(|a| {
+                    let v = match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(any_value::Value::StringValue(s)) => s.clone(),
+                        _ => String::new(),
+                    };
+                    (a.key.clone(), v)
+                })
+                .collect()
+        };
+        assert!(!resource(0).iter().any(|(k, _)| k.starts_with("k8s.")));
+        assert!(resource(1).contains(&("k8s.pod.name".into(), "web-0".into())));
+        assert!(resource(1).contains(&("host.name".into(), "node-1".into())));
+        let m = &back.resource_metrics[1].scope_metrics[0].metrics;
         let Some(metric::Data::Histogram(hist)) = &m[0].data else {
             panic!("{m:?}")
         };
@@ -323,9 +392,10 @@ mod tests {
         assert_eq!(p.bucket_counts[0], 0);
         assert_eq!(p.bucket_counts[1], 1, "1.5 µs: (1.024, 2.048] µs");
         let keys: Vec<&str> = p.attributes.iter().map(|a| a.key.as_str()).collect();
-        assert_eq!(keys, ["cgroup", "pod", "kind"]);
+        assert_eq!(keys, ["cgroup", "kind"], "the pod is the resource's");
         assert_eq!(m[0].unit, "s");
-        let Some(metric::Data::Sum(sum)) = &m[1].data else {
+        let host = &back.resource_metrics[0].scope_metrics[0].metrics;
+        let Some(metric::Data::Sum(sum)) = &host[0].data else {
             panic!()
         };
         assert!(sum.is_monotonic);
