@@ -74,7 +74,7 @@ fn unit(u: &str) -> &'static str {
 /// The resource attributes a series' `labels` name by the OpenTelemetry semantic conventions
 /// (its pod and container; none for the host's own series), and the labels left for its data
 /// point.
-fn split_labels(labels: &Labels) -> (Vec<(&'static str, String)>, Vec<(&'static str, String)>) {
+fn split_labels(labels: &Labels) -> (Labels, Labels) {
     let in_pod = labels.iter().any(|(k, _)| *k == "pod");
     let mut resource = Vec::new();
     let mut point = Vec::new();
@@ -106,7 +106,7 @@ pub fn request(
 ) -> ExportMetricsServiceRequest {
     let bounds = le_bounds();
     // Resource -> the metrics of its series, in the families' order.
-    let mut by_resource: BTreeMap<Vec<(&'static str, String)>, Vec<Metric>> = BTreeMap::new();
+    let mut by_resource: BTreeMap<Labels, Vec<Metric>> = BTreeMap::new();
     by_resource.insert(Vec::new(), Vec::new());
     for f in families.iter().filter(|f| !f.samples.is_empty()) {
         let start = |s: &super::encode::Sample| -> u64 {
@@ -114,10 +114,8 @@ pub fn request(
                 .map_or(start_ns, |ms| ms.saturating_mul(1_000_000))
         };
         // This family's points, by resource.
-        let mut numbers: BTreeMap<Vec<(&'static str, String)>, Vec<NumberDataPoint>> =
-            BTreeMap::new();
-        let mut hists: BTreeMap<Vec<(&'static str, String)>, Vec<HistogramDataPoint>> =
-            BTreeMap::new();
+        let mut numbers: BTreeMap<Labels, Vec<NumberDataPoint>> = BTreeMap::new();
+        let mut hists: BTreeMap<Labels, Vec<HistogramDataPoint>> = BTreeMap::new();
         for s in &f.samples {
             let (resource, point) = split_labels(&s.labels);
             let attributes = point.iter().map(|(k, v)| attr(k, v)).collect();

@@ -259,7 +259,7 @@ mod tests {
                 "{AFTER} nr_throttled={after} throttled_usec={} secs=20",
                 after * 40_000
             ),
-            format!("CGTRACE-WHATIF-RUN-A nr_throttled=100 throttled_usec=8000000 secs=10"),
+            "CGTRACE-WHATIF-RUN-A nr_throttled=100 throttled_usec=8000000 secs=10".to_string(),
             format!("{PREDICT_STEADY} {}", whatif(210.0, 4200.0, 20.5)),
             format!("{RUN_B} nr_throttled=200 throttled_usec=3990000 secs=10"),
         ]
