@@ -77,6 +77,36 @@ fn compared(before: &Path, after: &Path, path: &str) -> Result<Value> {
         .with_context(|| format!("{path} among the changed cgroups: {out}"))
 }
 
+/// Throttled periods per second before and after, by the comparison's entry `mine` and by the
+/// kernel over the recorders' runs: `[cgtrace before, after, kernel before, after]`, printed
+/// with `what` changed.
+fn rates(mine: &Value, kb: &Recorded, ka: &Recorded, what: &str) -> [f64; 4] {
+    let per_s = |side: &str| {
+        mine[side]["throttled_periods_per_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    let r = [
+        per_s("before"),
+        per_s("after"),
+        kb.throttled_per_s(),
+        ka.throttled_per_s(),
+    ];
+    eprintln!(
+        "{what}: throttled periods/s cgtrace {:.2} → {:.2}, kernel cpu.stat {:.2} → {:.2} ({} periods in {:.1} s → {} in {:.1} s); flags cleared {}",
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        kb.nr_throttled,
+        kb.secs,
+        ka.nr_throttled,
+        ka.secs,
+        mine["flags_cleared"]
+    );
+    r
+}
+
 /// The flag codes in `v` (an array of codes).
 fn codes(v: &Value) -> Vec<String> {
     v.as_array()
@@ -149,18 +179,7 @@ fn raising_a_quota_shows_as_fewer_throttled_periods_and_a_cleared_flag() -> Resu
     );
 
     let mine = compared(&before, &after, &cg.rel)?;
-    let per_s = |side: &str| {
-        mine[side]["throttled_periods_per_s"]
-            .as_f64()
-            .unwrap_or(0.0)
-    };
-    let (pb, pa) = (per_s("before"), per_s("after"));
-    // The kernel's rates over the recorders' runs.
-    let (rb, ra) = (kb.throttled_per_s(), ka.throttled_per_s());
-    eprintln!(
-        "throttled periods/s: cgtrace {pb:.1} → {pa:.1}, kernel cpu.stat {rb:.1} → {ra:.1} ({} periods in {:.1} s → {} in {:.1} s); flags cleared {}",
-        kb.nr_throttled, kb.secs, ka.nr_throttled, ka.secs, mine["flags_cleared"]
-    );
+    let [pb, pa, rb, ra] = rates(&mine, &kb, &ka, "quota raised");
     assert!(
         (pb - rb).abs() <= 0.25 * rb,
         "before: {pb:.1}/s by cgtrace against {rb:.1}/s by the kernel"
@@ -249,17 +268,7 @@ fn applying_the_suggested_burst_shows_as_fewer_throttled_periods_and_a_cleared_f
     drop(bursts);
 
     let mine = compared(&before, &after, &cg.rel)?;
-    let per_s = |side: &str| {
-        mine[side]["throttled_periods_per_s"]
-            .as_f64()
-            .unwrap_or(0.0)
-    };
-    let (pb, pa) = (per_s("before"), per_s("after"));
-    let (rb, ra) = (kb.throttled_per_s(), ka.throttled_per_s());
-    eprintln!(
-        "{written:?}: throttled periods/s cgtrace {pb:.2} → {pa:.2}, kernel cpu.stat {rb:.2} → {ra:.2} ({} periods in {:.1} s → {} in {:.1} s); flags cleared {}",
-        kb.nr_throttled, kb.secs, ka.nr_throttled, ka.secs, mine["flags_cleared"]
-    );
+    let [pb, pa, rb, ra] = rates(&mine, &kb, &ka, &format!("{written:?}"));
     assert!(
         kb.nr_throttled > 0,
         "the kernel throttled the bursts before"
