@@ -32,12 +32,14 @@ pub const FORGET_NS: u64 = 5_000_000_000;
 const MAX_CPUS_PER_THREAD: usize = 256;
 /// Distinct threads tracked per group within one period; more are counted, not named.
 const THREADS_PER_PERIOD: usize = 4096;
-/// Periods of one group open at once: the current one, and ended ones waiting a window for
-/// their last sums (ten 100 ms periods a second). Beyond, the oldest is dropped.
-const OPEN_PERIODS: usize = 64;
 /// Periods of one group described per window (`ThrottleWindow::period_use`): a 1 ms period
 /// watched for a whole 1 s window. Beyond, they are counted in `period_use_dropped`.
 pub const USES_KEPT: usize = 1024;
+/// Periods of one group open at once: the current one, and those ended in this window and the
+/// one before, waiting a window for their last sums (two windows of `USES_KEPT`). Beyond, the
+/// oldest is dropped and counted in `period_use_dropped` (at 64, a 25 ms period lost 16 of its
+/// 40 periods a window this way).
+const OPEN_PERIODS: usize = 2 * USES_KEPT + 2;
 /// Gaps between a group's period records kept for its period's length.
 const GAPS: usize = 8;
 
@@ -277,10 +279,12 @@ impl Group {
         }
     }
 
-    /// The open period `n`, made if new (dropping the oldest open one past `OPEN_PERIODS`).
+    /// The open period `n`, made if new (dropping the oldest open one past `OPEN_PERIODS`: a
+    /// period not described, counted as one).
     fn period(&mut self, n: u32) -> &mut Period {
         if !self.periods.contains_key(&n) && self.periods.len() >= OPEN_PERIODS {
             self.periods.pop_first();
+            self.uses_dropped += 1;
         }
         self.periods.entry(n).or_default()
     }
@@ -671,6 +675,39 @@ mod tests {
         assert_eq!(
             (last.start_ns, last.end_ns),
             (Some((t - 100) * 1_000_000), t * 1_000_000)
+        );
+    }
+
+    #[test]
+    fn every_period_of_a_short_period_is_described() {
+        // 25 ms periods for 3 s, a window a second: each period completes a window after its
+        // end, so two windows' worth are open at a take (80; 64 were kept once).
+        let mut b = Burners::default();
+        let (mut described, mut dropped) = (0, 0);
+        for n in 1..=120u32 {
+            b.period(&numbered(u64::from(n) * 25, true, n));
+            if n % 40 == 0 {
+                let taken = b.take(u64::from(n) * 25_000_000);
+                if let Some(t) = taken.get(&7) {
+                    described += t.uses.len();
+                    dropped += t.uses_dropped;
+                }
+            }
+        }
+        let taken = b.take(3_100_000_000);
+        described += taken.get(&7).map_or(0, |t| t.uses.len());
+        assert_eq!((described, dropped), (120, 0));
+        // Past the bound the oldest open period goes, counted.
+        let mut b = Burners::default();
+        for n in 1..=(OPEN_PERIODS as u32 + 3) {
+            b.period(&numbered(u64::from(n), false, n));
+        }
+        assert_eq!(b.take(0)[&7].uses_dropped, 3, "dropped open, counted");
+        let t = b.take(0);
+        assert_eq!(
+            (t[&7].uses.len(), t[&7].uses_dropped),
+            (USES_KEPT, (OPEN_PERIODS - USES_KEPT) as u64),
+            "the rest completes a window later, described up to USES_KEPT"
         );
     }
 
