@@ -293,6 +293,11 @@ pub struct TraceArgs {
     /// Ring buffer size in KiB (a power of two, 64 to 262144).
     #[arg(long, default_value_t = 1024, value_parser = parse_ringbuf_kib)]
     pub ringbuf_kib: u32,
+    /// containerd's state directory: its CRI bundles name the containers kubelet's log links do
+    /// not (a pod's sandbox, containers kubelet did not start). k3s keeps it in
+    /// /run/k3s/containerd.
+    #[arg(long, value_name = "DIR", default_value = cgtrace::cgroup::name::DEFAULT_CONTAINERD_STATE)]
+    pub containerd_state: std::path::PathBuf,
     /// Exit (status 1, one line) if capabilities cannot be dropped after attach, instead of
     /// warning and running with more than it needs. Dropping the bounding set needs CAP_SETPCAP.
     #[arg(long)]
@@ -381,6 +386,7 @@ impl TraceArgs {
             },
             reads_mode: self.reads_mode,
             slow_read_min: Duration::from_secs_f64(self.slow_read_ms / 1e3),
+            containerd_state: self.containerd_state.clone(),
         }
     }
 }

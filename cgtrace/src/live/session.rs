@@ -47,6 +47,8 @@ pub struct SessionOptions {
     pub reads_mode: crate::bpf::loader::ReadsMode,
     /// Pseudo-file reads at least this long are also delivered as individual events.
     pub slow_read_min: Duration,
+    /// containerd's state directory, for CRI names (`--containerd-state`).
+    pub containerd_state: std::path::PathBuf,
 }
 
 pub struct Session {
@@ -211,7 +213,11 @@ impl Session {
         let aggregator = Aggregator::new(
             hier_name,
             Resolver::new(mount, opts.max_cgroups as usize * 2)?,
-            Names::system(),
+            {
+                let mut names = Names::system();
+                names.set_containerd_state(opts.containerd_state.clone());
+                names
+            },
             opts.max_cgroups as usize,
         );
         let session = Self {

@@ -1,5 +1,7 @@
 //! Names from metadata on disk: Kubernetes namespace, pod and container names from kubelet's log
-//! directories, Docker container names from Docker's per-container `config.v2.json`.
+//! directories, or from containerd's CRI annotations where those have no link (the sandbox, a
+//! container kubelet did not start), Docker container names from Docker's per-container
+//! `config.v2.json`.
 
 use std::collections::HashMap;
 use std::fs;
@@ -15,6 +17,13 @@ use super::{
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(5);
 /// Default bound on remembered pods, containers and Docker names (each).
 pub const DEFAULT_MAX_ENTRIES: usize = 16384;
+/// containerd's default state directory (k3s: `/run/k3s/containerd`).
+pub const DEFAULT_CONTAINERD_STATE: &str = "/run/containerd";
+/// The container name given to a pod's sandbox (pause) container, as kubelet named it in Docker
+/// (`k8s_POD_…`) and crictl lists it.
+pub const SANDBOX_CONTAINER: &str = "POD";
+/// Bytes of a CRI bundle's `config.json` read at most (an OCI spec is a few KiB).
+const MAX_SPEC_BYTES: u64 = 1 << 20;
 
 #[derive(Clone, Debug, PartialEq)]
 struct PodRef {
@@ -32,14 +41,20 @@ struct ContainerRef {
 /// Names enriched with Kubernetes and Docker metadata read from the filesystem:
 ///
 /// - pod uid → `namespace/pod` from `<log_root>/pods/<namespace>_<pod>_<uid>/`;
-/// - container id → container from `<log_root>/containers/<pod>_<namespace>_<container>-<id>.log`;
+/// - container id → container from `<log_root>/containers/<pod>_<namespace>_<container>-<id>.log`,
+///   else from the CRI annotations of containerd's bundle,
+///   `<containerd_state>/io.containerd.runtime.v2.task/k8s.io/<id>/config.json`
+///   (`io.kubernetes.cri.container-name`, `…sandbox-name`, `…sandbox-namespace`; a sandbox is
+///   named [`SANDBOX_CONTAINER`]);
 /// - Docker container id → name from `<docker_root>/containers/<id>/config.v2.json`.
 ///
 /// Kubernetes directories are rescanned on a miss, at most once per refresh interval; Docker
-/// configs are read per container on a miss and remembered (misses for one refresh interval).
+/// configs and CRI bundles are read per container on a miss and remembered (misses for one
+/// refresh interval).
 pub struct Names {
     log_root: PathBuf,
     docker_root: PathBuf,
+    containerd_state: PathBuf,
     refresh: Duration,
     max_entries: usize,
     last_scan: Option<Instant>,
@@ -47,6 +62,8 @@ pub struct Names {
     containers: HashMap<String, ContainerRef>,
     /// Docker id → name (`None`: not found, retried after `refresh`), and when read.
     docker: HashMap<String, (Option<String>, Instant)>,
+    /// Container id → its CRI names, as `docker`.
+    cri: HashMap<String, (Option<ContainerRef>, Instant)>,
 }
 
 impl Names {
@@ -56,13 +73,21 @@ impl Names {
         Names {
             log_root,
             docker_root,
+            containerd_state: PathBuf::from(DEFAULT_CONTAINERD_STATE),
             refresh: DEFAULT_REFRESH,
             max_entries: DEFAULT_MAX_ENTRIES,
             last_scan: None,
             pods: HashMap::new(),
             containers: HashMap::new(),
             docker: HashMap::new(),
+            cri: HashMap::new(),
         }
+    }
+
+    /// containerd's state directory, whose CRI bundles name containers without a log link
+    /// (default [`DEFAULT_CONTAINERD_STATE`]).
+    pub fn set_containerd_state(&mut self, dir: PathBuf) {
+        self.containerd_state = dir;
     }
 
     /// [`Names::new`] with `/var/log` and `/var/lib/docker`.
@@ -114,7 +139,15 @@ impl Names {
             self.maybe_rescan();
         }
         let suffix = if conmon { "-conmon" } else { "" };
-        if let Some(c) = cid.as_ref().and_then(|c| self.containers.get(c)) {
+        let cri = match &cid {
+            Some(c) if !self.containers.contains_key(c) => self.cri_ref(c),
+            _ => None,
+        };
+        if let Some(c) = cid
+            .as_ref()
+            .and_then(|c| self.containers.get(c))
+            .or(cri.as_ref())
+        {
             name.display = format!("{}/{}/{}{suffix}", c.namespace, c.pod, c.container);
             name.parts = Parts {
                 namespace: Some(c.namespace.clone()),
@@ -142,6 +175,30 @@ impl Names {
         self.last_scan = Some(Instant::now());
         self.pods = scan_pods(&self.log_root.join("pods"), self.max_entries);
         self.containers = scan_containers(&self.log_root.join("containers"), self.max_entries);
+    }
+
+    /// The CRI names of container `cid` from its containerd bundle's annotations.
+    fn cri_ref(&mut self, cid: &str) -> Option<ContainerRef> {
+        if let Some((r, at)) = self.cri.get(cid)
+            && (r.is_some() || at.elapsed() < self.refresh)
+        {
+            return r.clone();
+        }
+        let path = self
+            .containerd_state
+            .join("io.containerd.runtime.v2.task/k8s.io")
+            .join(cid)
+            .join("config.json");
+        let r = read_bounded(&path).and_then(|text| cri_annotations(&text));
+        if self.cri.len() >= self.max_entries {
+            self.cri.retain(|_, (r, _)| r.is_some());
+            if self.cri.len() >= self.max_entries {
+                self.cri.clear();
+            }
+        }
+        self.cri
+            .insert(cid.to_string(), (r.clone(), Instant::now()));
+        r
     }
 
     fn docker_name(&mut self, cid: &str) -> Option<String> {
@@ -224,6 +281,46 @@ fn scan_containers(dir: &Path, max: usize) -> HashMap<String, ContainerRef> {
             }
             _ => None,
         }
+    })
+}
+
+/// At most [`MAX_SPEC_BYTES`] of the file at `path`, as text.
+fn read_bounded(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    fs::File::open(path)
+        .ok()?
+        .take(MAX_SPEC_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// The names in the CRI annotations of an OCI spec (containerd's bundle `config.json`): the
+/// sandbox's namespace and name, and the container's name ([`SANDBOX_CONTAINER`] for the sandbox
+/// itself). `None` when the text is not such a spec.
+fn cri_annotations(text: &str) -> Option<ContainerRef> {
+    #[derive(serde::Deserialize)]
+    struct Spec {
+        #[serde(default)]
+        annotations: HashMap<String, String>,
+    }
+    let spec: Spec = serde_json::from_str(text).ok()?;
+    let get = |k: &str| {
+        spec.annotations
+            .get(&format!("io.kubernetes.cri.{k}"))
+            .filter(|v| !v.is_empty())
+            .cloned()
+    };
+    let container = match get("container-type")?.as_str() {
+        "sandbox" => SANDBOX_CONTAINER.to_string(),
+        "container" => get("container-name")?,
+        _ => return None,
+    };
+    Some(ContainerRef {
+        namespace: get("sandbox-namespace")?,
+        pod: get("sandbox-name")?,
+        container,
     })
 }
 
@@ -320,10 +417,63 @@ mod tests {
             let target = format!("/var/log/pods/{ns}_{pod}_{uid}/{container}/0.log");
             std::os::unix::fs::symlink(target, link).unwrap();
         }
+        /// A containerd CRI bundle for `cid` whose spec is `json`.
+        fn add_cri(&self, cid: &str, json: &str) {
+            let d = self.dir.path().join(format!(
+                "containerd/io.containerd.runtime.v2.task/k8s.io/{cid}"
+            ));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("config.json"), json).unwrap();
+        }
         fn add_docker(&self, cid: &str, json: &str) {
             let d = self.dir.path().join(format!("docker/containers/{cid}"));
             fs::create_dir_all(&d).unwrap();
             fs::write(d.join("config.v2.json"), json).unwrap();
+        }
+    }
+
+    /// Containers without a log link are named from containerd's CRI annotations: the sandbox
+    /// as `POD`, a container by its name; a bundle that is not a CRI spec names nothing.
+    #[test]
+    fn containers_without_a_log_link_are_named_from_cri_annotations() {
+        let r = Roots::new();
+        r.add_pod("default", "web-0", UID);
+        let spec = |kind: &str, name: &str| {
+            format!(
+                r#"{{"ociVersion":"1.2.0","process":{{"args":["/pause"]}},"annotations":{{
+                "io.kubernetes.cri.container-type":"{kind}",{name}
+                "io.kubernetes.cri.sandbox-name":"web-0",
+                "io.kubernetes.cri.sandbox-namespace":"default",
+                "io.kubernetes.cri.sandbox-uid":"{UID}"}}}}"#
+            )
+        };
+        r.add_cri(CID, &spec("sandbox", ""));
+        r.add_cri(
+            CID2,
+            &spec("container", r#""io.kubernetes.cri.container-name":"main","#),
+        );
+        let mut names = r.names();
+        names.set_containerd_state(r.dir.path().join("containerd"));
+        let base = format!("/kubepods/burstable/pod{UID}");
+        let sandbox = names.name(&format!("{base}/{CID}")).unwrap();
+        assert_eq!(sandbox.display, "default/web-0/POD");
+        let main = names.name(&format!("{base}/{CID2}")).unwrap();
+        assert_eq!(main.display, "default/web-0/main");
+        assert_eq!(main.labels().container.as_deref(), Some("main"));
+        assert!(!main.container_unmatched);
+        // Not a CRI spec, or no bundle: the pod and a short id, as before.
+        for (i, text) in [
+            "{}",
+            "not json",
+            r#"{"annotations":{"io.kubernetes.cri.container-type":"sandbox"}}"#,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cid = format!("{:064x}", i + 1);
+            r.add_cri(&cid, text);
+            let n = names.name(&format!("{base}/{cid}")).unwrap();
+            assert_eq!(n.display, format!("default/web-0/{}", &cid[..12]), "{text}");
         }
     }
 

@@ -2,14 +2,16 @@
 //!
 //! [`derive`] recognises the cgroup layouts of Kubernetes (cgroupfs and systemd drivers),
 //! Docker, podman, containerd/nerdctl, LXC and systemd from the path alone (`path`). [`Names`]
-//! adds Kubernetes namespace/pod/container names from kubelet's log directories and Docker
-//! container names from Docker's state directory (`metadata`).
+//! adds Kubernetes namespace/pod/container names from kubelet's log directories and containerd's
+//! CRI annotations, and Docker container names from Docker's state directory (`metadata`).
 
 mod metadata;
 mod model;
 mod path;
 
-pub use metadata::{DEFAULT_MAX_ENTRIES, DEFAULT_REFRESH, Names};
+pub use metadata::{
+    DEFAULT_CONTAINERD_STATE, DEFAULT_MAX_ENTRIES, DEFAULT_REFRESH, Names, SANDBOX_CONTAINER,
+};
 pub use model::{Name, NameKind, Parts};
 
 /// Derives a name from a cgroup path relative to its hierarchy's mount (e.g.
