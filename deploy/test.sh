@@ -32,7 +32,8 @@ mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
 sc = c["securityContext"]
 if not pod.get("hostPID"): fail("hostPID is not set")
 if not pod.get("hostNetwork"): fail("hostNetwork is not set (the node's hostname)")
-for p in ["/sys/fs/cgroup", "/sys/kernel", "/var/log/pods", "/var/log/containers"]:
+TASKS = "/run/containerd/io.containerd.runtime.v2.task"
+for p in ["/sys/fs/cgroup", "/sys/kernel", "/var/log/pods", "/var/log/containers", TASKS]:
     if p not in mounts: fail(f"{p} is not mounted")
     if not mounts[p].get("readOnly"): fail(f"{p} is not read-only")
 if not any(t.get("operator") == "Exists" for t in pod.get("tolerations", [])): fail("no toleration for every taint")
@@ -55,11 +56,12 @@ elif seccomp != {"type": "Localhost", "localhostProfile": "profiles/cgtrace.json
 types = {v["hostPath"]["path"]: v["hostPath"].get("type") for v in pod["volumes"] if "hostPath" in v}
 want_types = {"/sys/fs/cgroup": "Directory", "/sys/kernel": "Directory",
               "/var/log/pods": "DirectoryOrCreate", "/var/log/containers": "DirectoryOrCreate",
-              "/var/lib/cgtrace": "DirectoryOrCreate"}
+              "/var/lib/cgtrace": "DirectoryOrCreate", TASKS: "DirectoryOrCreate"}
 if types != want_types: fail(f"hostPath types {types}, want {want_types}")
 if args[0] != "record" or "--rotate" not in args or "--prometheus" not in args:
     fail(f"not a flight recorder with metrics: {args}")
 if args[args.index("--min-free") + 1] != "1G": fail(f"--min-free not passed: {args}")
+if args[args.index("--containerd-state") + 1] != "/run/containerd": fail(f"--containerd-state not passed: {args}")
 if "/var/lib/cgtrace" not in mounts: fail("no recording volume")
 if not c["resources"]["limits"].get("memory") or c["resources"]["limits"].get("cpu"):
     fail("want a memory limit and no CPU limit")

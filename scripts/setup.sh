@@ -141,6 +141,25 @@ install_otelcol() {
   rm -rf "$build"
 }
 
+# containerd (with its runc shim and ctr) and crictl, from the Go module proxy, for the real CRI
+# node test (tests/tests/cri.rs); Debian's runc runs the containers.
+CONTAINERD_VERSION=v2.4.2
+CRICTL_VERSION=v1.37.0
+install_cri() {
+  local stamp="$CONTAINERD_VERSION $CRICTL_VERSION"
+  if [[ -x $GOBIN_DIR/containerd && -x $GOBIN_DIR/containerd-shim-runc-v2 && -x $GOBIN_DIR/ctr &&
+        -x $GOBIN_DIR/crictl && $(cat "$GOBIN_DIR/.cri-version" 2>/dev/null) == "$stamp" ]]; then
+    say "containerd $CONTAINERD_VERSION, crictl $CRICTL_VERSION: present"; return
+  fi
+  say "containerd $CONTAINERD_VERSION, crictl $CRICTL_VERSION: building from the Go module proxy"
+  mkdir -p "$GOBIN_DIR"
+  local m=github.com/containerd/containerd/v2/cmd
+  GOBIN="$GOBIN_DIR" CGO_ENABLED=0 GOFLAGS=-mod=mod go install \
+    "$m/containerd@$CONTAINERD_VERSION" "$m/containerd-shim-runc-v2@$CONTAINERD_VERSION" "$m/ctr@$CONTAINERD_VERSION"
+  GOBIN="$GOBIN_DIR" CGO_ENABLED=0 GOFLAGS=-mod=mod go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  echo "$stamp" >"$GOBIN_DIR/.cri-version"
+}
+
 deps() {
   install_apt
   install_toolchain "$STABLE" rustfmt clippy
@@ -150,6 +169,7 @@ deps() {
   install_otlp_receiver
   install_helm
   install_otelcol
+  install_cri
 }
 
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay
