@@ -174,11 +174,12 @@ pub(super) fn print_advice_table(rows: &[(&'static str, String, AdviceReport)]) 
                         .iter()
                         .map(|w| {
                             format!(
-                                "{} {:.0}/{:.0} {:.0}/{:.0}",
+                                "{} {:.0}/{:.0} {:.0}(x{:.2})/{:.0}",
                                 w.name,
                                 w.predicted_periods,
                                 w.kernel_periods,
                                 w.predicted_ms,
+                                w.ms_scale,
                                 w.kernel_ms
                             )
                         })
