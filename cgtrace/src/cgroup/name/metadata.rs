@@ -179,54 +179,61 @@ impl Names {
 
     /// The CRI names of container `cid` from its containerd bundle's annotations.
     fn cri_ref(&mut self, cid: &str) -> Option<ContainerRef> {
-        if let Some((r, at)) = self.cri.get(cid)
-            && (r.is_some() || at.elapsed() < self.refresh)
-        {
-            return r.clone();
-        }
         let path = self
             .containerd_state
             .join("io.containerd.runtime.v2.task/k8s.io")
             .join(cid)
             .join("config.json");
-        let r = read_bounded(&path).and_then(|text| cri_annotations(&text));
-        if self.cri.len() >= self.max_entries {
-            self.cri.retain(|_, (r, _)| r.is_some());
-            if self.cri.len() >= self.max_entries {
-                self.cri.clear();
-            }
-        }
-        self.cri
-            .insert(cid.to_string(), (r.clone(), Instant::now()));
-        r
+        remembered(&mut self.cri, cid, self.refresh, self.max_entries, || {
+            read_bounded(&path).and_then(|text| cri_annotations(&text))
+        })
     }
 
     fn docker_name(&mut self, cid: &str) -> Option<String> {
-        if let Some((name, at)) = self.docker.get(cid)
-            && (name.is_some() || at.elapsed() < self.refresh)
-        {
-            return name.clone();
-        }
         let path = self
             .docker_root
             .join("containers")
             .join(cid)
             .join("config.v2.json");
-        let name = fs::read_to_string(path)
-            .ok()
-            .and_then(|text| config_name(&text))
-            .map(|n| n.trim_start_matches('/').to_string())
-            .filter(|n| !n.is_empty());
-        if self.docker.len() >= self.max_entries {
-            self.docker.retain(|_, (n, _)| n.is_some());
-            if self.docker.len() >= self.max_entries {
-                self.docker.clear();
-            }
-        }
-        self.docker
-            .insert(cid.to_string(), (name.clone(), Instant::now()));
-        name
+        remembered(
+            &mut self.docker,
+            cid,
+            self.refresh,
+            self.max_entries,
+            || {
+                fs::read_to_string(path)
+                    .ok()
+                    .and_then(|text| config_name(&text))
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .filter(|n| !n.is_empty())
+            },
+        )
     }
+}
+
+/// A per-container lookup remembered in `cache`: a hit is kept, a miss for `refresh`, then
+/// `read` again. Past `max` entries the misses go first, then everything.
+fn remembered<T: Clone>(
+    cache: &mut HashMap<String, (Option<T>, Instant)>,
+    cid: &str,
+    refresh: Duration,
+    max: usize,
+    read: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    if let Some((v, at)) = cache.get(cid)
+        && (v.is_some() || at.elapsed() < refresh)
+    {
+        return v.clone();
+    }
+    let v = read();
+    if cache.len() >= max {
+        cache.retain(|_, (v, _)| v.is_some());
+        if cache.len() >= max {
+            cache.clear();
+        }
+    }
+    cache.insert(cid.to_string(), (v.clone(), Instant::now()));
+    v
 }
 
 /// The entries of `dir` whose names `parse` accepts, keyed as it says; at most `max`.
