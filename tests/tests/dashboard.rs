@@ -1,10 +1,12 @@
 //! The shipped Grafana dashboard (`deploy/grafana/cgtrace.json`) against a real Prometheus
-//! (Debian's `prometheus`) scraping `cgtrace serve` on a host with three Kubernetes-shaped pods
-//! (cgroupfs-driver paths, kubelet's log directories for their names): a busy one, one throttled
-//! by its quota, one reading memory.stat. Every query of every panel, with its template variables
-//! set to `.+`, must return data; the pod-level ones must name the test's pods. And the "who
-//! delays whom" panel on a host without Kubernetes names: a hog and a victim cgroup on one CPU,
-//! the panel's pair hog → victim at the rate the stream charged.
+//! (Debian's `prometheus`) scraping `cgtrace serve`, with three workloads: a busy one, one
+//! throttled by its quota, one reading memory.stat. Twice: as pods on a Kubernetes node
+//! (cgroupfs-driver paths, kubelet's log directories for their names) and on a host without
+//! Kubernetes (a Docker container, systemd services), where no series has a `namespace` or `pod`.
+//! Every query of every panel, its template variables at their "All" value, must return data,
+//! and the per-cgroup ones must name the test's workloads. And the "who delays whom" panel on a
+//! host without Kubernetes names a hog and a victim cgroup on one CPU, the panel's pair hog →
+//! victim at the rate the stream charged.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -45,65 +47,116 @@ impl Drop for Planted {
     }
 }
 
-/// A pod with one container: its uid, container id and the container's cgroup directories
-/// (cpu hierarchy first, then cpuacct when mounted apart).
-struct Pod {
-    name: &'static str,
-    uid: String,
-    cid: String,
+/// One of the test's three workloads: its cgroup directories (cpu hierarchy first, then cpuacct
+/// when mounted apart) and the `name` label cgtrace must give it.
+struct Workload {
+    name: String,
     dirs: Vec<PathBuf>,
 }
 
-fn pod(tree: &mut Tree, mounts: &[PathBuf], name: &'static str, n: u32) -> Result<Pod> {
-    let pid = std::process::id();
-    let uid = format!("{pid:08x}-0000-4000-8000-{n:012x}");
-    let cid = format!("{:064x}", u64::from(pid) * 1000 + u64::from(n));
-    let mut dirs = Vec::new();
-    for m in mounts {
-        for rel in [
-            "/kubepods".to_string(),
-            "/kubepods/burstable".to_string(),
-            format!("/kubepods/burstable/pod{uid}"),
-            format!("/kubepods/burstable/pod{uid}/{cid}"),
-        ] {
-            if !m.join(&rel[1..]).exists() {
-                tree.0.push(TestCgroup::at(m, &rel)?);
-            }
-        }
-        dirs.push(m.join(format!("kubepods/burstable/pod{uid}/{cid}")));
-    }
-    Ok(Pod {
-        name,
-        uid,
-        cid,
-        dirs,
-    })
+/// Where the test's workloads live: a Kubernetes node (kubelet's cgroupfs paths, named by its
+/// log directories) or a host without Kubernetes (a Docker container named by its
+/// `config.v2.json`, systemd services).
+#[derive(Clone, Copy, PartialEq)]
+enum Host {
+    Kubernetes,
+    Plain,
 }
 
-/// Moves `pid` into the pod's container cgroups.
-fn join(p: &Pod, pid: u32) -> Result<()> {
-    for d in &p.dirs {
+/// The cgroup `rel` (and its parents) in every mount.
+fn cgroup_dirs(tree: &mut Tree, mounts: &[PathBuf], rel: &str) -> Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    for m in mounts {
+        let mut at = String::new();
+        for part in rel.trim_start_matches('/').split('/') {
+            at = format!("{at}/{part}");
+            if !m.join(&at[1..]).exists() {
+                tree.0.push(TestCgroup::at(m, &at)?);
+            }
+        }
+        dirs.push(m.join(&rel[1..]));
+    }
+    Ok(dirs)
+}
+
+/// Workload `n` (`role`: busy, batch, agent) on `host`, with its names planted where the real
+/// thing keeps them.
+fn workload(
+    tree: &mut Tree,
+    planted: &mut Planted,
+    mounts: &[PathBuf],
+    host: Host,
+    ns: &str,
+    role: &str,
+    n: u32,
+) -> Result<Workload> {
+    let pid = std::process::id();
+    let cid = format!("{:064x}", u64::from(pid) * 1000 + u64::from(n));
+    match host {
+        Host::Kubernetes => {
+            let uid = format!("{pid:08x}-0000-4000-8000-{n:012x}");
+            let pod = format!("{role}-0");
+            let dirs = cgroup_dirs(tree, mounts, &format!("/kubepods/burstable/pod{uid}/{cid}"))?;
+            plant_names(planted, ns, &pod, &uid, &cid)?;
+            Ok(Workload {
+                name: format!("{ns}/{pod}/main"),
+                dirs,
+            })
+        }
+        // The batch job a Docker container, the others systemd services.
+        Host::Plain if role == "batch" => {
+            let name = format!("{ns}-{role}");
+            let dir = Path::new("/var/lib/docker/containers").join(&cid);
+            plant_dir(planted, &dir)?;
+            let config = dir.join("config.v2.json");
+            fs::write(
+                &config,
+                format!("{{\"ID\":\"{cid}\",\"Name\":\"/{name}\"}}"),
+            )?;
+            planted.0.push(config);
+            let dirs = cgroup_dirs(tree, mounts, &format!("/docker/{cid}"))?;
+            Ok(Workload { name, dirs })
+        }
+        Host::Plain => {
+            let name = format!("{ns}-{role}.service");
+            let dirs = cgroup_dirs(tree, mounts, &format!("/system.slice/{name}"))?;
+            Ok(Workload { name, dirs })
+        }
+    }
+}
+
+/// Moves `pid` into the workload's cgroups.
+fn join(w: &Workload, pid: u32) -> Result<()> {
+    for d in &w.dirs {
         fs::write(d.join("cgroup.procs"), pid.to_string())
             .with_context(|| format!("moving {pid} into {}", d.display()))?;
     }
     Ok(())
 }
 
+/// `dir` and the parents it lacked, made and remembered for removal.
+fn plant_dir(planted: &mut Planted, dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.exists() {
+        missing.push(d.to_path_buf());
+        d = d.parent().context("no parent")?;
+    }
+    fs::create_dir_all(dir)?;
+    planted.0.extend(missing.into_iter().rev());
+    Ok(())
+}
+
 /// kubelet's names for the pod: `/var/log/pods/<ns>_<pod>_<uid>/` and
 /// `/var/log/containers/<pod>_<ns>_<container>-<id>.log`.
-fn plant_names(planted: &mut Planted, ns: &str, p: &Pod) -> Result<()> {
-    let pods = Path::new("/var/log/pods");
+fn plant_names(planted: &mut Planted, ns: &str, pod: &str, uid: &str, cid: &str) -> Result<()> {
+    plant_dir(
+        planted,
+        &Path::new("/var/log/pods").join(format!("{ns}_{pod}_{uid}")),
+    )?;
     let containers = Path::new("/var/log/containers");
-    for d in [pods, containers] {
-        if !d.exists() {
-            fs::create_dir_all(d)?;
-            planted.0.push(d.to_path_buf());
-        }
-    }
-    let pd = pods.join(format!("{ns}_{}_{}", p.name, p.uid));
-    fs::create_dir_all(&pd)?;
-    planted.0.push(pd);
-    let cf = containers.join(format!("{}_{ns}_main-{}.log", p.name, p.cid));
+    plant_dir(planted, containers)?;
+    let cf = containers.join(format!("{pod}_{ns}_main-{cid}.log"));
     fs::write(&cf, b"")?;
     planted.0.push(cf);
     Ok(())
@@ -183,8 +236,34 @@ fn query(prom: &str, expr: &str) -> Result<Vec<Value>> {
     Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
 }
 
+/// The value a template variable takes at "All".
+fn all_value(dash: &Value, var: &str) -> Result<String> {
+    dash["templating"]["list"]
+        .as_array()
+        .context("templating")?
+        .iter()
+        .find(|v| v["name"] == var)
+        .and_then(|v| v["allValue"].as_str())
+        .map(str::to_string)
+        .with_context(|| format!("variable {var} has no allValue"))
+}
+
 #[test]
-fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
+fn every_dashboard_query_returns_data_on_a_kubernetes_node() -> Result<()> {
+    every_query_returns_data(Host::Kubernetes)
+}
+
+/// A new user's first try on a host without Kubernetes: no `namespace` or `pod` label on any
+/// series, the variables at "All".
+#[test]
+fn every_dashboard_query_returns_data_on_a_host_without_kubernetes() -> Result<()> {
+    every_query_returns_data(Host::Plain)
+}
+
+/// Three workloads on `host` (busy, throttled by its quota, reading memory.stat); every query of
+/// every panel, its variables at "All", returns data from a real Prometheus scraping
+/// `cgtrace serve`, and every per-cgroup one names the test's workloads.
+fn every_query_returns_data(host: Host) -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
@@ -200,12 +279,10 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     }
     let mut tree = Tree::default();
     let mut planted = Planted(Vec::new());
-    let busy = pod(&mut tree, &mounts, "busy-0", 1)?;
-    let batch = pod(&mut tree, &mounts, "batch-0", 2)?;
-    let agent = pod(&mut tree, &mounts, "agent-0", 3)?;
-    for p in [&busy, &batch, &agent] {
-        plant_names(&mut planted, &ns, p)?;
-    }
+    let mut make = |role, n| workload(&mut tree, &mut planted, &mounts, host, &ns, role, n);
+    let busy = make("busy", 1)?;
+    let batch = make("batch", 2)?;
+    let agent = make("agent", 3)?;
     let quota = if batch.dirs[0].join("cpu.cfs_quota_us").exists() {
         ("cpu.cfs_quota_us", "20000".to_string())
     } else {
@@ -225,14 +302,13 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
                 "150",
                 "--reads-mode",
                 "syscall",
-                "--blame",
             ])
             .stdout(Stdio::null())
             .spawn()?,
     );
-    // Workloads after cgtrace is up, so their pods are named from their first window.
+    // Workloads after cgtrace is up, so they are named from their first window.
     std::thread::sleep(Duration::from_secs(3));
-    let spin = |p: &Pod, threads: usize| -> Result<workload::Task> {
+    let spin = |w: &Workload, threads: usize| -> Result<workload::Task> {
         let t = workload::Task::spawn(
             {
                 let mut c = Command::new(workload::bin("spin"));
@@ -243,7 +319,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
             None,
             false,
         )?;
-        join(p, t.pid())?;
+        join(w, t.pid())?;
         Ok(t)
     };
     let _busy = spin(&busy, cpus() + 1)?;
@@ -272,20 +348,24 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     let prometheus = start_prometheus(prometheus, "all", &metrics)?;
     let prom = prometheus.addr.clone();
 
-    // Every panel's queries, variables set to `.+`, the rate interval to 30 s.
+    // Every panel's queries, variables at their "All" value, the rate interval 30 s.
+    let (all_ns, all_pods) = (all_value(&dash, "namespace")?, all_value(&dash, "pod")?);
     let mut exprs = Vec::new();
     for p in dash["panels"].as_array().context("panels")? {
         for t in p["targets"].as_array().into_iter().flatten() {
             let e = t["expr"].as_str().context("expr")?;
             let e = e
-                .replace("$namespace", ".+")
-                .replace("$pod", ".+")
+                .replace("$namespace", &all_ns)
+                .replace("$pod", &all_pods)
                 .replace("$__rate_interval", "30s");
             exprs.push((p["title"].as_str().unwrap_or("?").to_string(), e));
         }
     }
     assert!(exprs.len() >= 12, "{} queries", exprs.len());
-    // Wait until every query has data (rates need two scrapes inside 30 s), at most 90 s.
+    let ours = [&busy.name, &batch.name, &agent.name];
+    // Wait until every query has data (rates need two scrapes inside 30 s), at most 90 s; a
+    // per-cgroup query (it filters by namespace/pod) must name one of ours, a Kubernetes one
+    // with our namespace.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut missing: Vec<String>;
     loop {
@@ -293,9 +373,12 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
         missing = Vec::new();
         for (title, e) in &exprs {
             let r = query(&prom, e).unwrap_or_default();
-            let pod_level = e.contains("pod=~");
-            let ours = r.iter().any(|s| s["metric"]["namespace"] == ns.as_str());
-            if r.is_empty() || (pod_level && !ours) {
+            let per_cgroup = e.contains("pod=~");
+            let named = r.iter().any(|s| {
+                ours.iter().any(|n| s["metric"]["name"] == n.as_str())
+                    && (host == Host::Plain || s["metric"]["namespace"] == ns.as_str())
+            });
+            if r.is_empty() || (per_cgroup && !named) {
                 missing.push(format!("{title}: {e}"));
             }
         }
@@ -305,39 +388,54 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() -> Result<()> {
     }
     assert!(
         missing.is_empty(),
-        "queries without data after 90 s:\n{}",
+        "queries without data (or without the test's cgroups by name) after 90 s:\n{}",
         missing.join("\n")
     );
     for (title, e) in &exprs {
         eprintln!("{title}: {} series", query(&prom, e)?.len());
     }
-    // The template variables' values: the test's namespace and pods.
-    let pods = query(
+    // Every workload by name; on the node the variables' values are the test's namespace and
+    // pods, elsewhere there are none (and "All" still matched everything above).
+    let names = query(
         &prom,
-        &format!("count by (pod) (cgtrace_runq_wait_seconds_count{{namespace=\"{ns}\"}})"),
+        "count by (name, namespace, pod) (cgtrace_runq_wait_seconds_count)",
     )?;
-    let names: Vec<&str> = pods
+    let has = |n: &str| names.iter().any(|s| s["metric"]["name"] == n);
+    for n in ours {
+        assert!(has(n), "{n} not among the names: {names:?}");
+    }
+    let pods: Vec<&str> = names
         .iter()
+        .filter(|s| s["metric"]["namespace"] == ns.as_str())
         .filter_map(|s| s["metric"]["pod"].as_str())
         .collect();
-    for p in ["busy-0", "batch-0", "agent-0"] {
-        assert!(names.contains(&p), "pod {p} in {names:?}");
+    match host {
+        Host::Kubernetes => {
+            for p in ["busy-0", "batch-0", "agent-0"] {
+                assert!(pods.contains(&p), "pod {p} in {pods:?}");
+            }
+        }
+        Host::Plain => assert!(pods.is_empty(), "pods on a host without any: {pods:?}"),
     }
-    // The throttled pod's share of periods throttled is high, the busy pod has none.
-    let share = query(
-        &prom,
-        &format!(
-            "sum by (pod) (rate(cgtrace_throttled_periods_total{{namespace=\"{ns}\"}}[30s])) / sum by (pod) (rate(cgtrace_throttle_periods_total{{namespace=\"{ns}\"}}[30s]))"
-        ),
-    )?;
+    // The throttled workload's share of periods throttled is high (the dashboard's panel).
+    let share_expr = &exprs
+        .iter()
+        .find(|(t, _)| t == "Throttled share of periods")
+        .context("no throttled share panel")?
+        .1;
+    let share = query(&prom, share_expr)?;
     let batch_share = share
         .iter()
-        .find(|s| s["metric"]["pod"] == "batch-0")
+        .find(|s| s["metric"]["name"] == batch.name.as_str())
         .and_then(|s| s["value"][1].as_str())
         .and_then(|v| v.parse::<f64>().ok())
-        .context("batch-0's throttled share")?;
-    eprintln!("batch-0 throttled share {batch_share}");
-    assert!(batch_share > 0.9, "batch-0 throttled share {batch_share}");
+        .with_context(|| format!("{}'s throttled share in {share:?}", batch.name))?;
+    eprintln!("{} throttled share {batch_share}", batch.name);
+    assert!(
+        batch_share > 0.9,
+        "{} throttled share {batch_share}",
+        batch.name
+    );
     drop(planted);
     drop(tree);
     Ok(())

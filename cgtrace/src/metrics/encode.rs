@@ -226,6 +226,26 @@ fn finite(v: f64) -> f64 {
     if v.is_finite() { v } else { 0.0 }
 }
 
+/// A cgroup's labels: `cgroup` (its path, `id:N` unresolved), `name` (what the view calls it:
+/// `ns/pod/container`, a Docker container's or a systemd unit's name, else the path: every
+/// series has one, so a dashboard can group by it on any host) and the Kubernetes `namespace`,
+/// `pod`, `container` where the name has them.
+pub fn cgroup_labels(c: &crate::model::CgroupWindow) -> Labels {
+    let path = c.path.clone().unwrap_or_else(|| format!("id:{}", c.id));
+    let name = c.name.clone().unwrap_or_else(|| path.clone());
+    let mut l = vec![("cgroup", path), ("name", name)];
+    for (k, v) in [
+        ("namespace", &c.namespace),
+        ("pod", &c.pod),
+        ("container", &c.container),
+    ] {
+        if let Some(v) = v {
+            l.push((k, v.clone()));
+        }
+    }
+    l
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ pub mod outputs;
 pub mod peers;
 
 pub use encode::OTHER;
-use encode::{Kind, Labels, MetricFamily};
+use encode::{Kind, Labels, MetricFamily, cgroup_labels};
 
 use crate::{
     family,
@@ -125,18 +125,6 @@ fn parts<'a, T>(series: &[&'a Series], part: fn(&'a Series) -> &'a T) -> Vec<(&'
     series.iter().map(|s| (&s.labels, part(s))).collect()
 }
 
-/// A cgroup's Kubernetes/container labels, from the structured parts of its name.
-fn name_labels(c: &CgroupWindow) -> Vec<(&'static str, String)> {
-    [
-        ("namespace", &c.namespace),
-        ("pod", &c.pod),
-        ("container", &c.container),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
-    .collect()
-}
-
 impl Metrics {
     pub fn new(opts: MetricsOptions) -> Self {
         Self {
@@ -144,7 +132,7 @@ impl Metrics {
             series: HashMap::new(),
             folded: HashMap::new(),
             other: Series {
-                labels: vec![("cgroup", OTHER.to_string())],
+                labels: vec![("cgroup", OTHER.to_string()), ("name", OTHER.to_string())],
                 ..Series::default()
             },
             folded_total: 0,
@@ -171,8 +159,7 @@ impl Metrics {
             } else if self.folded.contains_key(&key) {
                 Slot::Other
             } else if self.series.len() < self.opts.max_series {
-                let mut labels = vec![("cgroup", key.clone())];
-                labels.extend(name_labels(c));
+                let labels = cgroup_labels(c);
                 self.series.insert(
                     key.clone(),
                     Series {
@@ -189,6 +176,15 @@ impl Metrics {
             match slot {
                 Slot::Own => {
                     let s = self.series.get_mut(&key).expect("inserted above");
+                    // A cgroup named after its series began (metadata that came later)
+                    // carries its name from now on.
+                    if c.name.is_some()
+                        && s.labels
+                            .get(1)
+                            .is_none_or(|(_, n)| Some(n) != c.name.as_ref())
+                    {
+                        s.labels = cgroup_labels(c);
+                    }
                     s.add(c);
                     s.last_ms = w.end_unix_ms;
                 }

@@ -84,6 +84,9 @@ fn split_labels(labels: &Labels) -> (Labels, Labels) {
             ("pod", true) => "k8s.pod.name",
             ("container", true) => "k8s.container.name",
             ("container", false) => "container.name",
+            // A pod's or container's name is its resource's; a cgroup's elsewhere stays a
+            // data point attribute.
+            ("name", true) => continue,
             _ => {
                 point.push((*k, v.clone()));
                 continue;

@@ -84,12 +84,12 @@ fn quota_usage_reads_dying_memcgs_and_own_cost_are_series() {
     m.update(&w);
     m.update(&window(2, 3000, vec![c]));
     let t = m.render();
-    let l = r#"{cgroup="/kubepods/pod-a/c1",namespace="default",pod="web-0",container="nginx"}"#;
+    let l = r#"{cgroup="/kubepods/pod-a/c1",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx"}"#;
     for want in [
         format!("cgtrace_cpu_quota_cores{l} 0.5\n"),
         format!("cgtrace_cpu_usage_seconds_total{l} 0.8\n"),
-        "cgtrace_read_seconds_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"cgroup\"} 0.0006\n".into(),
-        "cgtrace_reads_total{cgroup=\"/kubepods/pod-a/c1\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"proc\"} 6\n".into(),
+        "cgtrace_read_seconds_total{cgroup=\"/kubepods/pod-a/c1\",name=\"default/web-0/nginx\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"cgroup\"} 0.0006\n".into(),
+        "cgtrace_reads_total{cgroup=\"/kubepods/pod-a/c1\",name=\"default/web-0/nginx\",namespace=\"default\",pod=\"web-0\",container=\"nginx\",fs=\"proc\"} 6\n".into(),
         "cgtrace_dying_memcgs 42\n".into(),
         "cgtrace_process_cpu_seconds_total ".into(),
         "cgtrace_process_resident_memory_bytes ".into(),
@@ -143,7 +143,7 @@ fn histogram_is_cumulative_and_exact_at_powers_of_two() {
     ));
     m.update(&window(2, 2000, vec![cgroup(7, "/a\"b", &[2000])]));
     let t = m.render();
-    let l = r#"cgroup="/a\"b",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
+    let l = r#"cgroup="/a\"b",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",kind="wakeup""#;
     for (le, n) in [
         ("0.000001024", 2),
         ("0.000002048", 4),
@@ -179,11 +179,11 @@ fn diagnoses_are_counted_per_window() {
     }
     let t = m.render();
     assert!(
-        t.contains(r#"cgtrace_flagged_windows_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits"} 2"#),
+        t.contains(r#"cgtrace_flagged_windows_total{cgroup="/slow",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits"} 2"#),
         "{t}"
     );
     // What the last window's change should do, by the metric it names.
-    let gauge = r#"cgtrace_flag_expected_change_percent{cgroup="/slow",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits",metric="runq_wait_us"} -80"#;
+    let gauge = r#"cgtrace_flag_expected_change_percent{cgroup="/slow",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",family="runq",code="runq_long_waits",metric="runq_wait_us"} -80"#;
     assert!(t.contains(gauge), "{t}");
     // A window without the flag takes it away.
     m.update(&window(3, 3000, vec![cgroup(7, "/slow", &[5000])]));
@@ -237,7 +237,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         assert_eq!(l.len(), 1, "{prefix} in\n{t}");
         l[0].rsplit_once(' ').unwrap().1.parse().unwrap()
     };
-    let blame = r#"cgtrace_runq_wait_blame_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",part="#;
+    let blame = r#"cgtrace_runq_wait_blame_seconds_total{cgroup="/slow",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",part="#;
     let near = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} vs {b}");
     near(value(&format!("{blame}\"throttled_own\"}}")), 3.0);
     near(value(&format!("{blame}\"siblings\"}}")), 1.5);
@@ -252,7 +252,7 @@ fn blame_parts_neighbours_and_caused_are_counters() {
         !t.contains("part=\"irq\""),
         "a part the kernel cannot tell has no series:\n{t}"
     );
-    let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",neighbour="#;
+    let by = r#"cgtrace_runq_wait_by_neighbour_seconds_total{cgroup="/slow",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",neighbour="#;
     near(value(&format!("{by}\"/n10\"}}")), 0.1);
     // 15 named neighbours seen: 10 get series, the other 5 and the summed ones are "other".
     let named = t
@@ -287,10 +287,13 @@ fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
     assert_eq!(m.cgroups(), 2);
     let t = m.render();
     assert!(
-        t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other","#),
+        t.contains(r#"cgtrace_runq_wait_seconds_count{cgroup="other",name="other","#),
         "{t}"
     );
-    assert!(t.contains(r#"cgroup="other",kind="wakeup"} 3"#), "{t}");
+    assert!(
+        t.contains(r#"cgroup="other",name="other",kind="wakeup"} 3"#),
+        "{t}"
+    );
     assert!(t.contains("cgtrace_series_folded_total 3\n"));
     // 20 s later only cgroup 9 is active: the others expire, 9 gets its own series.
     m.update(&window(2, 21_000, vec![cgroup(9, "/c9", &[5000])]));
@@ -311,7 +314,7 @@ fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
     );
     assert!(
         t.contains(
-            r#"cgroup="/c9",namespace="default",pod="web-0",container="nginx",kind="wakeup"} 2"#
+            r#"cgroup="/c9",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",kind="wakeup"} 2"#
         ),
         "{t}"
     );
@@ -355,13 +358,13 @@ fn delayed_by_pairs_are_bounded_escaped_and_add_up() {
         .find(|l| l.contains(r#"culprit="/kubepods/a\"b\\c\nd",culprit_name="evil\"name"}"#))
         .unwrap_or_else(|| panic!("the evil culprit escaped in\n{t}"));
     assert!(
-        evil.starts_with(r#"cgtrace_runq_wait_delayed_by_seconds_total{cgroup="/slow",namespace="default",pod="web-0",container="nginx",culprit="#),
+        evil.starts_with(r#"cgtrace_runq_wait_delayed_by_seconds_total{cgroup="/slow",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx",culprit="#),
         "{evil}"
     );
     assert!((value(evil) - 1.2).abs() < 1e-9, "{evil}");
     let other = lines
         .iter()
-        .find(|l| l.contains(r#"{cgroup="other",culprit="other"}"#))
+        .find(|l| l.contains(r#"{cgroup="other",name="other",culprit="other"}"#))
         .unwrap_or_else(|| panic!("other in\n{t}"));
     // /n2 (0.2 s) and /n3 (0.1 s) and the unnamed 0.05 s, three times.
     assert!((value(other) - 1.05).abs() < 1e-9, "{other}");

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use crate::{
     family::runq::model::Party,
-    metrics::encode::{Kind, Labels, MetricFamily, OTHER, Sample, Value},
+    metrics::encode::{Kind, Labels, MetricFamily, OTHER, Sample, Value, cgroup_labels},
     model::{CgroupWindow, Window},
 };
 
@@ -71,20 +71,6 @@ pub struct Pairs {
 
 fn cgroup_label(id: u64, path: &Option<String>) -> String {
     path.clone().unwrap_or_else(|| format!("id:{id}"))
-}
-
-fn victim_labels(c: &CgroupWindow) -> Labels {
-    let mut l = vec![("cgroup", cgroup_label(c.id, &c.path))];
-    for (k, v) in [
-        ("namespace", &c.namespace),
-        ("pod", &c.pod),
-        ("container", &c.container),
-    ] {
-        if let Some(v) = v {
-            l.push((k, v.clone()));
-        }
-    }
-    l
 }
 
 impl Pairs {
@@ -177,7 +163,7 @@ impl Pairs {
                 _ => return false,
             }
         }
-        let mut labels = victim_labels(c);
+        let mut labels = cgroup_labels(c);
         labels.push(("culprit", key.1.clone()));
         if let Some(name) = &n.name {
             labels.push(("culprit_name", name.clone()));
@@ -266,6 +252,7 @@ impl Pairs {
             f.num(
                 &vec![
                     ("cgroup", OTHER.to_string()),
+                    ("name", OTHER.to_string()),
                     ("culprit", OTHER.to_string()),
                 ],
                 None,
