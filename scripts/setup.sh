@@ -160,16 +160,41 @@ install_cri() {
   echo "$stamp" >"$GOBIN_DIR/.cri-version"
 }
 
+# kubelet from the Go module proxy: k8s.io/kubernetes points its 33 staging modules at ./staging,
+# which a module download lacks, so tests/kubelet/go.mod requires it with each replaced by its
+# published k8s.io/<name> (go.sum pinned). ~5-10 min on two cores; the version set with -ldflags.
+KUBELET_VERSION=v1.37.2
+install_kubelet() {
+  local stamp; stamp="$KUBELET_VERSION $(cat tests/kubelet/go.mod tests/kubelet/go.sum | sha256sum | cut -c1-16)"
+  if [[ -x $GOBIN_DIR/kubelet && $(cat "$GOBIN_DIR/.kubelet-version" 2>/dev/null) == "$stamp" ]]; then
+    say "kubelet $KUBELET_VERSION: present"; return
+  fi
+  say "kubelet $KUBELET_VERSION: building from the Go module proxy"
+  mkdir -p "$GOBIN_DIR"
+  local minor=${KUBELET_VERSION#v1.}; minor=${minor%%.*}
+  (cd "$here/tests/kubelet" && CGO_ENABLED=0 go build -mod=mod -trimpath -o "$GOBIN_DIR/kubelet.new" -ldflags \
+    "-s -w -X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+    k8s.io/kubernetes/cmd/kubelet)
+  mv "$GOBIN_DIR/kubelet.new" "$GOBIN_DIR/kubelet"
+  echo "$stamp" >"$GOBIN_DIR/.kubelet-version"
+}
+
 deps() {
   install_apt
   install_toolchain "$STABLE" rustfmt clippy
   install_toolchain "$NIGHTLY" rust-src rustfmt clippy
   install_bpf_linker
+}
+
+# The real programs the tests run beside cgtrace, built from the Go module proxy (not needed to
+# run it: `run` skips them).
+test_deps() {
   install_cargo_fuzz
   install_otlp_receiver
   install_helm
   install_otelcol
   install_cri
+  install_kubelet
 }
 
 # A short fuzz run of every target from its committed seed corpus (copied, so new inputs stay
@@ -254,7 +279,7 @@ run_tests() {
 }
 
 case "${1:-}" in
-  deps) deps ;;
+  deps) deps; test_deps ;;
   run)
     shift; deps; build
     # The live view on a terminal; the NDJSON stream when piped (no terminal to draw on).
@@ -262,8 +287,8 @@ case "${1:-}" in
       say "starting cgtrace top $*"; exec target/release/cgtrace top "$@"
     fi
     say "no terminal: starting cgtrace stream $*"; exec target/release/cgtrace stream "$@" ;;
-  test) deps; build; build_image; run_tests ;;
+  test) deps; test_deps; build; build_image; run_tests ;;
   image) deps; build_image ;;
-  fuzz-bench) deps; fuzz_bench ;;
+  fuzz-bench) deps; test_deps; fuzz_bench ;;
   *) die "usage: $0 run [ARGS…] | test | deps | image | fuzz-bench" ;;
 esac

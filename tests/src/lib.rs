@@ -3,8 +3,10 @@
 pub mod advice;
 pub mod cgroup;
 pub mod chromium;
+pub mod cri;
 pub mod fuse;
 pub mod hostile;
+pub mod kubelet;
 pub mod lxcfs;
 pub mod memcg;
 pub mod node;

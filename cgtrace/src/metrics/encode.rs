@@ -229,7 +229,7 @@ fn finite(v: f64) -> f64 {
 /// A cgroup's labels: `cgroup` (its path, `id:N` unresolved), `name` (what the view calls it:
 /// `ns/pod/container`, a Docker container's or a systemd unit's name, else the path: every
 /// series has one, so a dashboard can group by it on any host) and the Kubernetes `namespace`,
-/// `pod`, `container` where the name has them.
+/// `pod`, `container` and `qos` (the QoS class) where the name has them.
 pub fn cgroup_labels(c: &crate::model::CgroupWindow) -> Labels {
     let path = c.path.clone().unwrap_or_else(|| format!("id:{}", c.id));
     let name = c.name.clone().unwrap_or_else(|| path.clone());
@@ -238,6 +238,7 @@ pub fn cgroup_labels(c: &crate::model::CgroupWindow) -> Labels {
         ("namespace", &c.namespace),
         ("pod", &c.pod),
         ("container", &c.container),
+        ("qos", &c.qos),
     ] {
         if let Some(v) = v {
             l.push((k, v.clone()));

@@ -275,6 +275,10 @@ pub struct CgroupWindow {
     pub pod: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// A Kubernetes pod's or container's QoS class (`guaranteed`, `burstable`, `besteffort`),
+    /// from where kubelet put its cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
     /// The cgroup was removed during this window; this is its last appearance.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
@@ -320,6 +324,7 @@ impl CgroupWindow {
             namespace: parts.namespace,
             pod: parts.pod,
             container: parts.container,
+            qos: name.and_then(|n| n.qos.clone()),
             removed: false,
             runq,
             caused: None,

@@ -74,9 +74,10 @@ impl Filter {
     }
 }
 
-/// What a filter is matched against: the name and the path, lower-cased, `\n`-separated (so a
-/// substring never spans both).
-pub fn haystack(name: Option<&str>, path: Option<&str>) -> String {
+/// What a filter is matched against: the name, the path and a Kubernetes QoS class as
+/// `qos:<class>` (`qos:guaranteed` finds guaranteed pods, whose path does not say it),
+/// lower-cased, `\n`-separated (so a substring never spans two).
+pub fn haystack(name: Option<&str>, path: Option<&str>, qos: Option<&str>) -> String {
     let mut s = String::new();
     if let Some(n) = name {
         s.push_str(&n.to_lowercase());
@@ -84,6 +85,10 @@ pub fn haystack(name: Option<&str>, path: Option<&str>) -> String {
     s.push('\n');
     if let Some(p) = path {
         s.push_str(&p.to_lowercase());
+    }
+    if let Some(q) = qos {
+        s.push_str("\nqos:");
+        s.push_str(q);
     }
     s
 }
@@ -94,7 +99,16 @@ mod tests {
 
     #[test]
     fn substring_is_case_insensitive_and_regex_compiles_once() {
-        let h = haystack(Some("default/web/Nginx"), Some("/kubepods/pod1/abc"));
+        let h = haystack(
+            Some("default/web/Nginx"),
+            Some("/kubepods/pod1/abc"),
+            Some("guaranteed"),
+        );
+        assert!(
+            Filter::new("qos:guaranteed", FilterKind::Substring)
+                .expect("f")
+                .matches(&h)
+        );
         assert!(
             Filter::new("NGINX", FilterKind::Substring)
                 .expect("f")

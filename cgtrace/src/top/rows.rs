@@ -133,10 +133,11 @@ fn ident_of(name: Option<&str>, path: Option<&str>) -> u64 {
     foldhash::fast::FixedState::default().hash_one((name, path))
 }
 
-/// What a cgroup's name and path give its row: the filter's haystack and the tree depth.
+/// What a cgroup's name, path and QoS class give its row: the filter's haystack and the tree
+/// depth.
 fn filter_and_depth(cg: &CgroupWindow) -> (String, u16) {
     (
-        haystack(cg.name.as_deref(), cg.path.as_deref()),
+        haystack(cg.name.as_deref(), cg.path.as_deref(), cg.qos.as_deref()),
         cg.path.as_deref().map_or(0, depth_of),
     )
 }

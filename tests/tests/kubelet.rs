@@ -1,0 +1,468 @@
+//! cgtrace on a real node: kubelet v1.37 in standalone mode over containerd v2
+//! (`cgtrace_tests::kubelet`), three static pods from images built here — a busy pod (BestEffort,
+//! with an init container), a pod with a CPU limit that throttles it (Guaranteed) and a noisy
+//! neighbour of the busy pod on the same CPU (Burstable). Everything is checked against what
+//! kubelet and the kernel say: the names (namespace/pod/container, the sandbox as `POD`, the
+//! init container) and QoS classes in the stream and Prometheus labels from the first or second
+//! window of each cgroup; the throttled container's periods and throttled time against its
+//! `cpu.stat`; the busy pod's wait charged to the neighbour by name; and a pod deleted and
+//! re-created with the same name seen under its new uid.
+use std::{
+    collections::BTreeMap,
+    fs,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, ensure};
+use cgtrace_tests::{
+    can_trace,
+    cri::{PAUSE_C, SPIN_C, image, require},
+    kubelet::{NODE, Node, running},
+    record::free_port,
+    scratch::{Scratch, path_str as s},
+    stream::Stream,
+    workload::cpus,
+};
+use serde_json::Value;
+
+const PAUSE: &str = "localhost/cgtrace-pause:test";
+const SPIN: &str = "localhost/cgtrace-spin:test";
+
+/// The busy pod: BestEffort, pinned to `cpu`, after an init container that runs 3 s. `gen`
+/// goes into an annotation: a changed manifest is a new pod to kubelet (a new uid).
+fn busy(cpu: usize, generation: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: busy
+  namespace: shop
+  annotations:
+    cgtrace.test/generation: "{generation}"
+spec:
+  hostNetwork: true
+  initContainers:
+  - name: setup
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "wait", "3000"]
+  containers:
+  - name: app
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "cpu", "{cpu}"]
+"#
+    )
+}
+
+/// A CPU limit of 200m with requests equal: Guaranteed, throttled at 20 ms per 100 ms.
+fn throttled() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: throttled
+  namespace: shop
+spec:
+  hostNetwork: true
+  containers:
+  - name: worker
+    image: {SPIN}
+    imagePullPolicy: Never
+    resources:
+      limits: {{cpu: 200m, memory: 64Mi}}
+      requests: {{cpu: 200m, memory: 64Mi}}
+"#
+    )
+}
+
+/// Burstable (a request, no limit) on the busy pod's CPU, with fifty times its weight.
+fn noisy(cpu: usize) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: noisy
+  namespace: batch
+spec:
+  hostNetwork: true
+  containers:
+  - name: hog
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "cpu", "{cpu}"]
+    resources:
+      requests: {{cpu: 100m}}
+"#
+    )
+}
+
+/// The cgroups the windows list, by path: their entries in window order (index, entry).
+fn by_path(windows: &[Value]) -> BTreeMap<String, Vec<(usize, Value)>> {
+    let mut m: BTreeMap<String, Vec<(usize, Value)>> = BTreeMap::new();
+    for (i, w) in windows.iter().enumerate() {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            if let Some(p) = c["path"].as_str() {
+                m.entry(p.to_string()).or_default().push((i, c.clone()));
+            }
+        }
+    }
+    m
+}
+
+/// The cgroup path of container `cid` of pod `uid` among `paths` (cgroupfs driver:
+/// `…/pod<uid>/<cid>`).
+fn container_path<'a>(
+    mut paths: impl Iterator<Item = &'a String>,
+    uid: &str,
+    cid: &str,
+) -> Option<String> {
+    let tail = format!("/pod{uid}/{cid}");
+    paths.find(|p| p.ends_with(&tail)).cloned()
+}
+
+/// kubelet's ids of a static pod's containers: (pod uid, [(container, id, init)]).
+fn ids(pod: &Value) -> (String, Vec<(String, String, bool)>) {
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
+    let mut out = Vec::new();
+    for (k, init) in [
+        ("initContainerStatuses", true),
+        ("containerStatuses", false),
+    ] {
+        for c in pod["status"][k].as_array().into_iter().flatten() {
+            let id = c["containerID"].as_str().unwrap_or("");
+            if let Some(id) = id.strip_prefix("containerd://") {
+                out.push((
+                    c["name"].as_str().unwrap_or("").to_string(),
+                    id.to_string(),
+                    init,
+                ));
+            }
+        }
+    }
+    (uid, out)
+}
+
+/// `(nr_periods, nr_throttled, throttled µs)` from a cgroup v1 or v2 `cpu.stat`.
+fn cpu_stat(path: &str) -> Result<(u64, u64, f64)> {
+    let dir = [
+        "/sys/fs/cgroup/cpu,cpuacct",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup",
+    ]
+    .iter()
+    .map(|m| format!("{m}{path}"))
+    .find(|d| fs::metadata(format!("{d}/cpu.stat")).is_ok())
+    .with_context(|| format!("no cpu.stat for {path}"))?;
+    let stat = fs::read_to_string(format!("{dir}/cpu.stat"))?;
+    let get = |k: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let us = if stat.contains("throttled_usec") {
+        get("throttled_usec ") as f64
+    } else {
+        get("throttled_time ") as f64 / 1e3
+    };
+    Ok((get("nr_periods "), get("nr_throttled "), us))
+}
+
+#[test]
+fn pods_under_a_real_kubelet_are_named_with_their_qos_and_match_the_kernel() -> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    require(&[
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "crictl",
+        "kubelet",
+    ])?;
+    let scratch = Scratch::new("kubelet")?;
+    let dir = scratch.0.clone();
+    let images = [
+        image(&dir, "pause", PAUSE_C, PAUSE)?,
+        image(&dir, "spin", SPIN_C, SPIN)?,
+    ];
+    let node = Node::start(&dir, PAUSE, &images)?;
+    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let state = node.containerd().state();
+    let mut stream = Stream::start(&[
+        "--interval",
+        "1000",
+        "--containerd-state",
+        s(&state),
+        "--prometheus",
+        &metrics,
+    ])?;
+    stream.windows(1)?;
+
+    let cpu = cpus() - 1;
+    node.apply("busy", &busy(cpu, 1))?;
+    node.apply("throttled", &throttled())?;
+    node.apply("noisy", &noisy(cpu))?;
+    let pods = node.wait_for("the three pods running", Duration::from_secs(60), |p| {
+        ["busy", "throttled", "noisy"].iter().all(|n| running(p, n))
+    })?;
+    let started = stream.seen.len();
+    // The throttled container's cpu.stat at a window's end, and again six windows later.
+    let pod = |name: &str| {
+        pods.iter()
+            .find(|p| p["metadata"]["name"] == format!("{name}-{NODE}").as_str())
+            .cloned()
+            .context("pod")
+    };
+    let (busy_pod, throttled_pod, noisy_pod) = (pod("busy")?, pod("throttled")?, pod("noisy")?);
+    stream.windows(2)?;
+    let paths = by_path(
+        &stream.seen[started..]
+            .iter()
+            .filter(|w| w["type"] == "window")
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let (t_uid, t_ids) = ids(&throttled_pod);
+    let worker = container_path(paths.keys(), &t_uid, &t_ids[0].1)
+        .with_context(|| format!("the throttled container's cgroup among {:?}", paths.keys()))?;
+    // Lines wait in the pipe while kubelet starts the pods: the window that ends after now
+    // (not one from the backlog) is where the kernel's count starts.
+    // kubelet gives the pod's cgroup and its container the same quota: each is checked
+    // against its own cpu.stat.
+    let pod_cg = worker
+        .rsplit_once('/')
+        .map(|(p, _)| p.to_string())
+        .context("the pod's cgroup")?;
+    fresh_window(&mut stream)?;
+    let k0 = [cpu_stat(&pod_cg)?, cpu_stat(&worker)?];
+    let from = stream.seen.len();
+    stream.windows(5)?;
+    fresh_window(&mut stream)?;
+    let k1 = [cpu_stat(&pod_cg)?, cpu_stat(&worker)?];
+    let after_start: Vec<Value> = stream.seen[started..]
+        .iter()
+        .filter(|w| w["type"] == "window")
+        .cloned()
+        .collect();
+    let measured: Vec<Value> = stream.seen[from..]
+        .iter()
+        .filter(|w| w["type"] == "window")
+        .cloned()
+        .collect();
+
+    // Names and QoS classes, from the start of each cgroup.
+    let paths = by_path(&after_start);
+    let mut expected = Vec::new();
+    for (p, ns, qos) in [
+        (&busy_pod, "shop", "besteffort"),
+        (&throttled_pod, "shop", "guaranteed"),
+        (&noisy_pod, "batch", "burstable"),
+    ] {
+        let (uid, containers) = ids(p);
+        let pod = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+        for (name, id, _) in containers {
+            expected.push((uid.clone(), id, ns, pod.clone(), name, qos));
+        }
+        // The sandbox: containerd's id for it, from crictl.
+        let sandbox = node
+            .containerd()
+            .crictl(&["pods", "-q", "--name", &pod, "--state", "ready"])?;
+        let sandbox = sandbox.lines().next().context("sandbox id")?.to_string();
+        expected.push((uid, sandbox, ns, pod, "POD".to_string(), qos));
+    }
+    for (uid, id, ns, pod, container, qos) in &expected {
+        let Some(path) = container_path(paths.keys(), uid, id) else {
+            // The init container ran before the pods were all running: look in every window.
+            let all = by_path(
+                &stream
+                    .seen
+                    .iter()
+                    .filter(|w| w["type"] == "window")
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            let path = container_path(all.keys(), uid, id)
+                .with_context(|| format!("{ns}/{pod}/{container} ({id}) in no window"))?;
+            check_named(&all[&path], ns, pod, container, qos)?;
+            continue;
+        };
+        check_named(&paths[&path], ns, pod, container, qos)?;
+    }
+
+    // The throttled pod and its container against their cpu.stat over the same windows.
+    let mut throttled_periods = 0;
+    for ((path, k0), k1) in [&pod_cg, &worker].into_iter().zip(k0).zip(k1) {
+        let (mut periods, mut thr, mut us) = (0u64, 0u64, 0f64);
+        for w in &measured {
+            for c in w["cgroups"].as_array().into_iter().flatten() {
+                if c["path"] == path.as_str() && !c["throttle"].is_null() {
+                    periods += c["throttle"]["nr_periods"].as_u64().unwrap_or(0);
+                    thr += c["throttle"]["nr_throttled"].as_u64().unwrap_or(0);
+                    us += c["throttle"]["throttled_us"].as_f64().unwrap_or(0.0);
+                }
+            }
+        }
+        let (kp, kt, kus) = (k1.0 - k0.0, k1.1 - k0.1, k1.2 - k0.2);
+        eprintln!(
+            "{path} over {} windows: periods {periods} (cpu.stat {kp}), throttled {thr} ({kt}), {:.0} ms ({:.0} ms)",
+            measured.len(),
+            us / 1e3,
+            kus / 1e3
+        );
+        // Read as the window lines arrive, so a period may fall on the other side.
+        ensure!(
+            periods.abs_diff(kp) <= 1 && thr.abs_diff(kt) <= 1,
+            "{path}: periods {periods}/{kp}, throttled {thr}/{kt}"
+        );
+        ensure!(
+            kt == 0 || (us / kus - 1.0).abs() < 0.05,
+            "{path}: throttled time {us:.0} vs {kus:.0} us"
+        );
+        throttled_periods += kt;
+    }
+    // Between the pod and its container (whichever runs out first), nearly every period.
+    ensure!(
+        throttled_periods >= 40,
+        "the limited pod was throttled in {throttled_periods} periods only"
+    );
+
+    // The busy pod waited behind its neighbour, named.
+    let (b_uid, b_ids) = ids(&busy_pod);
+    let app = b_ids.iter().find(|c| c.0 == "app").context("app")?;
+    let app_path = container_path(paths.keys(), &b_uid, &app.1).context("app's cgroup")?;
+    let (mut wait, mut by_hog) = (0.0, 0.0);
+    for w in &measured {
+        for c in w["cgroups"].as_array().into_iter().flatten() {
+            if c["path"] == app_path.as_str() {
+                wait += c["runq"]["sum_us"].as_f64().unwrap_or(0.0);
+                by_hog += c["runq"]["blame"]["neighbours"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|n| n["name"] == format!("batch/noisy-{NODE}/hog").as_str())
+                    .map(|n| n["wait_us"].as_f64().unwrap_or(0.0))
+                    .sum::<f64>();
+            }
+        }
+    }
+    eprintln!(
+        "shop/busy/app waited {:.0} ms, {:.0} ms of it behind batch/noisy/hog",
+        wait / 1e3,
+        by_hog / 1e3
+    );
+    ensure!(
+        wait > 2e6 && by_hog > 0.8 * wait,
+        "busy waited {wait:.0} us, {by_hog:.0} behind the hog"
+    );
+
+    // Prometheus labels: the same names and classes.
+    let body = cgtrace_tests::cri::run(
+        std::process::Command::new("curl")
+            .args(["-sSf", "--max-time", "5"])
+            .arg(format!("http://{metrics}/metrics")),
+    )?;
+    for (_, _, ns, pod, container, qos) in expected.iter().filter(|e| e.4 != "setup") {
+        let labels = format!(
+            "name=\"{ns}/{pod}/{container}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"{container}\",qos=\"{qos}\""
+        );
+        ensure!(
+            body.lines()
+                .any(|l| l.starts_with("cgtrace_runq_wait_seconds_count{") && l.contains(&labels)),
+            "no series with {labels}"
+        );
+    }
+
+    // Deleted and made again with the same name: a new uid, the same names.
+    node.delete("busy")?;
+    node.wait_for("busy deleted", Duration::from_secs(60), |p| {
+        !p.iter()
+            .any(|p| p["metadata"]["name"] == format!("busy-{NODE}").as_str())
+    })?;
+    let again_from = stream.seen.len();
+    node.apply("busy", &busy(cpu, 2))?;
+    let pods = node.wait_for("busy running again", Duration::from_secs(60), |p| {
+        running(p, "busy")
+    })?;
+    let again = pods
+        .iter()
+        .find(|p| p["metadata"]["name"] == format!("busy-{NODE}").as_str())
+        .context("busy again")?;
+    let (uid2, ids2) = ids(again);
+    ensure!(uid2 != b_uid, "the re-created pod kept its uid {uid2}");
+    fresh_window(&mut stream)?;
+    stream.windows(1)?;
+    let windows: Vec<Value> = stream.seen[again_from..]
+        .iter()
+        .filter(|w| w["type"] == "window")
+        .cloned()
+        .collect();
+    let paths = by_path(&windows);
+    let app2 = ids2.iter().find(|c| c.0 == "app").context("app again")?;
+    let path2 = container_path(paths.keys(), &uid2, &app2.1).context("the new app's cgroup")?;
+    check_named(
+        &paths[&path2],
+        "shop",
+        &format!("busy-{NODE}"),
+        "app",
+        "besteffort",
+    )?;
+    eprintln!("busy re-created: uid {b_uid} -> {uid2}, {path2}");
+    let (code, _) = stream.stop(2)?;
+    ensure!(code == 0, "cgtrace exited {code}");
+    let t = Instant::now();
+    drop(node);
+    eprintln!("node torn down in {:?}", t.elapsed());
+    Ok(())
+}
+
+/// Waits for the first window that ends after now.
+fn fresh_window(stream: &mut Stream) -> Result<()> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    while stream.windows(1)?[0]["end_unix_ms"].as_u64().unwrap_or(0) < now_ms {}
+    Ok(())
+}
+
+/// A cgroup's entries are named `ns/pod/container` with its QoS class, at the latest from its
+/// second window.
+fn check_named(
+    entries: &[(usize, Value)],
+    ns: &str,
+    pod: &str,
+    container: &str,
+    qos: &str,
+) -> Result<()> {
+    let want = format!("{ns}/{pod}/{container}");
+    let first = entries.first().context("no entries")?.0;
+    let named = entries
+        .iter()
+        .find(|(_, c)| c["name"] == want.as_str())
+        .with_context(|| {
+            format!(
+                "{want} never named: {:?}",
+                entries
+                    .iter()
+                    .map(|(_, c)| c["name"].clone())
+                    .collect::<Vec<_>>()
+            )
+        })?;
+    ensure!(
+        named.0 <= first + 1,
+        "{want} named in window {} of its {first}",
+        named.0
+    );
+    for (_, c) in entries.iter().filter(|(i, _)| *i >= named.0) {
+        ensure!(
+            c["name"] == want.as_str()
+                && c["namespace"] == ns
+                && c["pod"] == pod
+                && c["container"] == container
+                && c["qos"] == qos,
+            "{want} ({qos}) as {c}"
+        );
+    }
+    eprintln!("{want} ({qos}): {} windows", entries.len());
+    Ok(())
+}
