@@ -22,7 +22,7 @@ BPF_LINKER_VERSION=0.13.0
 CARGO_FUZZ_VERSION=0.13.2
 # python3-prometheus-client: the OpenMetrics parser the Prometheus test checks scrapes with.
 # fuse3, lxcfs, strace: the reads tests (a slow FUSE filesystem, lxcfs, strace -T as reference).
-APT_PACKAGES=(podman runc musl-tools build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless curl python3-prometheus-client fuse3 lxcfs strace chromium prometheus bpftool)
+APT_PACKAGES=(podman runc musl-tools build-essential qemu-system-x86 busybox-static libbpf-tools linux-perf tmux cpio openjdk-17-jdk-headless curl python3-prometheus-client python3-yaml fuse3 lxcfs strace chromium prometheus bpftool)
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and loads eBPF programs): sudo $0 $*"
 command -v rustup >/dev/null || die "rustup not found: install it (https://rustup.rs) and re-run"

@@ -223,16 +223,48 @@ impl Node {
             }
             if Instant::now() > deadline {
                 bail!(
-                    "kubelet: {what} not within {timeout:?}; pods: {}\nkubelet log:\n{}",
+                    "kubelet: {what} not within {timeout:?}; pods: {}\ncontainers' logs:\n{}\nkubelet log:\n{}",
                     self.pods()
                         .map(|p| summary(&p))
                         .unwrap_or_else(|e| e.to_string()),
+                    container_logs(),
                     self.log()
                 );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
     }
+}
+
+/// The static pods' container logs (`/var/log/pods/<ns>_<pod>-<node>_<uid>/<container>/N.log`),
+/// the last 10 lines of each.
+pub fn container_logs() -> String {
+    let mut out = String::new();
+    for pod in fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if !pod
+            .file_name()
+            .to_string_lossy()
+            .contains(&format!("-{NODE}_"))
+        {
+            continue;
+        }
+        for c in fs::read_dir(pod.path()).into_iter().flatten().flatten() {
+            for log in fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                let text = fs::read_to_string(log.path()).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                out += &format!(
+                    "{}:\n{}\n",
+                    log.path().display(),
+                    lines[lines.len().saturating_sub(10)..].join("\n")
+                );
+            }
+        }
+    }
+    out
 }
 
 /// A pod's state in one line: each container's name and state.

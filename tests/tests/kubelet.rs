@@ -466,3 +466,235 @@ fn check_named(
     eprintln!("{want} ({qos}): {} windows", entries.len());
     Ok(())
 }
+
+/// The chart's DaemonSet pod (`helm template`, the shipped values but for the node's paths and a
+/// free metrics port) as a static pod: the DaemonSet's pod template under `kind: Pod`, as JSON
+/// (kubelet reads both), without its service account; `run` in an annotation, so that each run
+/// is a new pod (a new uid), as a DaemonSet's replacement pod is.
+/// Debian's python3-yaml reads helm's YAML.
+fn chart_pod(
+    dir: &std::path::Path,
+    state: &std::path::Path,
+    rec: &std::path::Path,
+    port: u16,
+    tag: &str,
+    run: u32,
+) -> Result<String> {
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/cgtrace");
+    let rendered = cgtrace_tests::cri::run(
+        std::process::Command::new(format!("{}/helm", cgtrace_tests::cri::BIN))
+            .args([
+                "template",
+                "cgtrace",
+                s(&chart),
+                "--namespace",
+                "monitoring",
+            ])
+            .args(["--show-only", "templates/daemonset.yaml"])
+            .arg("--set")
+            .arg(format!("containerdState={}", state.display()))
+            .arg("--set")
+            .arg(format!("recorder.hostPath={}", rec.display()))
+            .arg("--set")
+            .arg(format!("metrics.port={port}"))
+            .arg("--set")
+            .arg(format!("image.tag={tag}"))
+            .args(caps_override()?),
+    )?;
+    let ds = dir.join("daemonset.yaml");
+    fs::write(&ds, rendered)?;
+    cgtrace_tests::cri::run(
+        std::process::Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(
+                r#"import json, sys, yaml
+ds = yaml.safe_load(open(sys.argv[1]))
+t = ds["spec"]["template"]
+# A static pod may not reference API objects: the service account (which the chart's pod needs
+# for nothing: automountServiceAccountToken is false) stays with the DaemonSet.
+t["spec"].pop("serviceAccountName")
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "cgtrace", "namespace": "monitoring", "labels": t["metadata"]["labels"],
+                    "annotations": {"cgtrace.test/run": sys.argv[2]}},
+       "spec": t["spec"]}
+print(json.dumps(pod))"#,
+            )
+            .arg(&ds)
+            .arg(run.to_string()),
+    )
+}
+
+/// The chart adds SYS_RESOURCE (memlock on kernels before 5.11); a host whose own bounding set
+/// lacks it (this sandbox's root) cannot grant it, and runc refuses the container: the chart's
+/// list without it, said on stderr. Every other capability is the chart's.
+fn caps_override() -> Result<Vec<String>> {
+    let status = fs::read_to_string("/proc/self/status")?;
+    let bnd = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .context("CapBnd")?;
+    if bnd & (1 << 24) != 0 {
+        return Ok(Vec::new());
+    }
+    eprintln!("this host's bounding set lacks CAP_SYS_RESOURCE: the chart's pod runs without it");
+    Ok(vec![
+        "--set".into(),
+        "securityContext.capabilities={BPF,PERFMON,SYS_ADMIN,DAC_READ_SEARCH,SETPCAP}".into(),
+    ])
+}
+
+/// The process of the running container `name` (crictl's view, not kubelet's status, which
+/// can still show a pod's previous container).
+fn container_pid(node: &Node, name: &str) -> Result<u32> {
+    let id = node
+        .containerd()
+        .crictl(&["ps", "-q", "--name", name, "--state", "running"])?;
+    let id = id
+        .lines()
+        .next()
+        .context("no running container")?
+        .to_string();
+    let info: Value = serde_json::from_str(&node.containerd().crictl(&["inspect", &id])?)?;
+    info["info"]["pid"]
+        .as_u64()
+        .map(|p| p as u32)
+        .context("no pid in crictl inspect")
+}
+
+/// The chart's pod under kubelet: the chart's own security context (capabilities, seccomp
+/// profile, read-only root; not privileged), recording to its hostPath and serving metrics on
+/// the node's port; once attached only the kept capabilities are left; deleted and made again,
+/// the recording's first part is kept and both parts report.
+#[test]
+fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_recording()
+-> Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    require(&[
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "crictl",
+        "kubelet",
+        "helm",
+    ])?;
+    let version = env!("CARGO_PKG_VERSION");
+    let tag = format!("localhost/cgtrace:{version}");
+    ensure!(
+        std::process::Command::new("podman")
+            .args(["image", "exists", &tag])
+            .status()?
+            .success(),
+        "no image {tag}: run scripts/setup.sh image"
+    );
+    let scratch = Scratch::new("kubelet-chart")?;
+    let dir = scratch.0.clone();
+    let images = [
+        image(&dir, "pause", PAUSE_C, PAUSE)?,
+        image(&dir, "spin", SPIN_C, SPIN)?,
+        cgtrace_tests::cri::save(&dir, "cgtrace", &tag, false)?,
+    ];
+    // The chart's seccomp profile where kubelet looks for Localhost profiles.
+    let seccomp = dir.join("kubelet/seccomp/profiles");
+    fs::create_dir_all(&seccomp)?;
+    fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/seccomp/cgtrace.json"),
+        seccomp.join("cgtrace.json"),
+    )?;
+    let node = Node::start(&dir, PAUSE, &images)?;
+    let rec = dir.join("rec");
+    let port = free_port()?;
+    node.apply("busy", &busy(cpus() - 1, 1))?;
+
+    for run in 1..=2 {
+        let manifest = chart_pod(&dir, &node.containerd().state(), &rec, port, version, run)?;
+        node.apply("cgtrace", &manifest)?;
+        node.wait_for("the chart's pod running", Duration::from_secs(60), |p| {
+            running(p, "cgtrace")
+        })?;
+        let pid = container_pid(&node, "cgtrace")?;
+        // Metrics on the node's port, naming the busy pod.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let body = loop {
+            let b = cgtrace_tests::cri::run(
+                std::process::Command::new("curl")
+                    .args(["-sSf", "--max-time", "5"])
+                    .arg(format!("http://127.0.0.1:{port}/metrics")),
+            );
+            if let Ok(b) = &b
+                && b.contains("pod=\"busy-cgtrace-node\"")
+            {
+                break b.clone();
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "no metrics naming the busy pod on :{port}: {b:?}\n{}",
+                node.log()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        ensure!(body.contains("cgtrace_windows_total"), "{body}");
+        // What the process holds once attached: BPF and DAC_READ_SEARCH in every set, no new
+        // privileges, the seccomp filter on.
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| {
+            format!(
+                "run {run}: the chart's pod's process {pid} is gone: {}\n{}",
+                node.pods()
+                    .map(|p| cgtrace_tests::kubelet::summary(&p))
+                    .unwrap_or_default(),
+                cgtrace_tests::kubelet::container_logs()
+            )
+        })?;
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let kept = format!("{:016x}", (1u64 << 39) | (1u64 << 2));
+        eprintln!(
+            "run {run}: pid {pid} CapEff {} CapPrm {} CapBnd {} NoNewPrivs {} Seccomp {}",
+            field("CapEff:"),
+            field("CapPrm:"),
+            field("CapBnd:"),
+            field("NoNewPrivs:"),
+            field("Seccomp:")
+        );
+        for k in ["CapEff:", "CapPrm:", "CapBnd:"] {
+            ensure!(
+                field(k) == kept,
+                "{k} {} (want {kept}: BPF, DAC_READ_SEARCH)",
+                field(k)
+            );
+        }
+        ensure!(
+            field("NoNewPrivs:") == "1" && field("Seccomp:") == "2",
+            "{status}"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        node.delete("cgtrace")?;
+        node.wait_for("the chart's pod gone", Duration::from_secs(60), |p| {
+            !p.iter()
+                .any(|p| p["metadata"]["name"] == format!("cgtrace-{NODE}").as_str())
+        })?;
+    }
+    // The first run's recording was rotated to .1 when the second started: both report, each
+    // with the busy pod.
+    for part in ["flight.cgtr.1", "flight.cgtr"] {
+        let file = rec.join(part);
+        let (code, out, err) = cgtrace_tests::record::cgtrace(&["report", "--json", s(&file)])?;
+        ensure!(code == 0, "report {part}: {err}");
+        let v: Value = serde_json::from_str(&out)?;
+        let windows = v["windows"].as_u64().unwrap_or(0);
+        eprintln!("{part}: {windows} windows");
+        ensure!(windows >= 3, "{part}: {windows} windows");
+        ensure!(
+            out.contains(&format!("shop/busy-{NODE}/app")),
+            "{part} does not name the busy pod"
+        );
+    }
+    Ok(())
+}
