@@ -32,16 +32,31 @@ int main(void) {
 "#;
 
 /// The workloads' binary: `spin` a busy loop; `spin cpu N` the same pinned to CPU N; `spin wait
-/// MS` wakes every 20 ms for MS milliseconds and exits 0 (an init container).
+/// MS` wakes every 20 ms for MS milliseconds and exits 0 (an init container); `spin read` reads
+/// its memory cgroup's `memory.stat` every 20 ms (what a metrics agent does).
 pub const SPIN_C: &str = r#"#define _GNU_SOURCE
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 static void bye(int s) { (void)s; exit(0); }
 int main(int argc, char **argv) {
     signal(SIGTERM, bye);
+    if (argc == 2 && strcmp(argv[1], "read") == 0) {
+        static char buf[65536];
+        struct timespec t = {0, 20000000};
+        for (;;) {
+            int fd = open("/sys/fs/cgroup/memory/memory.stat", O_RDONLY);
+            if (fd < 0) fd = open("/sys/fs/cgroup/memory.stat", O_RDONLY);
+            if (fd < 0) return 1;
+            while (read(fd, buf, sizeof buf) > 0) {}
+            close(fd);
+            nanosleep(&t, 0);
+        }
+    }
     if (argc == 3 && strcmp(argv[1], "wait") == 0) {
         long n = atol(argv[2]) / 20;
         struct timespec t = {0, 20000000};

@@ -4,6 +4,7 @@ pub mod advice;
 pub mod cgroup;
 pub mod chromium;
 pub mod cri;
+pub mod dashboard;
 pub mod fuse;
 pub mod hostile;
 pub mod kubelet;

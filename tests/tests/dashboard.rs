@@ -1,12 +1,10 @@
 //! The shipped Grafana dashboard (`deploy/grafana/cgtrace.json`) against a real Prometheus
-//! (Debian's `prometheus`) scraping `cgtrace serve`, with three workloads: a busy one, one
-//! throttled by its quota, one reading memory.stat. Twice: as pods on a Kubernetes node
-//! (cgroupfs-driver paths, kubelet's log directories for their names) and on a host without
-//! Kubernetes (a Docker container, systemd services), where no series has a `namespace` or `pod`.
-//! Every query of every panel, its template variables at their "All" value, must return data,
-//! and the per-cgroup ones must name the test's workloads. And the "who delays whom" panel on a
-//! host without Kubernetes names a hog and a victim cgroup on one CPU, the panel's pair hog →
-//! victim at the rate the stream charged.
+//! (Debian's `prometheus`) scraping `cgtrace`, on a host without Kubernetes (a Docker container,
+//! systemd services), where no series has a `namespace` or `pod`: every query of every panel, its
+//! template variables at their "All" value, returns data, the per-cgroup ones naming the test's
+//! workloads. And the "who delays whom" panel names a hog and a victim cgroup on one CPU, the
+//! panel's pair hog → victim at the rate the stream charged. On a real node with its pods:
+//! `tests/tests/kubelet.rs`.
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -14,10 +12,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cgtrace_tests::{
     Killed, can_trace,
     cgroup::{TestCgroup, runq_mount},
+    dashboard::{
+        dashboard, every_query_has_data, prometheus_bin, queries, query, start_prometheus,
+        throttled_share,
+    },
     record::free_port,
     stream::{Stream, cgtrace_bin},
     workload::{self, cpus},
@@ -54,15 +56,6 @@ struct Workload {
     dirs: Vec<PathBuf>,
 }
 
-/// Where the test's workloads live: a Kubernetes node (kubelet's cgroupfs paths, named by its
-/// log directories) or a host without Kubernetes (a Docker container named by its
-/// `config.v2.json`, systemd services).
-#[derive(Clone, Copy, PartialEq)]
-enum Host {
-    Kubernetes,
-    Plain,
-}
-
 /// The cgroup `rel` (and its parents) in every mount.
 fn cgroup_dirs(tree: &mut Tree, mounts: &[PathBuf], rel: &str) -> Result<Vec<PathBuf>> {
     let mut dirs = Vec::new();
@@ -79,50 +72,34 @@ fn cgroup_dirs(tree: &mut Tree, mounts: &[PathBuf], rel: &str) -> Result<Vec<Pat
     Ok(dirs)
 }
 
-/// Workload `n` (`role`: busy, batch, agent) on `host`, with its names planted where the real
-/// thing keeps them.
+/// Workload `n` (`role`: busy, batch, agent): the batch job a Docker container (named by the
+/// `config.v2.json` Docker keeps), the others systemd services.
 fn workload(
     tree: &mut Tree,
     planted: &mut Planted,
     mounts: &[PathBuf],
-    host: Host,
-    ns: &str,
+    prefix: &str,
     role: &str,
     n: u32,
 ) -> Result<Workload> {
     let pid = std::process::id();
     let cid = format!("{:064x}", u64::from(pid) * 1000 + u64::from(n));
-    match host {
-        Host::Kubernetes => {
-            let uid = format!("{pid:08x}-0000-4000-8000-{n:012x}");
-            let pod = format!("{role}-0");
-            let dirs = cgroup_dirs(tree, mounts, &format!("/kubepods/burstable/pod{uid}/{cid}"))?;
-            plant_names(planted, ns, &pod, &uid, &cid)?;
-            Ok(Workload {
-                name: format!("{ns}/{pod}/main"),
-                dirs,
-            })
-        }
-        // The batch job a Docker container, the others systemd services.
-        Host::Plain if role == "batch" => {
-            let name = format!("{ns}-{role}");
-            let dir = Path::new("/var/lib/docker/containers").join(&cid);
-            plant_dir(planted, &dir)?;
-            let config = dir.join("config.v2.json");
-            fs::write(
-                &config,
-                format!("{{\"ID\":\"{cid}\",\"Name\":\"/{name}\"}}"),
-            )?;
-            planted.0.push(config);
-            let dirs = cgroup_dirs(tree, mounts, &format!("/docker/{cid}"))?;
-            Ok(Workload { name, dirs })
-        }
-        Host::Plain => {
-            let name = format!("{ns}-{role}.service");
-            let dirs = cgroup_dirs(tree, mounts, &format!("/system.slice/{name}"))?;
-            Ok(Workload { name, dirs })
-        }
+    if role == "batch" {
+        let name = format!("{prefix}-{role}");
+        let dir = Path::new("/var/lib/docker/containers").join(&cid);
+        plant_dir(planted, &dir)?;
+        let config = dir.join("config.v2.json");
+        fs::write(
+            &config,
+            format!("{{\"ID\":\"{cid}\",\"Name\":\"/{name}\"}}"),
+        )?;
+        planted.0.push(config);
+        let dirs = cgroup_dirs(tree, mounts, &format!("/docker/{cid}"))?;
+        return Ok(Workload { name, dirs });
     }
+    let name = format!("{prefix}-{role}.service");
+    let dirs = cgroup_dirs(tree, mounts, &format!("/system.slice/{name}"))?;
+    Ok(Workload { name, dirs })
 }
 
 /// Moves `pid` into the workload's cgroups.
@@ -147,130 +124,20 @@ fn plant_dir(planted: &mut Planted, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// kubelet's names for the pod: `/var/log/pods/<ns>_<pod>_<uid>/` and
-/// `/var/log/containers/<pod>_<ns>_<container>-<id>.log`.
-fn plant_names(planted: &mut Planted, ns: &str, pod: &str, uid: &str, cid: &str) -> Result<()> {
-    plant_dir(
-        planted,
-        &Path::new("/var/log/pods").join(format!("{ns}_{pod}_{uid}")),
-    )?;
-    let containers = Path::new("/var/log/containers");
-    plant_dir(planted, containers)?;
-    let cf = containers.join(format!("{pod}_{ns}_main-{cid}.log"));
-    fs::write(&cf, b"")?;
-    planted.0.push(cf);
-    Ok(())
-}
-
-/// Debian's `prometheus`, or why the test cannot run.
-fn prometheus_bin() -> Result<&'static str> {
-    ["/usr/bin/prometheus", "prometheus"]
-        .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok())
-        .context("Debian's prometheus is not installed (apt-get install prometheus)")
-}
-
-/// The shipped dashboard.
-fn dashboard() -> Result<Value> {
-    Ok(serde_json::from_str(&fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/cgtrace.json"),
-    )?)?)
-}
-
-/// A running Prometheus and its data directory, removed after it stops.
-struct Prometheus {
-    child: std::process::Child,
-    dir: PathBuf,
-    addr: String,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A Prometheus scraping `target` every second, its data in a directory of its own (`name`).
-fn start_prometheus(bin: &str, name: &str, target: &str) -> Result<Prometheus> {
-    let dir = std::env::temp_dir().join(format!("cgtrace-prom-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    let config = dir.join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cgtrace\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )?;
-    let addr = format!("127.0.0.1:{}", free_port()?);
-    let child = Command::new(bin)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={addr}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting prometheus")?;
-    Ok(Prometheus { child, dir, addr })
-}
-
-/// Prometheus' answer to an instant query.
-fn query(prom: &str, expr: &str) -> Result<Vec<Value>> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-G"])
-        .arg(format!("http://{prom}/api/v1/query"))
-        .arg("--data-urlencode")
-        .arg(format!("query={expr}"))
-        .output()
-        .context("curl")?;
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("prometheus said: {}", String::from_utf8_lossy(&out.stdout)))?;
-    if v["status"] != "success" {
-        bail!("query failed: {expr}: {v}");
-    }
-    Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
-}
-
-/// The value a template variable takes at "All".
-fn all_value(dash: &Value, var: &str) -> Result<String> {
-    dash["templating"]["list"]
-        .as_array()
-        .context("templating")?
-        .iter()
-        .find(|v| v["name"] == var)
-        .and_then(|v| v["allValue"].as_str())
-        .map(str::to_string)
-        .with_context(|| format!("variable {var} has no allValue"))
-}
-
-#[test]
-fn every_dashboard_query_returns_data_on_a_kubernetes_node() -> Result<()> {
-    every_query_returns_data(Host::Kubernetes)
-}
-
-/// A new user's first try on a host without Kubernetes: no `namespace` or `pod` label on any
-/// series, the variables at "All".
+/// A new user's first try on a host without Kubernetes (a Docker container, systemd services):
+/// no `namespace` or `pod` label on any series, the variables at "All". Three workloads — busy,
+/// throttled by its quota, reading memory.stat — and every query of every panel returns data
+/// from a real Prometheus scraping `cgtrace serve`, every per-cgroup one naming the test's
+/// workloads. (The same on a real node with its pods: `tests/tests/kubelet.rs`.)
 #[test]
 fn every_dashboard_query_returns_data_on_a_host_without_kubernetes() -> Result<()> {
-    every_query_returns_data(Host::Plain)
-}
-
-/// Three workloads on `host` (busy, throttled by its quota, reading memory.stat); every query of
-/// every panel, its variables at "All", returns data from a real Prometheus scraping
-/// `cgtrace serve`, and every per-cgroup one names the test's workloads.
-fn every_query_returns_data(host: Host) -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
     let prometheus = prometheus_bin()?;
     let dash = dashboard()?;
 
-    let ns = format!("cgt{}", std::process::id());
+    let prefix = format!("cgt{}", std::process::id());
     let (cpu_mount, _) = runq_mount();
     let mut mounts = vec![cpu_mount.clone()];
     let acct = PathBuf::from("/sys/fs/cgroup/cpuacct");
@@ -279,7 +146,7 @@ fn every_query_returns_data(host: Host) -> Result<()> {
     }
     let mut tree = Tree::default();
     let mut planted = Planted(Vec::new());
-    let mut make = |role, n| workload(&mut tree, &mut planted, &mounts, host, &ns, role, n);
+    let mut make = |role, n| workload(&mut tree, &mut planted, &mounts, &prefix, role, n);
     let busy = make("busy", 1)?;
     let batch = make("batch", 2)?;
     let agent = make("agent", 3)?;
@@ -347,95 +214,27 @@ fn every_query_returns_data(host: Host) -> Result<()> {
 
     let prometheus = start_prometheus(prometheus, "all", &metrics)?;
     let prom = prometheus.addr.clone();
-
-    // Every panel's queries, variables at their "All" value, the rate interval 30 s.
-    let (all_ns, all_pods) = (all_value(&dash, "namespace")?, all_value(&dash, "pod")?);
-    let mut exprs = Vec::new();
-    for p in dash["panels"].as_array().context("panels")? {
-        for t in p["targets"].as_array().into_iter().flatten() {
-            let e = t["expr"].as_str().context("expr")?;
-            let e = e
-                .replace("$namespace", &all_ns)
-                .replace("$pod", &all_pods)
-                .replace("$__rate_interval", "30s");
-            exprs.push((p["title"].as_str().unwrap_or("?").to_string(), e));
-        }
-    }
-    assert!(exprs.len() >= 12, "{} queries", exprs.len());
-    let ours = [&busy.name, &batch.name, &agent.name];
-    // Wait until every query has data (rates need two scrapes inside 30 s), at most 90 s; a
-    // per-cgroup query (it filters by namespace/pod) must name one of ours, a Kubernetes one
-    // with our namespace.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut missing: Vec<String>;
-    loop {
-        std::thread::sleep(Duration::from_secs(5));
-        missing = Vec::new();
-        for (title, e) in &exprs {
-            let r = query(&prom, e).unwrap_or_default();
-            let per_cgroup = e.contains("pod=~");
-            let named = r.iter().any(|s| {
-                ours.iter().any(|n| s["metric"]["name"] == n.as_str())
-                    && (host == Host::Plain || s["metric"]["namespace"] == ns.as_str())
-            });
-            if r.is_empty() || (per_cgroup && !named) {
-                missing.push(format!("{title}: {e}"));
-            }
-        }
-        if missing.is_empty() || Instant::now() > deadline {
-            break;
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "queries without data (or without the test's cgroups by name) after 90 s:\n{}",
-        missing.join("\n")
-    );
-    for (title, e) in &exprs {
-        eprintln!("{title}: {} series", query(&prom, e)?.len());
-    }
-    // Every workload by name; on the node the variables' values are the test's namespace and
-    // pods, elsewhere there are none (and "All" still matched everything above).
+    let exprs = queries(&dash)?;
+    let ours = [busy.name.clone(), batch.name.clone(), agent.name.clone()];
+    every_query_has_data(&prom, &exprs, &ours, None)?;
+    // Every workload by name, and no pods (the "All" value matched everything above).
     let names = query(
         &prom,
         "count by (name, namespace, pod) (cgtrace_runq_wait_seconds_count)",
     )?;
-    let has = |n: &str| names.iter().any(|s| s["metric"]["name"] == n);
-    for n in ours {
-        assert!(has(n), "{n} not among the names: {names:?}");
+    for n in &ours {
+        assert!(
+            names.iter().any(|s| s["metric"]["name"] == n.as_str()),
+            "{n} not among the names: {names:?}"
+        );
     }
-    let pods: Vec<&str> = names
-        .iter()
-        .filter(|s| s["metric"]["namespace"] == ns.as_str())
-        .filter_map(|s| s["metric"]["pod"].as_str())
-        .collect();
-    match host {
-        Host::Kubernetes => {
-            for p in ["busy-0", "batch-0", "agent-0"] {
-                assert!(pods.contains(&p), "pod {p} in {pods:?}");
-            }
-        }
-        Host::Plain => assert!(pods.is_empty(), "pods on a host without any: {pods:?}"),
-    }
-    // The throttled workload's share of periods throttled is high (the dashboard's panel).
-    let share_expr = &exprs
-        .iter()
-        .find(|(t, _)| t == "Throttled share of periods")
-        .context("no throttled share panel")?
-        .1;
-    let share = query(&prom, share_expr)?;
-    let batch_share = share
-        .iter()
-        .find(|s| s["metric"]["name"] == batch.name.as_str())
-        .and_then(|s| s["value"][1].as_str())
-        .and_then(|v| v.parse::<f64>().ok())
-        .with_context(|| format!("{}'s throttled share in {share:?}", batch.name))?;
-    eprintln!("{} throttled share {batch_share}", batch.name);
     assert!(
-        batch_share > 0.9,
-        "{} throttled share {batch_share}",
-        batch.name
+        names.iter().all(|s| s["metric"]["pod"].is_null()),
+        "pods on a host without any: {names:?}"
     );
+    let share = throttled_share(&prom, &exprs, &batch.name)?;
+    eprintln!("{} throttled share {share}", batch.name);
+    assert!(share > 0.9, "{} throttled share {share}", batch.name);
     drop(planted);
     drop(tree);
     Ok(())

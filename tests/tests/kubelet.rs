@@ -698,3 +698,106 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
     }
     Ok(())
 }
+
+/// A pod that reads its memory cgroup's `memory.stat` every 20 ms (BestEffort).
+fn agent() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: agent
+  namespace: shop
+spec:
+  hostNetwork: true
+  containers:
+  - name: reader
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "read"]
+"#
+    )
+}
+
+/// The shipped dashboard on the real node: `cgtrace serve` beside kubelet's pods (busy, throttled,
+/// its noisy neighbour, one reading memory.stat), scraped by a real Prometheus; every query of
+/// every panel, its variables at "All", returns data, the per-cgroup ones naming the pods'
+/// containers in their namespace; the variables' values are the pods; the throttled pod's share
+/// is its cpu.stat's.
+#[test]
+fn every_dashboard_query_returns_data_on_the_real_node() -> Result<()> {
+    use cgtrace_tests::dashboard::{
+        dashboard, every_query_has_data, prometheus_bin, queries, query, start_prometheus,
+        throttled_share,
+    };
+    if !can_trace() {
+        return Ok(());
+    }
+    require(&[
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "crictl",
+        "kubelet",
+    ])?;
+    let prometheus = prometheus_bin()?;
+    let dash = dashboard()?;
+    let scratch = Scratch::new("kubelet-dash")?;
+    let dir = scratch.0.clone();
+    let images = [
+        image(&dir, "pause", PAUSE_C, PAUSE)?,
+        image(&dir, "spin", SPIN_C, SPIN)?,
+    ];
+    let node = Node::start(&dir, PAUSE, &images)?;
+    let metrics = format!("127.0.0.1:{}", free_port()?);
+    let _cgtrace = cgtrace_tests::Killed(
+        std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())
+            .args(["serve", "--prometheus", &metrics, "--duration", "150"])
+            .args(["--reads-mode", "syscall", "--containerd-state"])
+            .arg(node.containerd().state())
+            .stdout(std::process::Stdio::null())
+            .spawn()?,
+    );
+    let cpu = cpus() - 1;
+    node.apply("busy", &busy(cpu, 1))?;
+    node.apply("throttled", &throttled())?;
+    node.apply("noisy", &noisy(cpu))?;
+    node.apply("agent", &agent())?;
+    node.wait_for("the four pods running", Duration::from_secs(60), |p| {
+        ["busy", "throttled", "noisy", "agent"]
+            .iter()
+            .all(|n| running(p, n))
+    })?;
+    let prom = start_prometheus(prometheus, "node", &metrics)?;
+    let exprs = queries(&dash)?;
+    let ours: Vec<String> = [
+        "shop/busy-{NODE}/app",
+        "shop/throttled-{NODE}/worker",
+        "shop/agent-{NODE}/reader",
+    ]
+    .iter()
+    .map(|n| n.replace("{NODE}", NODE))
+    .collect();
+    every_query_has_data(&prom.addr, &exprs, &ours, Some("shop"))?;
+    // The variables' values (label_values of namespace, then pod): the node's namespaces and pods.
+    let pods = query(
+        &prom.addr,
+        "count by (namespace, pod) (cgtrace_runq_wait_seconds_count)",
+    )?;
+    for (ns, pod) in [
+        ("shop", "busy"),
+        ("shop", "throttled"),
+        ("shop", "agent"),
+        ("batch", "noisy"),
+    ] {
+        let pod = format!("{pod}-{NODE}");
+        ensure!(
+            pods.iter()
+                .any(|s| s["metric"]["namespace"] == ns && s["metric"]["pod"] == pod.as_str()),
+            "{ns}/{pod} not among {pods:?}"
+        );
+    }
+    let share = throttled_share(&prom.addr, &exprs, &ours[1])?;
+    eprintln!("{} throttled share {share}", ours[1]);
+    ensure!(share > 0.4, "{} throttled share {share}", ours[1]);
+    Ok(())
+}
