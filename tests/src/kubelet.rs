@@ -26,6 +26,98 @@ use crate::{
     record::free_port,
 };
 
+// The test pods' images (`cri::image` of `cri::PAUSE_C`, `cri::SPIN_C`) and manifests.
+pub const PAUSE: &str = "localhost/cgtrace-pause:test";
+pub const SPIN: &str = "localhost/cgtrace-spin:test";
+
+/// The busy pod: BestEffort, pinned to `cpu`, after an init container that runs 3 s. `gen`
+/// goes into an annotation: a changed manifest is a new pod to kubelet (a new uid).
+pub fn busy(cpu: usize, generation: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: busy
+  namespace: shop
+  annotations:
+    cgtrace.test/generation: "{generation}"
+spec:
+  hostNetwork: true
+  initContainers:
+  - name: setup
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "wait", "3000"]
+  containers:
+  - name: app
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "cpu", "{cpu}"]
+"#
+    )
+}
+
+/// A CPU limit of 200m with requests equal: Guaranteed, throttled at 20 ms per 100 ms.
+pub fn throttled() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: throttled
+  namespace: shop
+spec:
+  hostNetwork: true
+  containers:
+  - name: worker
+    image: {SPIN}
+    imagePullPolicy: Never
+    resources:
+      limits: {{cpu: 200m, memory: 64Mi}}
+      requests: {{cpu: 200m, memory: 64Mi}}
+"#
+    )
+}
+
+/// Burstable (a request, no limit) on the busy pod's CPU, with fifty times its weight.
+pub fn noisy(cpu: usize) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: noisy
+  namespace: batch
+spec:
+  hostNetwork: true
+  containers:
+  - name: hog
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "cpu", "{cpu}"]
+    resources:
+      requests: {{cpu: 100m}}
+"#
+    )
+}
+
+/// A pod that reads its memory cgroup's `memory.stat` every 20 ms (BestEffort).
+pub fn agent() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: agent
+  namespace: shop
+spec:
+  hostNetwork: true
+  containers:
+  - name: reader
+    image: {SPIN}
+    imagePullPolicy: Never
+    command: ["/spin", "read"]
+"#
+    )
+}
+
 /// The node's name: static pods are named `<pod>-<node>`.
 pub const NODE: &str = "cgtrace-node";
 

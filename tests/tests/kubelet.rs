@@ -17,85 +17,13 @@ use anyhow::{Context, Result, ensure};
 use cgtrace_tests::{
     can_trace,
     cri::{PAUSE_C, SPIN_C, image, require},
-    kubelet::{NODE, Node, running},
+    kubelet::{NODE, Node, PAUSE, SPIN, agent, busy, noisy, running, throttled},
     record::free_port,
     scratch::{Scratch, path_str as s},
     stream::Stream,
     workload::cpus,
 };
 use serde_json::Value;
-
-const PAUSE: &str = "localhost/cgtrace-pause:test";
-const SPIN: &str = "localhost/cgtrace-spin:test";
-
-/// The busy pod: BestEffort, pinned to `cpu`, after an init container that runs 3 s. `gen`
-/// goes into an annotation: a changed manifest is a new pod to kubelet (a new uid).
-fn busy(cpu: usize, generation: u32) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: busy
-  namespace: shop
-  annotations:
-    cgtrace.test/generation: "{generation}"
-spec:
-  hostNetwork: true
-  initContainers:
-  - name: setup
-    image: {SPIN}
-    imagePullPolicy: Never
-    command: ["/spin", "wait", "3000"]
-  containers:
-  - name: app
-    image: {SPIN}
-    imagePullPolicy: Never
-    command: ["/spin", "cpu", "{cpu}"]
-"#
-    )
-}
-
-/// A CPU limit of 200m with requests equal: Guaranteed, throttled at 20 ms per 100 ms.
-fn throttled() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: throttled
-  namespace: shop
-spec:
-  hostNetwork: true
-  containers:
-  - name: worker
-    image: {SPIN}
-    imagePullPolicy: Never
-    resources:
-      limits: {{cpu: 200m, memory: 64Mi}}
-      requests: {{cpu: 200m, memory: 64Mi}}
-"#
-    )
-}
-
-/// Burstable (a request, no limit) on the busy pod's CPU, with fifty times its weight.
-fn noisy(cpu: usize) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: noisy
-  namespace: batch
-spec:
-  hostNetwork: true
-  containers:
-  - name: hog
-    image: {SPIN}
-    imagePullPolicy: Never
-    command: ["/spin", "cpu", "{cpu}"]
-    resources:
-      requests: {{cpu: 100m}}
-"#
-    )
-}
 
 /// The cgroups the windows list, by path: their entries in window order (index, entry).
 fn by_path(windows: &[Value]) -> BTreeMap<String, Vec<(usize, Value)>> {
@@ -697,25 +625,6 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
         );
     }
     Ok(())
-}
-
-/// A pod that reads its memory cgroup's `memory.stat` every 20 ms (BestEffort).
-fn agent() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: agent
-  namespace: shop
-spec:
-  hostNetwork: true
-  containers:
-  - name: reader
-    image: {SPIN}
-    imagePullPolicy: Never
-    command: ["/spin", "read"]
-"#
-    )
 }
 
 /// The shipped dashboard on the real node: `cgtrace serve` beside kubelet's pods (busy, throttled,

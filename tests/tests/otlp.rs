@@ -3,8 +3,10 @@
 //! cgroup's run-queue waits, with cgtrace's bounds and exact counts, and the last push equals
 //! what the stream's windows summed to. Then through a real OpenTelemetry Collector
 //! (`otelcol-cgtrace`, built by `scripts/setup.sh` from the Go module proxy: its OTLP receiver,
-//! and its OTLP/HTTP exporter to the same receiver): a simulated node's pods' histograms come out
-//! of the collector under resources named by the semantic conventions (`k8s.pod.name`, …).
+//! and its OTLP/HTTP exporter to the same receiver): the histograms come out
+//! of the collector under resources named by the semantic conventions (`k8s.pod.name`, …): a real
+//! node's (kubelet and containerd, `cgtrace_tests::kubelet`) busy and throttled pods, with every
+//! wait the stream counted.
 use std::{
     fs,
     path::Path,
@@ -15,8 +17,10 @@ use std::{
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     Killed, can_trace,
-    node::{Node, Role, Spec},
+    cri::{PAUSE_C, SPIN_C, image, require},
+    kubelet::{self, NODE, PAUSE, SPIN, running},
     record::{cgroup_sum, cgtrace, free_port, lines, windows},
+    scratch::{Scratch, path_str},
     workload::{self, cpus},
 };
 use serde_json::Value;
@@ -268,40 +272,56 @@ fn otlp_through_a_real_collector_names_pods_by_the_semantic_conventions() -> Res
     let out = dir.join("received.jsonl");
     let (_receiver, rport) = receiver(&out)?;
     let (_collector, cport) = collector(&dir, rport)?;
-    let node = Node::start(Spec {
-        pods: 4,
-        replace_per_min: 0.0,
-        throttled_pods: 2,
-        sampled_pods: 1,
-        ..Spec::default()
+    require(&[
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "crictl",
+        "kubelet",
+    ])?;
+    let scratch = Scratch::new("otelcol-node")?;
+    let images = [
+        image(&scratch.0, "pause", PAUSE_C, PAUSE)?,
+        image(&scratch.0, "spin", SPIN_C, SPIN)?,
+    ];
+    let node = kubelet::Node::start(&scratch.0, PAUSE, &images)?;
+    node.apply("busy", &kubelet::busy(cpus() - 1, 1))?;
+    node.apply("throttled", &kubelet::throttled())?;
+    node.apply("noisy", &kubelet::noisy(cpus() - 1))?;
+    node.wait_for("the pods running", Duration::from_secs(60), |p| {
+        ["busy", "throttled", "noisy"].iter().all(|n| running(p, n))
     })?;
-    let _busy = workload::busy("otelcol-busy", cpus())?;
     let url = format!("http://127.0.0.1:{cport}/v1/metrics");
-    let (code, stdout, err) = cgtrace(&["stream", "--duration", "6", "--otlp", &url])?;
+    let state = node.containerd().state();
+    let (code, stdout, err) = cgtrace(&[
+        "stream",
+        "--duration",
+        "6",
+        "--otlp",
+        &url,
+        "--containerd-state",
+        path_str(&state),
+    ])?;
     assert_eq!(code, 0, "{err}");
     let stream = lines(&stdout)?;
     let host = fs::read_to_string("/proc/sys/kernel/hostname")?
         .trim()
         .to_string();
     // (namespace, pod, container, the container's path, its waits in the stream).
-    let want: Vec<(String, String, String, String, u64)> = node.with_pods(|pods| {
-        pods.iter()
-            .filter(|p| p.role == Role::Throttled)
-            .flat_map(|p| {
-                p.containers.iter().map(|c| {
-                    let waits = cgroup_sum(&windows(&stream), &c.rel, "/runq/count");
-                    (
-                        p.namespace.clone(),
-                        p.name.clone(),
-                        c.name.clone(),
-                        c.rel.clone(),
-                        waits,
-                    )
-                })
-            })
-            .collect()
-    });
-    assert!(!want.is_empty(), "the node has throttled pods");
+    let mut want: Vec<(String, String, String, String, u64)> = Vec::new();
+    for (ns, pod, container) in [("shop", "busy", "app"), ("shop", "throttled", "worker")] {
+        let pod = format!("{pod}-{NODE}");
+        let name = format!("{ns}/{pod}/{container}");
+        let path = windows(&stream)
+            .iter()
+            .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
+            .find(|c| c["name"] == name.as_str())
+            .and_then(|c| c["path"].as_str())
+            .with_context(|| format!("{name} in no window"))?
+            .to_string();
+        let waits = cgroup_sum(&windows(&stream), &path, "/runq/count");
+        want.push((ns.into(), pod, container.into(), path, waits));
+    }
     // The collector exports on its own schedule: wait for the last push to come through.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
