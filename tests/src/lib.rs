@@ -16,6 +16,7 @@ pub mod runqlat;
 pub mod scratch;
 pub mod strace;
 pub mod stream;
+pub mod tmux;
 pub mod workload;
 
 /// A child process, killed and reaped on drop.

@@ -21,6 +21,7 @@ use cgtrace_tests::{
     record::free_port,
     scratch::{Scratch, path_str as s},
     stream::Stream,
+    tmux::Tmux,
     workload::cpus,
 };
 use serde_json::Value;
@@ -300,6 +301,52 @@ fn pods_under_a_real_kubelet_are_named_with_their_qos_and_match_the_kernel() -> 
             "no series with {labels}"
         );
     }
+
+    // The view's filter: `qos:<class>` keeps the rows of that class's pods only (the header's
+    // culprits line names the hog whatever the filter: rows are the lines without it).
+    let tmux = Tmux::start(220, 60)?;
+    tmux.type_text(&format!(
+        "{} top --interval 1000 --containerd-state {}; echo cgtrace-exit=$?",
+        cgtrace_tests::stream::cgtrace_bin().display(),
+        s(&state)
+    ))?;
+    tmux.keys(&["Enter"])?;
+    let rows = |screen: &str, name: &str| {
+        screen
+            .lines()
+            .filter(|l| !l.contains("culprits") && l.contains(name))
+            .count()
+    };
+    let (worker_name, app_name, hog_name) = (
+        format!("shop/throttled-{NODE}/worker"),
+        format!("shop/busy-{NODE}/app"),
+        format!("batch/noisy-{NODE}/hog"),
+    );
+    tmux.wait_for("the pods in the view", Duration::from_secs(30), |s| {
+        [&worker_name, &app_name, &hog_name]
+            .iter()
+            .all(|n| rows(s, n) > 0)
+    })?;
+    for (class, shown, hidden) in [
+        ("guaranteed", &worker_name, [&app_name, &hog_name]),
+        ("burstable", &hog_name, [&app_name, &worker_name]),
+        ("besteffort", &app_name, [&worker_name, &hog_name]),
+    ] {
+        tmux.type_text("/")?;
+        tmux.keys(&["C-u"])?;
+        tmux.type_text(&format!("qos:{class}"))?;
+        tmux.keys(&["Enter"])?;
+        tmux.wait_for(
+            &format!("the {class} pod alone"),
+            Duration::from_secs(5),
+            |s| rows(s, shown) > 0 && hidden.iter().all(|h| rows(s, h) == 0),
+        )?;
+    }
+    tmux.type_text("q")?;
+    tmux.wait_for("cgtrace top to exit", Duration::from_secs(10), |s| {
+        s.contains("cgtrace-exit=0")
+    })?;
+    eprintln!("the view's filter qos:<class> shows each class's pod alone");
 
     // Deleted and made again with the same name: a new uid, the same names.
     node.delete("busy")?;

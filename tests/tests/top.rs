@@ -12,119 +12,12 @@ use anyhow::{Context, Result, bail, ensure};
 use cgtrace_tests::{
     can_trace,
     stream::cgtrace_bin,
+    tmux::{PROMPT, Tmux},
     workload::{self, cpus},
 };
 
 const WIDTH: u16 = 120;
 const HEIGHT: u16 = 40;
-const PROMPT: &str = "cgtrace-test$ ";
-
-/// A private tmux server (its own socket) with one session, killed on drop.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn version() -> Option<String> {
-        let out = Command::new("tmux").arg("-V").output().ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// A `WIDTH`×`HEIGHT` pane running an interactive `sh` with a known prompt, no status line.
-    fn start() -> Result<Self> {
-        let t = Self {
-            socket: format!("cgtrace-test-{}", std::process::id()),
-        };
-        t.run(&[
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            &WIDTH.to_string(),
-            "-y",
-            &HEIGHT.to_string(),
-            &format!("env PS1='{PROMPT}' sh"),
-        ])?;
-        t.run(&["set-option", "-g", "status", "off"])?;
-        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
-            s.contains(PROMPT.trim_end())
-        })?;
-        Ok(t)
-    }
-
-    fn run(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("tmux")
-            .arg("-u") // UTF-8 whatever the locale: the view draws µ, ▼, █
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .context("running tmux")?;
-        ensure!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// Types `text` literally.
-    fn type_text(&self, text: &str) -> Result<()> {
-        self.run(&["send-keys", "-t", "top", "-l", text]).map(drop)
-    }
-
-    /// Sends named keys (`Enter`, `Escape`, `C-u`).
-    fn keys(&self, keys: &[&str]) -> Result<()> {
-        let mut args = vec!["send-keys", "-t", "top"];
-        args.extend_from_slice(keys);
-        self.run(&args).map(drop)
-    }
-
-    fn screen(&self) -> Result<String> {
-        self.run(&["capture-pane", "-p", "-t", "top"])
-    }
-
-    /// A pane format variable (`#{alternate_on}`, `#{cursor_flag}`).
-    fn var(&self, name: &str) -> Result<String> {
-        Ok(self
-            .run(&[
-                "display-message",
-                "-p",
-                "-t",
-                "top",
-                &format!("#{{{name}}}"),
-            ])?
-            .trim()
-            .to_string())
-    }
-
-    /// Polls the screen until `ok` holds; the error shows the last screen.
-    fn wait_for(&self, what: &str, timeout: Duration, ok: impl Fn(&str) -> bool) -> Result<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let s = self.screen()?;
-            if ok(&s) {
-                return Ok(s);
-            }
-            if Instant::now() > deadline {
-                bail!("timed out waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
 
 /// A table cell under the column titled `title` (titles are right-aligned over their cells; a
 /// cell spans from the end of the previous title to the end of its own).
@@ -212,7 +105,7 @@ fn top_in_tmux_shows_the_crowded_cgroup_and_leaves_the_terminal_clean() -> Resul
 
     let log = std::env::temp_dir().join(format!("cgtrace-top-test-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let tmux = Tmux::start()?;
+    let tmux = Tmux::start(WIDTH, HEIGHT)?;
     tmux.type_text(&format!(
         "{} top --interval 1000 --log {}; echo cgtrace-exit=$?",
         cgtrace_bin().display(),
@@ -441,7 +334,7 @@ fn top_exits_when_its_terminal_goes_away() -> Result<()> {
         return Ok(());
     }
     let log = std::env::temp_dir().join(format!("cgtrace-top-hup-{}.log", std::process::id()));
-    let tmux = Tmux::start()?;
+    let tmux = Tmux::start(WIDTH, HEIGHT)?;
     tmux.type_text(&format!(
         "{} top --interval 500 --log {}",
         cgtrace_tests::stream::cgtrace_bin().display(),
