@@ -203,9 +203,10 @@ fn otlp_a_series_made_again_after_its_ttl_has_a_new_start_time() -> Result<()> {
     Ok(())
 }
 
-/// The collector on a free port, its OTLP/HTTP exporter sending to the receiver at `to`, once it
-/// accepts connections.
-fn collector(dir: &Path, to: u16) -> Result<(Killed, u16)> {
+/// The collector on a free port, its OTLP/HTTP exporter sending to the receiver at `to` and its
+/// Prometheus exporter serving on `prom` (resource attributes as labels), once it accepts
+/// connections.
+fn collector(dir: &Path, to: u16, prom: u16) -> Result<(Killed, u16)> {
     anyhow::ensure!(
         Path::new(OTELCOL).exists(),
         "{OTELCOL} is missing: run scripts/setup.sh deps (the OpenTelemetry Collector, built from the Go module proxy)"
@@ -224,6 +225,10 @@ exporters:
   otlphttp:
     endpoint: http://127.0.0.1:{to}
     compression: none
+  prometheus:
+    endpoint: 127.0.0.1:{prom}
+    resource_to_telemetry_conversion:
+      enabled: true
 service:
   telemetry:
     metrics:
@@ -231,7 +236,7 @@ service:
   pipelines:
     metrics:
       receivers: [otlp]
-      exporters: [otlphttp]
+      exporters: [otlphttp, prometheus]
 "
         ),
     )?;
@@ -271,7 +276,8 @@ fn otlp_through_a_real_collector_names_pods_by_the_semantic_conventions() -> Res
     fs::create_dir_all(&dir)?;
     let out = dir.join("received.jsonl");
     let (_receiver, rport) = receiver(&out)?;
-    let (_collector, cport) = collector(&dir, rport)?;
+    let pport = free_port()?;
+    let (_collector, cport) = collector(&dir, rport, pport)?;
     require(&[
         "containerd",
         "containerd-shim-runc-v2",
@@ -376,6 +382,43 @@ fn otlp_through_a_real_collector_names_pods_by_the_semantic_conventions() -> Res
             );
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+    // What a Prometheus scrapes from the collector (its Prometheus exporter, resource
+    // attributes as labels): the same counts under the pods' names.
+    let body = cgtrace_tests::cri::run(
+        Command::new("curl")
+            .args(["-sSf", "--max-time", "5"])
+            .arg(format!("http://127.0.0.1:{pport}/metrics")),
+    )?;
+    for (ns, pod, container, _, waits) in &want {
+        let labels = [
+            format!("k8s_namespace_name=\"{ns}\""),
+            format!("k8s_pod_name=\"{pod}\""),
+            format!("k8s_container_name=\"{container}\""),
+            format!("host_name=\"{host}\""),
+        ];
+        let lines: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("cgtrace_runq_wait_seconds_count{"))
+            .filter(|l| labels.iter().all(|x| l.contains(x.as_str())))
+            .collect();
+        let scraped: u64 = lines
+            .iter()
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum();
+        eprintln!(
+            "{ns}/{pod}/{container}: {scraped} waits scraped from the collector's Prometheus exporter"
+        );
+        anyhow::ensure!(
+            scraped == *waits,
+            "{ns}/{pod}/{container}: {scraped} scraped, {waits} in the stream: {lines:?}\n{}",
+            body.lines()
+                .filter(|l| l.starts_with("cgtrace_runq_wait_seconds_count"))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     drop(node);
     let _ = fs::remove_dir_all(&dir);
