@@ -175,9 +175,15 @@ pub struct ReplayArgs {
 
 #[derive(Args)]
 pub struct ReportArgs {
-    /// A file written by `cgtrace record`.
-    #[arg(required_unless_present = "compare", conflicts_with = "compare")]
-    pub file: Option<PathBuf>,
+    /// A file written by `cgtrace record`; or several parts of one rotated recording (FILE.2
+    /// FILE.1 FILE, a flight recorder's restarts included), reported as one.
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "compare",
+        conflicts_with = "compare",
+        num_args = 1..
+    )]
+    pub files: Vec<PathBuf>,
     /// Per cgroup, what changed between two recordings (BEFORE and AFTER a change): run-queue
     /// wait, throttling, the blame ledger, flags raised and cleared.
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"])]

@@ -100,11 +100,46 @@ fn compare_report(args: &ReportArgs, files: &[std::path::PathBuf]) -> anyhow::Re
     })
 }
 
+/// The parts of one rotated recording (FILE.2 FILE.1 FILE, in any order) read as one: each
+/// opened as `report` opens a file (a part without a window is left out, said on stderr), then
+/// put in the order of their first windows.
+fn open_parts(files: &[std::path::PathBuf]) -> anyhow::Result<Recording> {
+    if let [file] = files {
+        return open_recording(file);
+    }
+    let mut parts = Vec::new();
+    for f in files {
+        let rec = Recording::open(f)?;
+        if rec.windows.is_empty() {
+            eprintln!(
+                "cgtrace: left out {}: no readable window in it ({} events)",
+                f.display(),
+                rec.events
+            );
+            continue;
+        }
+        if let Some(w) = rec.stats.warning() {
+            eprintln!("cgtrace: warning: {}: {w}", f.display());
+        }
+        parts.push((f, rec));
+    }
+    parts.sort_by_key(|(_, r)| r.windows.first().map_or(0, |w| w.end_unix_ms));
+    let mut parts = parts.into_iter();
+    let (_, mut rec) = parts
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("none of the {} parts holds a window", files.len()))?;
+    for (f, part) in parts {
+        rec.append(part)
+            .map_err(|e| anyhow::anyhow!("{}: {e} (report fewer parts at once)", f.display()))?;
+    }
+    Ok(rec)
+}
+
 fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
-    let out = match (&args.compare, &args.file) {
+    let out = match (&args.compare, args.files.as_slice()) {
         (Some(files), _) => compare_report(args, files)?,
-        (None, Some(file)) => {
-            let rec = open_recording(file)?;
+        (None, files @ [_, ..]) => {
+            let rec = open_parts(files)?;
             let r = report::build(&rec);
             if args.json {
                 report::render_json(&r)
@@ -114,7 +149,7 @@ fn run_report(args: &ReportArgs) -> anyhow::Result<()> {
                 report::render_text(&r)
             }
         }
-        (None, None) => anyhow::bail!("report needs a recording, or --compare BEFORE AFTER"),
+        (None, []) => anyhow::bail!("report needs a recording, or --compare BEFORE AFTER"),
     };
     match &args.output {
         Some(path) => {

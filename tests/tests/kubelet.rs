@@ -657,7 +657,8 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
         })?;
     }
     // The first run's recording was rotated to .1 when the second started: both report, each
-    // with the busy pod.
+    // with the busy pod, and as one.
+    let mut total = 0;
     for part in ["flight.cgtr.1", "flight.cgtr"] {
         let file = rec.join(part);
         let (code, out, err) = cgtrace_tests::record::cgtrace(&["report", "--json", s(&file)])?;
@@ -666,11 +667,26 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
         let windows = v["windows"].as_u64().unwrap_or(0);
         eprintln!("{part}: {windows} windows");
         ensure!(windows >= 3, "{part}: {windows} windows");
+        total += windows;
         ensure!(
             out.contains(&format!("shop/busy-{NODE}/app")),
             "{part} does not name the busy pod"
         );
     }
+    let (code, out, err) = cgtrace_tests::record::cgtrace(&[
+        "report",
+        "--json",
+        s(&rec.join("flight.cgtr")),
+        s(&rec.join("flight.cgtr.1")),
+    ])?;
+    ensure!(code == 0, "report of both parts: {err}");
+    let v: Value = serde_json::from_str(&out)?;
+    eprintln!("both parts as one: {} windows", v["windows"]);
+    ensure!(
+        v["windows"].as_u64() == Some(total),
+        "{} windows of {total}",
+        v["windows"]
+    );
     Ok(())
 }
 

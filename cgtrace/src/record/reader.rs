@@ -81,6 +81,19 @@ pub struct ReadStats {
 }
 
 impl ReadStats {
+    /// Adds a later part's (the end marker is the last part's).
+    fn add(&mut self, o: &ReadStats) {
+        self.chunks += o.chunks;
+        self.bad_chunks += o.bad_chunks;
+        self.skipped_bytes += o.skipped_bytes;
+        self.truncated |= o.truncated;
+        self.clean_end = o.clean_end;
+        self.bad_hello |= o.bad_hello;
+        self.unknown_records += o.unknown_records;
+        self.oversized_windows += o.oversized_windows;
+        self.checksummed_bytes += o.checksummed_bytes;
+    }
+
     /// One line about what was not readable, or `None` when everything was.
     pub fn warning(&self) -> Option<String> {
         let mut parts = Vec::new();
@@ -154,6 +167,8 @@ impl Marks {
 
 #[derive(Clone, Copy, Debug)]
 struct ChunkRef {
+    /// Which part's file ([`Recording::append`]).
+    part: u32,
     /// Where the payload starts in the file.
     start: u64,
     header: ChunkHeader,
@@ -283,9 +298,11 @@ pub enum Item<'a> {
     End(&'a [u8]),
 }
 
-/// A recording in memory with its index.
+/// A recording in memory with its index: one file, or the parts of a rotated recording read as
+/// one ([`Recording::append`]).
 pub struct Recording {
-    src: Source,
+    /// Each part's bytes; the first part's header is the recording's.
+    srcs: Vec<Source>,
     pub major: u16,
     pub minor: u16,
     /// The hello JSON as recorded (`None` when damaged).
@@ -368,7 +385,7 @@ impl Recording {
                 ..ReadStats::default()
             },
             hello_json,
-            src,
+            srcs: vec![src],
             chunks: Vec::new(),
             windows: Vec::new(),
             events: 0,
@@ -385,21 +402,53 @@ impl Recording {
             .unwrap_or_else(|| placeholder_hello(self.windows.first().map(|w| w.end_unix_ms)))
     }
 
+    /// Appends `next`, a later part of the same rotated recording (FILE.1 after FILE.2, FILE after
+    /// FILE.1, or the next run's first part after a restart): its chunks and windows follow
+    /// this one's, read in that order; the hello stays the first part's. The limits on windows
+    /// and chunks hold for the whole.
+    pub fn append(&mut self, next: Recording) -> Result<(), FormatError> {
+        if self.chunks.len() + next.chunks.len() > MAX_CHUNKS {
+            return Err(FormatError::TooManyChunks { limit: MAX_CHUNKS });
+        }
+        if self.windows.len() + next.windows.len() > MAX_WINDOWS {
+            return Err(FormatError::TooManyWindows { limit: MAX_WINDOWS });
+        }
+        let (parts, chunks) = (self.srcs.len() as u32, self.chunks.len() as u32);
+        self.srcs.extend(next.srcs);
+        self.chunks
+            .extend(next.chunks.into_iter().map(|c| ChunkRef {
+                part: c.part + parts,
+                ..c
+            }));
+        self.windows
+            .extend(next.windows.into_iter().map(|w| WindowRef {
+                chunk: w.chunk + chunks,
+                ..w
+            }));
+        self.events += next.events;
+        self.stats.add(&next.stats);
+        if self.hello_json.is_none() {
+            self.hello_json = next.hello_json;
+        }
+        Ok(())
+    }
+
     /// Finds every chunk and indexes the windows.
     fn scan(&mut self, mut pos: u64) -> Result<(), SourceError> {
         let (mut payload, mut buf, mut block) = (Vec::new(), Vec::new(), Block::default());
         let mut marks = 0u32;
         let mut events = 0u32;
-        let len = self.src.len();
+        let src = &self.srcs[0];
+        let len = src.len();
         let mut budget = Budget::new(len);
         while pos < len {
-            let Some(at) = find_sync_in(&self.src, pos, &mut block)? else {
+            let Some(at) = find_sync_in(&self.srcs[0], pos, &mut block)? else {
                 // Trailing bytes with no chunk: the start of a chunk header cut off, or garbage.
                 let tail = len - pos;
                 self.stats.skipped_bytes += tail;
                 if tail < CHUNK_HEADER_LEN as u64 {
                     let mut t = Vec::new();
-                    self.src.read_vec(pos, tail as usize, &mut t)?;
+                    self.srcs[0].read_vec(pos, tail as usize, &mut t)?;
                     if SYNC.starts_with(&t) || tail < CHUNK_HEADER_LEN as u64 {
                         self.stats.truncated = true;
                     }
@@ -407,7 +456,7 @@ impl Recording {
                 break;
             };
             self.stats.skipped_bytes += at - pos;
-            let check = check_chunk(&self.src, at, &mut payload, &block, &mut budget)?;
+            let check = check_chunk(&self.srcs[0], at, &mut payload, &block, &mut budget)?;
             if matches!(check, Check::Good(..) | Check::BadChecksum) {
                 self.stats.checksummed_bytes += payload.len() as u64;
             }
@@ -424,7 +473,11 @@ impl Recording {
                     let ok = decompress(&header, &payload, &mut buf).is_ok()
                         && index_records(&buf, idx, self, &mut marks, &mut events)?;
                     if ok {
-                        self.chunks.push(ChunkRef { start, header });
+                        self.chunks.push(ChunkRef {
+                            part: 0,
+                            start,
+                            header,
+                        });
                         self.stats.chunks += 1;
                     } else {
                         // Drop what this chunk indexed, and resync after it.
@@ -436,7 +489,7 @@ impl Recording {
                 }
                 Check::Truncated => {
                     // A torn write may still be followed by whole chunks (a file appended to).
-                    match find_sync_in(&self.src, at + 1, &mut block)? {
+                    match find_sync_in(&self.srcs[0], at + 1, &mut block)? {
                         Some(next) => {
                             self.stats.bad_chunks += 1;
                             self.stats.skipped_bytes += next - at;
@@ -451,7 +504,7 @@ impl Recording {
                 }
                 Check::Bad | Check::BadChecksum => {
                     self.stats.bad_chunks += 1;
-                    let next = find_sync_in(&self.src, at + 1, &mut block)?.unwrap_or(len);
+                    let next = find_sync_in(&self.srcs[0], at + 1, &mut block)?.unwrap_or(len);
                     self.stats.skipped_bytes += next - at;
                     pos = next;
                 }
@@ -467,7 +520,7 @@ impl Recording {
             return false;
         };
         let mut payload = Vec::new();
-        self.src
+        self.srcs[c.part as usize]
             .read_vec(c.start, c.header.payload_len as usize, &mut payload)
             .is_ok()
             && decompress(&c.header, &payload, buf).is_ok()

@@ -1191,3 +1191,36 @@ fn no_output_line_holds_a_raw_control_character_whatever_was_recorded() {
         assert!(lines[0]["type"] == "hello" || raw, "{:?}", lines[0]);
     }
 }
+
+#[test]
+fn parts_appended_read_as_one_recording_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("r.1"), dir.path().join("r"));
+    part_with(&old, 3);
+    let mut w = Writer::create(&new, HELLO.as_bytes(), None, OnFull::Stop, true).unwrap();
+    for s in 4..=5 {
+        w.window(s, 1000 + s, window_json(s).as_bytes());
+    }
+    w.flush(true).unwrap();
+    let mut rec = Recording::open(&old).unwrap();
+    let (chunks, events) = (rec.stats.chunks, rec.events);
+    let next = Recording::open(&new).unwrap();
+    let next_chunks = next.stats.chunks;
+    rec.append(next).unwrap();
+    assert_eq!(
+        windows_of(&rec),
+        vec![1, 2, 3, 4, 5],
+        "both parts' windows, in order"
+    );
+    assert_eq!(rec.stats.chunks, chunks + next_chunks);
+    assert_eq!(rec.events, events);
+    // Every window's JSON comes from its own part's file.
+    let (mut buf, mut cached) = (Vec::new(), None);
+    for i in 0..rec.windows.len() {
+        let j = rec.window_json(i, &mut buf, &mut cached).expect("window");
+        let v: serde_json::Value = serde_json::from_slice(j).unwrap();
+        assert_eq!(v["seq"], (i + 1) as u64);
+    }
+    let r = crate::report::build(&rec);
+    assert_eq!(r.windows, 5);
+}
