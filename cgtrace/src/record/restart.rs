@@ -3,7 +3,9 @@
 //! (a start on a full disk) is reused, so a crash loop cannot push the parts from before it out.
 //! A FILE.next left by a recorder killed while rotating is shifted in as a part when it holds
 //! windows or events and removed when it holds nothing; anything else in the way is set aside as
-//! FILE.orphan-UNIXTIME. A start never refuses because of what an earlier run left.
+//! FILE.orphan-UNIXTIME. Parts left with a gap in their numbers (a recorder killed while shifting
+//! FILE.N → FILE.N+1) are renumbered FILE.1, FILE.2, … in their order first, so no part is
+//! stranded past the gap. A start never refuses because of what an earlier run left.
 
 use std::{
     fs, io,
@@ -95,11 +97,57 @@ fn set_aside(path: &Path, what: &str, notes: &mut Vec<String>) {
     }
 }
 
+/// Renumbers the parts FILE.N present (any N) as FILE.1, FILE.2, … in their order, closing the
+/// gap a recorder killed mid-shift leaves (FILE.1, FILE.3, …: readers and the next shift would
+/// stop at FILE.2). Each rename goes to a lower, free number, so a kill here leaves the parts in
+/// order with a gap the next start closes.
+fn close_gaps(path: &Path, notes: &mut Vec<String>) -> io::Result<()> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(());
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut numbered: Vec<u32> = fs::read_dir(dir)?
+        .filter_map(|e| {
+            let f = e.ok()?.file_name();
+            let n = f.to_str()?.strip_prefix(&prefix)?;
+            (!n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| n.parse().ok())
+                .flatten()
+        })
+        .collect();
+    numbered.sort_unstable();
+    let part = |n: u32| {
+        let mut p = path.to_path_buf().into_os_string();
+        p.push(format!(".{n}"));
+        PathBuf::from(p)
+    };
+    let mut moved = 0;
+    for (i, n) in (1..).zip(numbered) {
+        if n != i {
+            fs::rename(part(n), part(i))?;
+            moved += 1;
+        }
+    }
+    if moved > 0 {
+        notes.push(format!(
+            "{}.N had gaps (a recorder stopped while rotating): {moved} parts renumbered in order",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Makes way for a new FILE under `--rotate` (`keep` parts): returns what was done, one line each,
 /// for the log. Fails only when a part holding windows cannot be shifted (a permission problem
 /// the user must fix), never because of what an earlier run left half-made.
 pub fn make_way(path: &Path, keep: u32) -> io::Result<Vec<String>> {
     let mut notes = Vec::new();
+    close_gaps(path, &mut notes)?;
     let next = next_path(path);
     let shift = |notes: &mut Vec<String>, what: &str| -> io::Result<()> {
         shift_parts(path, keep)?;

@@ -1224,3 +1224,29 @@ fn parts_appended_read_as_one_recording_in_order() {
     let r = crate::report::build(&rec);
     assert_eq!(r.windows, 5);
 }
+
+#[test]
+fn a_restart_closes_the_gap_a_kill_mid_shift_left_keeping_the_order() {
+    use super::restart::make_way;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let at = |s: &str| dir.path().join(s);
+    // Killed while shifting: FILE.2 → FILE.3 done, FILE.1 → FILE.2 not yet (and older parts
+    // beyond): FILE, FILE.1, FILE.3, FILE.4.
+    part_with(&p, 1);
+    part_with(&at("r.1"), 2);
+    part_with(&at("r.3"), 3);
+    part_with(&at("r.4"), 4);
+    let bytes: Vec<Vec<u8>> = ["r", "r.1", "r.3", "r.4"]
+        .iter()
+        .map(|n| std::fs::read(at(n)).unwrap())
+        .collect();
+    let notes = make_way(&p, 10).unwrap();
+    assert!(notes.iter().any(|n| n.contains("renumbered")), "{notes:?}");
+    // In order, no gap: the old FILE is FILE.1, then FILE.1, FILE.3, FILE.4 as FILE.2 … FILE.4.
+    for (i, want) in bytes.iter().enumerate() {
+        let got = std::fs::read(at(&format!("r.{}", i + 1))).unwrap();
+        assert_eq!(&got, want, "part {i}");
+    }
+    assert!(!p.exists() && !at("r.5").exists());
+}
