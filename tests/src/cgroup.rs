@@ -88,18 +88,9 @@ impl TestCgroup {
 
     /// `(nr_throttled, throttled time in µs)` from the kernel's `cpu.stat`.
     pub fn kernel_throttling(&self) -> Result<(u64, f64)> {
-        let stat = fs::read_to_string(self.dir.join("cpu.stat"))?;
-        let get = |k: &str| {
-            stat.lines()
-                .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let us = if stat.contains("throttled_usec") {
-            get("throttled_usec ") as f64
-        } else {
-            get("throttled_time ") as f64 / 1e3
-        };
-        Ok((get("nr_throttled "), us))
+        let (_, throttled, us) =
+            cpu_stat_throttling(&fs::read_to_string(self.dir.join("cpu.stat"))?);
+        Ok((throttled, us))
     }
 
     /// The directory's inode: the id the stream reports.
@@ -161,4 +152,19 @@ impl Drop for TestCgroup {
     fn drop(&mut self) {
         let _ = self.remove();
     }
+}
+
+/// `(nr_periods, nr_throttled, throttled time in µs)` from a cgroup v1 or v2 `cpu.stat`'s text.
+pub fn cpu_stat_throttling(stat: &str) -> (u64, u64, f64) {
+    let get = |k: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let us = if stat.contains("throttled_usec") {
+        get("throttled_usec ") as f64
+    } else {
+        get("throttled_time ") as f64 / 1e3
+    };
+    (get("nr_periods "), get("nr_throttled "), us)
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::{
     Killed,
-    cri::{BIN, Containerd, remove_cgroup_tree, run},
+    cri::{BIN, Containerd, PAUSE_C, SPIN_C, image, remove_cgroup_tree, require, run},
     record::free_port,
 };
 
@@ -253,6 +253,24 @@ impl Node {
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(node)
+    }
+
+    /// A node with the test pods' images (pause, spin: built here) and the archives `extra`
+    /// imported, its files under `dir`; says first which Go-built program is missing.
+    pub fn with_test_images(dir: &Path, extra: &[PathBuf]) -> Result<Self> {
+        require(&[
+            "containerd",
+            "containerd-shim-runc-v2",
+            "ctr",
+            "crictl",
+            "kubelet",
+        ])?;
+        let mut images = vec![
+            image(dir, "pause", PAUSE_C, PAUSE)?,
+            image(dir, "spin", SPIN_C, SPIN)?,
+        ];
+        images.extend_from_slice(extra);
+        Self::start(dir, PAUSE, &images)
     }
 
     pub fn containerd(&self) -> &Containerd {

@@ -16,8 +16,8 @@ use std::{
 use anyhow::{Context, Result, ensure};
 use cgtrace_tests::{
     can_trace,
-    cri::{PAUSE_C, SPIN_C, image, require},
-    kubelet::{NODE, Node, PAUSE, SPIN, agent, busy, noisy, running, throttled},
+    cri::require,
+    kubelet::{NODE, Node, agent, busy, noisy, running, throttled},
     record::free_port,
     scratch::{Scratch, path_str as s},
     stream::Stream,
@@ -83,18 +83,9 @@ fn cpu_stat(path: &str) -> Result<(u64, u64, f64)> {
     .map(|m| format!("{m}{path}"))
     .find(|d| fs::metadata(format!("{d}/cpu.stat")).is_ok())
     .with_context(|| format!("no cpu.stat for {path}"))?;
-    let stat = fs::read_to_string(format!("{dir}/cpu.stat"))?;
-    let get = |k: &str| {
-        stat.lines()
-            .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let us = if stat.contains("throttled_usec") {
-        get("throttled_usec ") as f64
-    } else {
-        get("throttled_time ") as f64 / 1e3
-    };
-    Ok((get("nr_periods "), get("nr_throttled "), us))
+    Ok(cgtrace_tests::cgroup::cpu_stat_throttling(
+        &fs::read_to_string(format!("{dir}/cpu.stat"))?,
+    ))
 }
 
 #[test]
@@ -102,20 +93,9 @@ fn pods_under_a_real_kubelet_are_named_with_their_qos_and_match_the_kernel() -> 
     if !can_trace() {
         return Ok(());
     }
-    require(&[
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "crictl",
-        "kubelet",
-    ])?;
     let scratch = Scratch::new("kubelet")?;
     let dir = scratch.0.clone();
-    let images = [
-        image(&dir, "pause", PAUSE_C, PAUSE)?,
-        image(&dir, "spin", SPIN_C, SPIN)?,
-    ];
-    let node = Node::start(&dir, PAUSE, &images)?;
+    let node = Node::with_test_images(&dir, &[])?;
     let metrics = format!("127.0.0.1:{}", free_port()?);
     let state = node.containerd().state();
     let mut stream = Stream::start(&[
@@ -547,14 +527,7 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
     if !can_trace() {
         return Ok(());
     }
-    require(&[
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "crictl",
-        "kubelet",
-        "helm",
-    ])?;
+    require(&["helm"])?;
     let version = env!("CARGO_PKG_VERSION");
     let tag = format!("localhost/cgtrace:{version}");
     ensure!(
@@ -566,11 +539,7 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
     );
     let scratch = Scratch::new("kubelet-chart")?;
     let dir = scratch.0.clone();
-    let images = [
-        image(&dir, "pause", PAUSE_C, PAUSE)?,
-        image(&dir, "spin", SPIN_C, SPIN)?,
-        cgtrace_tests::cri::save(&dir, "cgtrace", &tag, false)?,
-    ];
+    let cgtrace_image = cgtrace_tests::cri::save(&dir, "cgtrace", &tag, false)?;
     // The chart's seccomp profile where kubelet looks for Localhost profiles.
     let seccomp = dir.join("kubelet/seccomp/profiles");
     fs::create_dir_all(&seccomp)?;
@@ -578,7 +547,7 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/seccomp/cgtrace.json"),
         seccomp.join("cgtrace.json"),
     )?;
-    let node = Node::start(&dir, PAUSE, &images)?;
+    let node = Node::with_test_images(&dir, &[cgtrace_image])?;
     let rec = dir.join("rec");
     let port = free_port()?;
     node.apply("busy", &busy(cpus() - 1, 1))?;
@@ -704,22 +673,11 @@ fn every_dashboard_query_returns_data_on_the_real_node() -> Result<()> {
     if !can_trace() {
         return Ok(());
     }
-    require(&[
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "crictl",
-        "kubelet",
-    ])?;
     let prometheus = prometheus_bin()?;
     let dash = dashboard()?;
     let scratch = Scratch::new("kubelet-dash")?;
     let dir = scratch.0.clone();
-    let images = [
-        image(&dir, "pause", PAUSE_C, PAUSE)?,
-        image(&dir, "spin", SPIN_C, SPIN)?,
-    ];
-    let node = Node::start(&dir, PAUSE, &images)?;
+    let node = Node::with_test_images(&dir, &[])?;
     let metrics = format!("127.0.0.1:{}", free_port()?);
     let _cgtrace = cgtrace_tests::Killed(
         std::process::Command::new(cgtrace_tests::stream::cgtrace_bin())

@@ -17,8 +17,7 @@ use std::{
 use anyhow::{Context, Result};
 use cgtrace_tests::{
     Killed, can_trace,
-    cri::{PAUSE_C, SPIN_C, image, require},
-    kubelet::{self, NODE, PAUSE, SPIN, running},
+    kubelet::{self, NODE, running},
     record::{cgroup_sum, cgtrace, free_port, lines, windows},
     scratch::{Scratch, path_str},
     workload::{self, cpus},
@@ -278,19 +277,8 @@ fn otlp_through_a_real_collector_names_pods_by_the_semantic_conventions() -> Res
     let (_receiver, rport) = receiver(&out)?;
     let pport = free_port()?;
     let (_collector, cport) = collector(&dir, rport, pport)?;
-    require(&[
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "crictl",
-        "kubelet",
-    ])?;
     let scratch = Scratch::new("otelcol-node")?;
-    let images = [
-        image(&scratch.0, "pause", PAUSE_C, PAUSE)?,
-        image(&scratch.0, "spin", SPIN_C, SPIN)?,
-    ];
-    let node = kubelet::Node::start(&scratch.0, PAUSE, &images)?;
+    let node = kubelet::Node::with_test_images(&scratch.0, &[])?;
     node.apply("busy", &kubelet::busy(cpus() - 1, 1))?;
     node.apply("throttled", &kubelet::throttled())?;
     node.apply("noisy", &kubelet::noisy(cpus() - 1))?;

@@ -178,11 +178,8 @@ impl Metrics {
                     let s = self.series.get_mut(&key).expect("inserted above");
                     // A cgroup named after its series began (metadata that came later)
                     // carries its name from now on.
-                    if c.name.is_some()
-                        && s.labels
-                            .get(1)
-                            .is_none_or(|(_, n)| Some(n) != c.name.as_ref())
-                    {
+                    let named = s.labels.iter().find(|(k, _)| *k == "name");
+                    if c.name.is_some() && named.map(|(_, n)| n) != c.name.as_ref() {
                         s.labels = cgroup_labels(c);
                     }
                     s.add(c);
