@@ -210,7 +210,11 @@ pub struct RunqHist {
     pub sum_ns: u64,
     pub max_ns: [u64; 2],
     pub max_epoch: [u64; 2],
-    pub buckets: [u64; NR_BUCKETS],
+    /// Waits per bucket, `u32` to halve the kernel memory of a node's histograms (one per
+    /// cgroup and wait kind, `--max-cgroups` × 3 of them): a bucket wraps after 2^32 waits (hours
+    /// at the busiest rates), and the daemon takes each bucket's gain modulo 2^32, which is exact
+    /// as long as no bucket gains 2^32 waits within one window.
+    pub buckets: [u32; NR_BUCKETS],
 }
 
 impl RunqHist {
@@ -222,8 +226,9 @@ impl RunqHist {
     };
 
     /// The maximum of window `epoch`, if that slot was written in it.
+    /// The sum of the buckets as read (they wrap: equal sums mean no new wait, not a count).
     pub fn count(&self) -> u64 {
-        self.buckets.iter().sum()
+        self.buckets.iter().map(|&n| u64::from(n)).sum()
     }
 
     pub fn window_max(&self, epoch: u64) -> Option<u64> {

@@ -73,6 +73,16 @@ pub unsafe fn atomic_add(p: *mut u64, v: u64) {
     let _ = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
+/// [`atomic_add`] for a `u32` (the same plain 32-bit atomic add, on every kernel).
+///
+/// # Safety
+/// `p` points at an aligned `u32` inside a live map value.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
+    // SAFETY: guaranteed by the caller.
+    let _ = unsafe { atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
 /// `bucket_index!(let idx = ns, else return);` binds `idx` to the histogram bucket of `ns`
 /// (`cgtrace_common::hist::bucket_of`) as a `usize`, bounds-checked in a shape the verifiers can
 /// follow. The `else` arm runs when the index is out of range and must leave the caller: it never

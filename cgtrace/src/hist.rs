@@ -224,42 +224,48 @@ impl SparseHist {
     }
 
     /// A cumulative reading of a kernel histogram, kept to take the next delta from
-    /// ([`SparseHist::delta`]).
-    pub fn reading(count: u64, sum_ns: u64, buckets: &[u64; NR_BUCKETS]) -> Self {
+    /// ([`SparseHist::delta`]). `count` is the sum of the buckets as read.
+    pub fn reading(sum_ns: u64, buckets: &[u32; NR_BUCKETS]) -> Self {
+        let mut count = 0;
         Self {
-            count,
             sum_ns,
             max_ns: 0,
             buckets: buckets
                 .iter()
                 .enumerate()
                 .filter(|(_, n)| **n > 0)
-                .map(|(i, &n)| (i as u8, n))
+                .map(|(i, &n)| {
+                    count += u64::from(n);
+                    (i as u8, u64::from(n))
+                })
                 .collect(),
+            count,
         }
     }
 
-    /// `cur - self` of two cumulative readings of the same kernel histogram ([`Hist::delta`],
-    /// sparse on both sides). A reading that went backwards (the entry was deleted and
-    /// re-created in between) counts from zero.
-    pub fn delta(&self, cur_count: u64, cur_sum: u64, cur: &[u64; NR_BUCKETS]) -> SparseHist {
-        if self.count > cur_count {
-            return Self::reading(cur_count, cur_sum, cur);
-        }
+    /// `cur - self` of two cumulative readings of the same kernel histogram (sparse on both
+    /// sides). The kernel's buckets are `u32` and wrap: each bucket's difference is taken modulo
+    /// 2^32 (a bucket cannot gain 2^32 waits between two readings), so a bucket that wrapped
+    /// still counts what it gained. The entry must not have been re-created in between (the
+    /// caller forgets its reading when it deletes the entry).
+    pub fn delta(&self, cur_sum: u64, cur: &[u32; NR_BUCKETS]) -> SparseHist {
         let mut prev = self.buckets.iter().peekable();
         let mut buckets = Vec::new();
-        for (i, &n) in cur.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let mut count = 0;
+        for (i, &n) in cur.iter().enumerate() {
             while prev.next_if(|&&(b, _)| usize::from(b) < i).is_some() {}
             let before = prev
                 .next_if(|&&(b, _)| usize::from(b) == i)
-                .map_or(0, |&(_, p)| p);
-            if n > before {
-                buckets.push((i as u8, n - before));
+                .map_or(0, |&(_, p)| p as u32);
+            let gained = n.wrapping_sub(before);
+            if gained > 0 {
+                count += u64::from(gained);
+                buckets.push((i as u8, u64::from(gained)));
             }
         }
         Self {
-            count: cur_count - self.count,
-            sum_ns: cur_sum.saturating_sub(self.sum_ns),
+            count,
+            sum_ns: cur_sum.wrapping_sub(self.sum_ns),
             max_ns: 0,
             buckets,
         }
@@ -438,7 +444,7 @@ mod tests {
                 h.record(ns);
             }
             dense.merge(&h);
-            let mut one = SparseHist::reading(h.count, h.sum_ns, &h.buckets);
+            let mut one = SparseHist::reading(h.sum_ns, &h.buckets.map(|n| n as u32));
             one.set_max(h.max_ns);
             sparse.merge(&one);
         }
@@ -449,22 +455,26 @@ mod tests {
 
     #[test]
     fn a_delta_from_a_sparse_reading_is_the_dense_one() {
-        let mut a = [0u64; NR_BUCKETS];
-        let mut b = [0u64; NR_BUCKETS];
+        let mut a = [0u32; NR_BUCKETS];
+        let mut b = [0u32; NR_BUCKETS];
         (a[10], b[10], b[20]) = (2, 5, 2);
-        let dense = Hist::delta(10, 1000, &b, Some((5, 400, &a)));
-        assert_eq!(
-            SparseHist::reading(5, 400, &a)
-                .delta(10, 1000, &b)
-                .to_hist(),
-            dense
+        let dense = Hist::delta(
+            10,
+            1000,
+            &b.map(u64::from),
+            Some((5, 400, &a.map(u64::from))),
         );
-        // Entry re-created: counts from zero.
-        let dense = Hist::delta(3, 30, &b, Some((5, 400, &a)));
-        assert_eq!(
-            SparseHist::reading(5, 400, &a).delta(3, 30, &b).to_hist(),
-            dense
-        );
+        let sparse = SparseHist::reading(400, &a).delta(1000, &b);
+        assert_eq!(sparse.count(), 5);
+        assert_eq!(sparse.to_hist(), dense);
+        // The kernel's u32 buckets wrap: what a bucket gained across the wrap still counts, as
+        // does a bucket that wrapped to exactly 0.
+        (a[10], b[10]) = (u32::MAX - 1, 3);
+        (a[30], b[30]) = (u32::MAX, 0);
+        let wrapped = SparseHist::reading(400, &a).delta(1000, &b);
+        assert_eq!(wrapped.buckets, [(10, 5), (20, 2), (30, 1)]);
+        assert_eq!(wrapped.count(), 8);
+        assert_eq!(wrapped.sum_ns, 600);
         // Recorded one by one, merged, and the top bucket's bound.
         let (mut s, mut d) = (SparseHist::default(), Hist::default());
         for ns in [300, 5_000, 9_000_000] {

@@ -48,8 +48,9 @@ pub trait Collector: Send {
     /// Event lines that need the live tracer to be made (a slow read's file name is in the
     /// kernel's file table), unnamed: the session adds the cgroup's path and name.
     fn lines(&mut self, _records: &mut Records, _out: &mut Vec<EventLine>) {}
-    /// A cgroup is gone: drop its kernel entries and remembered readings.
-    fn forget(&mut self, _cgroup_id: u64) {}
+    /// Cgroups are gone (a window's removed and evicted, all at once, so tables keyed by pairs
+    /// are walked once, not once per cgroup): drop their kernel entries and remembered readings.
+    fn forget(&mut self, _gone: &std::collections::HashSet<u64>) {}
     /// The name of the file a read record refers to (the reads family; recorded so a replay
     /// names slow reads as the live stream did).
     fn read_file(&mut self, _key: &cgtrace_common::reads::ReadKey) -> Option<reads::ReadFile> {

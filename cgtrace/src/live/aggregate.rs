@@ -142,7 +142,9 @@ impl Aggregator {
         for id in &removed {
             self.table.remove(id);
             self.resolver.forget(*id);
-            self.blame_carry.forget(*id);
+        }
+        if !removed.is_empty() {
+            self.blame_carry.forget(&removed.iter().copied().collect());
         }
         removed.extend(self.enforce_bound());
         WindowOutput {

@@ -330,9 +330,10 @@ impl Session {
         for c in &mut self.collectors {
             c.finish_window(&mut self.records, &mut out.window);
         }
-        for id in out.removed {
+        if !out.removed.is_empty() {
+            let gone: std::collections::HashSet<u64> = out.removed.into_iter().collect();
             for c in &mut self.collectors {
-                c.forget(id);
+                c.forget(&gone);
             }
         }
         Ok(out.window)

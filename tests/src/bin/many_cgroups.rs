@@ -141,17 +141,30 @@ fn measure(args: &Args) -> Result<()> {
     let pid = child.id();
     let stdout = child.stdout.take().context("stdout")?;
     // The window lines are megabytes at this scale: only how many cgroups each reported is kept.
+    // The counters that moved are summed over the run (evictions and losses, by name).
     let (windows, last) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let (w, l) = (windows.clone(), last.clone());
     let reader = std::thread::spawn(move || {
+        let mut moved = std::collections::BTreeMap::<String, u64>::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
                 && v["type"] == "window"
             {
                 w.fetch_add(1, Relaxed);
                 l.store(v["cgroups"].as_array().map_or(0, Vec::len) as u64, Relaxed);
+                for (name, n) in v["events"]["counters"].as_object().into_iter().flatten() {
+                    match n.as_u64() {
+                        Some(n) if n > 0 => *moved.entry(name.clone()).or_default() += n,
+                        _ => {}
+                    }
+                }
+                // Counted since start, not per window.
+                if let Some(n) = v["cgroups_evicted"].as_u64().filter(|&n| n > 0) {
+                    moved.insert("cgroups_evicted".into(), n);
+                }
             }
         }
+        moved
     });
     let ticks = clock_ticks() as f64;
     let start = Instant::now();
@@ -180,12 +193,21 @@ fn measure(args: &Args) -> Result<()> {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let status = child.wait()?;
-    let _ = reader.join();
+    let moved = reader.join().unwrap_or_default();
     let mean = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
     println!(
         "{} windows; peak RSS {:.1} MiB; daemon CPU {mean:.1} % of a core on average; cgtrace {status}",
         windows.load(Relaxed),
         rss_max as f64 / 1024.0
+    );
+    let moved: Vec<String> = moved.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!(
+        "counters that moved (summed over windows): {}",
+        if moved.is_empty() {
+            "none".into()
+        } else {
+            moved.join(", ")
+        }
     );
     Ok(())
 }

@@ -8,7 +8,7 @@ use cgtrace_common::{
 };
 
 use crate::{
-    helpers::{atomic_add, bucket_index},
+    helpers::{atomic_add, atomic_add_u32, bucket_index},
     maps::{EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, ZERO_HIST, count},
 };
 
@@ -157,7 +157,7 @@ pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u6
     // charge the same cgroup at once.
     unsafe {
         atomic_add(&raw mut (*hist).sum_ns, wait_ns);
-        atomic_add(&raw mut (*hist).buckets[idx], 1);
+        atomic_add_u32(&raw mut (*hist).buckets[idx], 1);
         // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
         // raising the same cgroup's max at the same instant can keep the smaller of the two.
         let epoch = EPOCH.get(0).copied().unwrap_or(0);

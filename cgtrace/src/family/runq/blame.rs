@@ -81,10 +81,10 @@ impl Carry {
         ledger
     }
 
-    /// Drops what was carried for or against a removed cgroup.
-    pub fn forget(&mut self, id: u64) {
+    /// Drops what was carried for or against removed cgroups (one walk).
+    pub fn forget(&mut self, gone: &std::collections::HashSet<u64>) {
         self.pending
-            .retain(|k, _| k.victim != id && k.culprit != id);
+            .retain(|k, _| !gone.contains(&k.victim) && !gone.contains(&k.culprit));
     }
 }
 
@@ -112,20 +112,18 @@ pub fn attach_named(
     mut describe: impl FnMut(u64) -> (Option<String>, Option<String>),
     mut comm: impl FnMut(u32) -> Option<String>,
 ) {
+    // Lists, not pair maps: at 10 000 cgroups a window holds hundreds of thousands of pairs.
     let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
-    let mut pairs: StdHashMap<(u64, u64), u64> = StdHashMap::new();
+    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
     for (k, &ns) in blame {
         by_victim.entry(k.victim).or_default().push((k.culprit, ns));
-        // A root-cgroup task's charge is the root cgroup's doing.
+        // A root-cgroup task's charge is the root cgroup's doing (several tasks' charges to one
+        // victim are merged below).
         if let Some(culprit) = culprit_cgroup(k.culprit, caps.root_cgroup)
             && culprit != k.victim
         {
-            *pairs.entry((culprit, k.victim)).or_insert(0) += ns;
+            by_culprit.entry(culprit).or_default().push((k.victim, ns));
         }
-    }
-    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
-    for ((culprit, victim), ns) in pairs {
-        by_culprit.entry(culprit).or_default().push((victim, ns));
     }
     let mut comms: StdHashMap<u32, Option<String>> = StdHashMap::new();
     // The root cgroup: kernel threads and host processes outside any cgroup (`kernel_us`).
@@ -231,6 +229,14 @@ pub fn attach_named(
             cg.runq.blame = Some(b);
         }
         if let Some(victims) = by_culprit.get_mut(&cg.id) {
+            victims.sort_unstable_by_key(|v| v.0);
+            victims.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    kept.1 += later.1;
+                }
+                same
+            });
             victims.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let total: u64 = victims.iter().map(|v| v.1).sum();
             cg.caused = Some(Caused {

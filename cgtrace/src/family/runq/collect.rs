@@ -4,6 +4,7 @@
 //! per-window max).
 
 use std::collections::HashMap as StdHashMap;
+use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
@@ -89,8 +90,11 @@ fn read_hist(slots: &MappedArray, index: u32) -> RunqHist {
         h.max_ns[i] = word(offset_of!(RunqHist, max_ns), i);
         h.max_epoch[i] = word(offset_of!(RunqHist, max_epoch), i);
     }
-    for (i, b) in h.buckets.iter_mut().enumerate() {
-        *b = word(offset_of!(RunqHist, buckets), i);
+    // Two u32 buckets per word, in memory order.
+    for (i, pair) in h.buckets.as_chunks_mut::<2>().0.iter_mut().enumerate() {
+        let bytes = word(offset_of!(RunqHist, buckets), i).to_ne_bytes();
+        pair[0] = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        pair[1] = u32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
     }
     h
 }
@@ -170,31 +174,33 @@ impl RunqReader {
                 return;
             }
             let mut delta = match last {
-                Some(p) => p.delta(count, cur.sum_ns, &cur.buckets),
-                None => SparseHist::reading(count, cur.sum_ns, &cur.buckets),
+                Some(p) => p.delta(cur.sum_ns, &cur.buckets),
+                None => SparseHist::reading(cur.sum_ns, &cur.buckets),
             };
             let max = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
             delta.set_max(max);
-            prev.insert(*key, Prev::reading(count, cur.sum_ns, &cur.buckets));
+            prev.insert(*key, Prev::reading(cur.sum_ns, &cur.buckets));
             out.entry(key.cgroup_id).or_default().set(kind, delta);
         });
         Ok(out)
     }
 
-    /// Drops a removed cgroup's kernel entries and remembered readings.
-    pub fn forget(&mut self, cgroup_id: u64) {
-        self.source.forget(cgroup_id);
-        for kind in WaitKind::ALL {
-            self.prev.remove(&RunqKey {
-                cgroup_id,
-                kind: kind as u32,
-                _pad: 0,
-            });
+    /// Drops removed cgroups' kernel entries and remembered readings.
+    pub fn forget(&mut self, gone: &StdHashSet<u64>) {
+        for &cgroup_id in gone {
+            self.source.forget(cgroup_id);
+            for kind in WaitKind::ALL {
+                self.prev.remove(&RunqKey {
+                    cgroup_id,
+                    kind: kind as u32,
+                    _pad: 0,
+                });
+            }
         }
         if let Some(b) = &mut self.blame {
-            b.forget(cgroup_id);
+            b.forget(gone);
         }
     }
 }
@@ -236,8 +242,8 @@ impl Collector for RunqReader {
         Ok(())
     }
 
-    fn forget(&mut self, cgroup_id: u64) {
-        RunqReader::forget(self, cgroup_id);
+    fn forget(&mut self, gone: &StdHashSet<u64>) {
+        RunqReader::forget(self, gone);
     }
 }
 
@@ -253,6 +259,9 @@ pub struct BlameReader {
     map: WholeHashMap<BlameKey, u64>,
     /// Last value of each pair, and windows since it last changed.
     prev: StdHashMap<BlameKey, (u64, u32)>,
+    /// Pairs charged in the last window: the next window's map is made this size, not grown to
+    /// it (each growth holds the old table beside the new one).
+    last_len: usize,
 }
 
 impl BlameReader {
@@ -260,12 +269,13 @@ impl BlameReader {
         Self {
             map: WholeHashMap::new(map, BLAME_BATCH),
             prev: StdHashMap::new(),
+            last_len: 0,
         }
     }
 
     /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
     pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
-        let mut out = StdHashMap::new();
+        let mut out = StdHashMap::with_capacity(self.last_len + self.last_len / 8);
         let mut stale = Vec::new();
         let prev = &mut self.prev;
         self.map.for_each(|&key, &cur| {
@@ -285,15 +295,17 @@ impl BlameReader {
             self.map.remove(&k);
             self.prev.remove(&k);
         }
+        self.last_len = out.len();
         out
     }
 
     /// Drops every pair a removed cgroup is part of.
-    pub fn forget(&mut self, id: u64) {
+    /// Drops the pairs of removed cgroups, in one walk over the pairs.
+    pub fn forget(&mut self, gone: &StdHashSet<u64>) {
         let keys: Vec<BlameKey> = self
             .prev
             .keys()
-            .filter(|k| k.victim == id || k.culprit == id)
+            .filter(|k| gone.contains(&k.victim) || gone.contains(&k.culprit))
             .copied()
             .collect();
         for k in keys {

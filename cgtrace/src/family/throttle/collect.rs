@@ -310,10 +310,12 @@ impl Collector for Throttle {
         cg.throttle = Some(Box::new(w));
     }
 
-    fn forget(&mut self, cgroup_id: u64) {
-        self.reader.forget(cgroup_id);
-        self.kernel.remove(&cgroup_id);
-        self.held_off.remove(&cgroup_id);
+    fn forget(&mut self, gone: &std::collections::HashSet<u64>) {
+        for &cgroup_id in gone {
+            self.reader.forget(cgroup_id);
+            self.kernel.remove(&cgroup_id);
+            self.held_off.remove(&cgroup_id);
+        }
     }
 }
 
