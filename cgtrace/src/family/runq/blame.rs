@@ -641,6 +641,29 @@ mod tests {
         assert!(left.is_empty() && carry.pending.is_empty());
     }
 
+    /// The cgroups that left in a window are forgotten together: every carried charge for or
+    /// against any of them goes, the others stay.
+    #[test]
+    fn forgetting_gone_cgroups_drops_their_carried_charges_as_victim_or_culprit() {
+        let key = |victim, culprit| BlameKey { victim, culprit };
+        let mut carry = Carry::default();
+        let mut ledger = StdHashMap::new();
+        for (v, c) in [(1, 10), (2, 11), (3, 12), (4, 1)] {
+            ledger.insert(key(v, c), 100_000);
+        }
+        // No waits in the window: every charge is carried.
+        assert!(carry.settle(&[], ledger).is_empty());
+        assert_eq!(carry.pending.len(), 4);
+        carry.forget(&[1, 12].into_iter().collect());
+        let mut left: Vec<_> = carry
+            .pending
+            .keys()
+            .map(|k| (k.victim, k.culprit))
+            .collect();
+        left.sort_unstable();
+        assert_eq!(left, [(2, 11)]);
+    }
+
     /// A window's cgroups: victim 1 waited 1 s (80 % behind 10, 15 % its own quota, the rest
     /// unattributed), 10 and 11 caused it.
     fn blamed_window() -> Vec<CgroupWindow> {
