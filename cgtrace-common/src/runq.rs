@@ -225,12 +225,12 @@ impl RunqHist {
         buckets: [0; NR_BUCKETS],
     };
 
-    /// The maximum of window `epoch`, if that slot was written in it.
     /// The sum of the buckets as read (they wrap: equal sums mean no new wait, not a count).
     pub fn count(&self) -> u64 {
         self.buckets.iter().map(|&n| u64::from(n)).sum()
     }
 
+    /// The maximum of window `epoch`, if that slot was written in it.
     pub fn window_max(&self, epoch: u64) -> Option<u64> {
         let slot = (epoch & 1) as usize;
         (self.max_epoch[slot] == epoch).then_some(self.max_ns[slot])

@@ -226,20 +226,17 @@ impl SparseHist {
     /// A cumulative reading of a kernel histogram, kept to take the next delta from
     /// ([`SparseHist::delta`]). `count` is the sum of the buckets as read.
     pub fn reading(sum_ns: u64, buckets: &[u32; NR_BUCKETS]) -> Self {
-        let mut count = 0;
+        let buckets: Vec<(u8, u64)> = buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, &n)| (i as u8, u64::from(n)))
+            .collect();
         Self {
+            count: buckets.iter().map(|&(_, n)| n).sum(),
             sum_ns,
             max_ns: 0,
-            buckets: buckets
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| **n > 0)
-                .map(|(i, &n)| {
-                    count += u64::from(n);
-                    (i as u8, u64::from(n))
-                })
-                .collect(),
-            count,
+            buckets,
         }
     }
 

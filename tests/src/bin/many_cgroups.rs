@@ -153,9 +153,8 @@ fn measure(args: &Args) -> Result<()> {
                 w.fetch_add(1, Relaxed);
                 l.store(v["cgroups"].as_array().map_or(0, Vec::len) as u64, Relaxed);
                 for (name, n) in v["events"]["counters"].as_object().into_iter().flatten() {
-                    match n.as_u64() {
-                        Some(n) if n > 0 => *moved.entry(name.clone()).or_default() += n,
-                        _ => {}
+                    if let Some(n) = n.as_u64().filter(|&n| n > 0) {
+                        *moved.entry(name.clone()).or_default() += n;
                     }
                 }
                 // Counted since start, not per window.

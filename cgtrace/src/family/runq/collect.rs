@@ -299,8 +299,7 @@ impl BlameReader {
         out
     }
 
-    /// Drops every pair a removed cgroup is part of.
-    /// Drops the pairs of removed cgroups, in one walk over the pairs.
+    /// Drops every pair a removed cgroup is part of, in one walk over the pairs.
     pub fn forget(&mut self, gone: &StdHashSet<u64>) {
         let keys: Vec<BlameKey> = self
             .prev
