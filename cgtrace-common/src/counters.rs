@@ -52,8 +52,12 @@ pub const THROTTLE_SLICES: u32 = 16;
 pub const THROTTLE_SLICE_RECORDS: u32 = 17;
 /// A slice could not be summed: `THROTTLE_SLICE_SUMS` full (it is sent alone, as before sums).
 pub const THROTTLE_SLICE_SUMS_FULL: u32 = 18;
+/// Waits with no start of cgtrace's own (own stamps: no wakeup or queued switch-out seen for the
+/// task) that the kernel stamped (`sched_info.last_queued`): timed from that stamp, as a wakeup.
+/// Their number, not a loss: the kernel enqueues a task now and then without `sched_wakeup`.
+pub const RUNQ_KERNEL_STAMPED: u32 = 19;
 /// Number of counters.
-pub const NR_COUNTERS: u32 = 19;
+pub const NR_COUNTERS: u32 = 20;
 
 /// Names, in index order, as they appear in `cgtrace doctor` and the stream.
 pub const NAMES: [&str; NR_COUNTERS as usize] = [
@@ -76,6 +80,7 @@ pub const NAMES: [&str; NR_COUNTERS as usize] = [
     "throttle_slices",
     "throttle_slice_records",
     "throttle_slice_sums_full",
+    "runq_kernel_stamped",
 ];
 
 /// The value of the single-entry per-CPU `COUNTERS` map: one lookup per program run.

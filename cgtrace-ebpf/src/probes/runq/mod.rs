@@ -113,7 +113,7 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
         end_wait_sched_info::<DIRECT>(c, next, pid, now, known_cgroup);
         return;
     }
-    let Some((mut start, storage)) = take_start(next, pid) else {
+    let Some((mut start, storage)) = take_start::<DIRECT>(c, next, pid, now, rq) else {
         return;
     };
     if now < start.ts_ns {
