@@ -388,6 +388,114 @@ fn own_wait_stamps_match_run_delay() -> anyhow::Result<()> {
     )
 }
 
+/// Own stamps beside the kernel's on the same switches (6.18+, where the default reads the
+/// kernel's stamps): two streams at once, one with `CGTRACE_RUNQ_WAITS=own`, over `perf bench
+/// sched pipe` (threads) in one cgroup beside busy loops in another and 20 ms sleepers in a third.
+/// Per wait kind of the benchmark's cgroup, and for the sleepers, both count the same waits
+/// (within 3 and 0.1 %): a wait own stamps miss shows here by kind (the waits with no wakeup seen
+/// were found this way). Lengths are reported, not checked: on 6.12+ the kernel's `run_delay` now
+/// and then counts a sleep as queueing, which own stamps time from the wakeup (docs/accuracy.md),
+/// and in some runs a handful of wakeup waits of 0.05–1.5 ms in ~2 M read shorter with own
+/// stamps (up to 5 % of the wakeup waits' sum; cause not found, see docs/accuracy.md).
+#[test]
+fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let args = ["--interval", "1000", "--no-blame"];
+    let mut kernel = Stream::start(&args)?;
+    let detail = kernel.hello()["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !detail.contains("kernel's own stamps") {
+        cgtrace_tests::skip("the kernel's own stamps are read from 6.18");
+        return Ok(());
+    }
+    let mut own = start_with_env("CGTRACE_RUNQ_WAITS", "own", &args)?;
+    // Both attached before the load starts and until it is gone: the same waits in each.
+    kernel.windows(1)?;
+    own.windows(1)?;
+    let busy = TestCgroup::new("xcheck-busy")?;
+    let pipe = TestCgroup::new("xcheck-pipe")?;
+    let sleep_cg = TestCgroup::new("xcheck-sleep")?;
+    let loops = workload::spin(3, &busy.procs_file(), None)?;
+    // Sleepers woken every 20 ms: where the kernel queues a sleeping task without a wakeup the
+    // program sees (own stamps then take the kernel's stamp).
+    let sleepers = (0..8)
+        .map(|_| workload::sleeper(20_000, Some(&sleep_cg.procs_file()), None, false))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let Ok(perf) = which("perf") else {
+        panic!("perf is part of the suite: apt-get install linux-perf");
+    };
+    let mut cmd = std::process::Command::new(perf);
+    cmd.args(["bench", "sched", "pipe", "-T", "-l", "100000000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let bench = Task::spawn(cmd, Some(&pipe.procs_file()), None, false)?;
+    sleep(Duration::from_secs(8));
+    drop(bench);
+    drop(loops);
+    drop(sleepers);
+    kernel.windows(3)?;
+    own.windows(2)?;
+    let (_, k_lines) = kernel.stop(SIGINT)?;
+    let (_, o_lines) = own.stop(SIGINT)?;
+    let mut report = String::new();
+    for kind in ["wakeup", "preempt"] {
+        let k = merge(&k_lines, &pipe.rel, Some(kind));
+        let o = merge(&o_lines, &pipe.rel, Some(kind));
+        report += &format!("{kind}: own {} waits, kernel {}\n", o.count, k.count);
+        // Reported, not checked (see above): the waits below 10 ms summed at their buckets'
+        // lower bounds.
+        let below = |m: &cgtrace_tests::stream::Merged| -> f64 {
+            m.buckets
+                .range(..10_000_000)
+                .map(|(lo, n)| *lo as f64 * *n as f64)
+                .sum()
+        };
+        let (ks, os) = (below(&k), below(&o));
+        report += &format!(
+            "{kind}: waits below 10 ms, own stamps {:.4} of the kernel's\n",
+            os / ks
+        );
+        assert!(
+            k.count.abs_diff(o.count) as f64 <= 3.0 + 0.001 * k.count as f64,
+            "{kind} waits: own {} vs kernel {}",
+            o.count,
+            k.count
+        );
+    }
+    // The sleepers: the same number of waits (a sleep the kernel counts as queueing moves a
+    // wait between buckets here, see above).
+    let (k, o) = (
+        merge(&k_lines, &sleep_cg.rel, None).count,
+        merge(&o_lines, &sleep_cg.rel, None).count,
+    );
+    report += &format!("sleepers: own {o} waits, kernel {k}\n");
+    assert!(
+        k.abs_diff(o) as f64 <= 3.0 + 0.001 * k as f64,
+        "sleepers' waits: own {o} vs kernel {k}"
+    );
+    eprintln!(
+        "{report}own stamps: {} waits only the kernel stamped",
+        sum_counter(&o_lines, "runq_kernel_stamped")
+    );
+    let total = merge(&k_lines, &pipe.rel, None).count;
+    assert!(total > 100_000, "the pipe benchmark's waits: {total}");
+    assert_eq!(sum_counter(&o_lines, "runq_start_full"), 0);
+    Ok(())
+}
+
+fn which(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow::anyhow!("{name} not found"))
+}
+
 /// Runs the crowded scene under cgtrace started with `env`, checks the runq detail has `detail`
 /// and the crowded sleeper's waits add up to its `run_delay` within 1 % (they are timed in the
 /// run queue's clock, as `run_delay` is: measured equal to the µs).
