@@ -162,8 +162,13 @@ impl Merged {
 
     /// The waits summed at their buckets' lower bounds (ns).
     pub fn lower_bound_sum_ns(&self) -> f64 {
+        self.lower_bound_sum_below_ns(u64::MAX)
+    }
+
+    /// The same, of the buckets whose lower bound is below `limit_ns`.
+    pub fn lower_bound_sum_below_ns(&self, limit_ns: u64) -> f64 {
         self.buckets
-            .iter()
+            .range(..limit_ns)
             .map(|(lo, n)| *lo as f64 * *n as f64)
             .sum::<f64>()
     }

@@ -105,6 +105,22 @@ impl Drop for Task {
     }
 }
 
+/// `perf bench sched ARGS`, quiet (perf is part of the suite: a panic where it is missing).
+pub fn perf_bench(args: &[&str]) -> Command {
+    let perf = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("perf"))
+        .find(|p| p.exists())
+        .expect("perf is part of the suite: apt-get install linux-perf");
+    let mut cmd = Command::new(perf);
+    cmd.args(["bench", "sched"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
 /// `spin N` in a cgroup on a CPU.
 pub fn spin(threads: usize, procs: &Path, cpu: Option<usize>) -> Result<Task> {
     let mut cmd = Command::new(bin("spin"));

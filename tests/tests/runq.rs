@@ -425,13 +425,7 @@ fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
     let sleepers = (0..8)
         .map(|_| workload::sleeper(20_000, Some(&sleep_cg.procs_file()), None, false))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let Ok(perf) = which("perf") else {
-        panic!("perf is part of the suite: apt-get install linux-perf");
-    };
-    let mut cmd = std::process::Command::new(perf);
-    cmd.args(["bench", "sched", "pipe", "-T", "-l", "100000000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+    let cmd = workload::perf_bench(&["pipe", "-T", "-l", "100000000"]);
     let bench = Task::spawn(cmd, Some(&pipe.procs_file()), None, false)?;
     sleep(Duration::from_secs(8));
     drop(bench);
@@ -446,15 +440,11 @@ fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
         let k = merge(&k_lines, &pipe.rel, Some(kind));
         let o = merge(&o_lines, &pipe.rel, Some(kind));
         report += &format!("{kind}: own {} waits, kernel {}\n", o.count, k.count);
-        // Reported, not checked (see above): the waits below 10 ms summed at their buckets'
-        // lower bounds.
-        let below = |m: &cgtrace_tests::stream::Merged| -> f64 {
-            m.buckets
-                .range(..10_000_000)
-                .map(|(lo, n)| *lo as f64 * *n as f64)
-                .sum()
-        };
-        let (ks, os) = (below(&k), below(&o));
+        // Reported, not checked (see above).
+        let (ks, os) = (
+            k.lower_bound_sum_below_ns(10_000_000),
+            o.lower_bound_sum_below_ns(10_000_000),
+        );
         report += &format!(
             "{kind}: waits below 10 ms, own stamps {:.4} of the kernel's\n",
             os / ks
@@ -485,15 +475,6 @@ fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
     assert!(total > 100_000, "the pipe benchmark's waits: {total}");
     assert_eq!(sum_counter(&o_lines, "runq_start_full"), 0);
     Ok(())
-}
-
-fn which(name: &str) -> anyhow::Result<std::path::PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.exists())
-        .ok_or_else(|| anyhow::anyhow!("{name} not found"))
 }
 
 /// Runs the crowded scene under cgtrace started with `env`, checks the runq detail has `detail`

@@ -122,32 +122,11 @@ fn episodes_match_cpu_stat_under_switch_load() -> anyhow::Result<()> {
         return Ok(());
     }
     let load_cg = TestCgroup::new("thr-load")?;
-    let cmd = perf_bench(&["messaging", "-l", "1000000"])?;
+    let cmd = workload::perf_bench(&["messaging", "-l", "1000000"]);
     let _load = Task::spawn(cmd, Some(&load_cg.procs_file()), Some(cpus() - 1), false)?;
     let cg = TestCgroup::new("thr-busy")?;
     check(&cg, &cg, 4, 4)?;
     Ok(())
-}
-
-/// `perf bench sched ARGS`, quiet (perf is part of the suite).
-fn perf_bench(args: &[&str]) -> anyhow::Result<Command> {
-    let Ok(perf) = which("perf") else {
-        panic!("perf is part of the suite: apt-get install linux-perf");
-    };
-    let mut cmd = Command::new(perf);
-    cmd.args(["bench", "sched"]).args(args);
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    Ok(cmd)
-}
-
-fn which(name: &str) -> anyhow::Result<std::path::PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.exists())
-        .ok_or_else(|| anyhow::anyhow!("{name} not found"))
 }
 
 /// Flags of the quota's cgroup over the run, by code.
@@ -258,7 +237,7 @@ fn slices_are_summed_per_thread_and_period() -> anyhow::Result<()> {
     let mut s = Stream::start(&["--interval", "1000"])?;
     s.windows(1)?;
     let (t0, _) = cg.kernel_throttling()?;
-    let cmd = perf_bench(&["pipe", "-l", "100000000"])?;
+    let cmd = workload::perf_bench(&["pipe", "-l", "100000000"]);
     let pipe = Task::spawn(cmd, Some(&cg.procs_file()), None, false)?;
     let spin = workload::spin(1, &cg.procs_file(), None)?;
     sleep(Duration::from_secs(6));
