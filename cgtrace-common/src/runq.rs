@@ -22,6 +22,11 @@ pub enum WaitKind {
 /// Number of wait kinds.
 pub const NR_WAIT_KINDS: usize = 3;
 
+/// `RunqEvent::kind` of a record that is not a wait: the part of a wait's kernel stretch the
+/// task spent asleep (`wait_ns`; kernel stamps only, see `counters::RUNQ_ASLEEP_STAMPED`),
+/// which the kernel's `run_delay` counts and the wait leaves out. Sent for every such wait.
+pub const EVENT_KIND_ASLEEP: u32 = 3;
+
 impl WaitKind {
     /// All kinds, in value order.
     pub const ALL: [Self; NR_WAIT_KINDS] = [Self::Wakeup, Self::Preempt, Self::Throttled];

@@ -97,6 +97,11 @@ pub fn duration_us(v: f64) -> String {
     }
 }
 
+/// For `skip_serializing_if`: a sum that is absent when nothing was added.
+pub fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -477,6 +477,155 @@ fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A sleep the kernel counts as waiting (6.12+, delayed dequeue): a task that goes to sleep
+/// beside a busy loop of its cgroup stays on its run queue for a while, and moved to another CPU then (its
+/// affinity changed) it is queued again and stamped, so its `run_delay` gains the whole sleep
+/// (300 ms here; the same on a loaded node when the balancer moves a sleeping task, measured
+/// on the node simulator: single waits of 74 and 121 s). With the kernel's stamps (the default on 6.18) the wait is timed from the
+/// wakeup and the sleep is reported as `run_delay_asleep_us`: waits plus that part are the
+/// kernel's `run_delay`, and the waits are the ones own stamps (timed from `sched_wakeup`)
+/// measure in the same run.
+#[test]
+fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let mut kernel = Stream::start(&["--interval", "1000"])?;
+    let detail = kernel.hello()["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !detail.contains("kernel's own stamps") {
+        cgtrace_tests::skip("the kernel's own stamps are read from 6.18");
+        return Ok(());
+    }
+    let mut own = start_with_env("CGTRACE_RUNQ_WAITS", "own", &["--interval", "1000"])?;
+    kernel.windows(1)?;
+    own.windows(1)?;
+    // The busy loop in the sleepers' cgroup: a task alone on its group's run queue leaves it
+    // when it sleeps (no lag to keep it queued).
+    let victim_cg = TestCgroup::new("asleep-victim")?;
+    let hog = workload::spin(1, &victim_cg.procs_file(), Some(0))?;
+    let (mut run_delay_ns, mut moved_asleep) = (0u64, 0u32);
+    // This thread polls on CPU 1, away from the sleepers' CPU: it must move a sleeper within
+    // the few milliseconds the kernel keeps it queued.
+    pin_this_thread(1)?;
+    // Whether a sleeper is kept queued depends on where in its slice it went to sleep: about
+    // one in three here; tried until four were.
+    let mut tried = 0;
+    while tried < 40 && moved_asleep < 4 {
+        tried += 1;
+        // Runs ~30 ms beside the busy loop, then sleeps 300 ms as `sleep`.
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args([
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 0.3",
+        ]);
+        let victim = Task::spawn(cmd, Some(&victim_cg.procs_file()), Some(0), false)?;
+        let pid = victim.pid();
+        wait_for_state(pid, |comm, state| comm == "sleep" && state == 'S')?;
+        // Its state is set before it leaves the CPU.
+        sleep(Duration::from_micros(200));
+        set_affinity(pid, 1)?;
+        // A zombie keeps its schedstat until reaped.
+        wait_for_state(pid, |_, state| state == 'Z')?;
+        let ns = cgtrace_tests::node::run_delay_ns(pid);
+        run_delay_ns += ns;
+        if ns > 200_000_000 {
+            moved_asleep += 1;
+        }
+    }
+    let hog_us = stop_and_run_delay_us(&[&hog]);
+    drop(hog);
+    kernel.windows(2)?;
+    own.windows(2)?;
+    let (_, k_lines) = kernel.stop(SIGINT)?;
+    let (_, o_lines) = own.stop(SIGINT)?;
+    let runq_of = |lines: &[serde_json::Value], field: &str| -> f64 {
+        lines
+            .iter()
+            .filter(|w| w["type"] == "window")
+            .filter_map(|w| w["cgroups"].as_array())
+            .flatten()
+            .filter(|c| c["path"] == victim_cg.rel.as_str())
+            .map(|c| c["runq"][field].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    let (waits, asleep) = (
+        runq_of(&k_lines, "sum_us"),
+        runq_of(&k_lines, "run_delay_asleep_us"),
+    );
+    let own_waits = runq_of(&o_lines, "sum_us");
+    let kernel_us = run_delay_ns as f64 / 1e3 + hog_us;
+    let stamped = sum_counter(&k_lines, "runq_asleep_stamped");
+    eprintln!(
+        "{moved_asleep} of {tried} sleepers moved while still queued: run_delay {kernel_us:.0} µs \
+         (the busy loop's {hog_us:.0}); kernel stamps: waits {waits:.0} µs + asleep {asleep:.0} µs \
+         ({stamped} waits); own stamps: waits {own_waits:.0} µs"
+    );
+    assert!(
+        moved_asleep >= 3,
+        "only {moved_asleep} of {tried} sleepers were moved while the kernel still had them queued"
+    );
+    assert!(
+        stamped >= u64::from(moved_asleep),
+        "runq_asleep_stamped {stamped}"
+    );
+    assert!(
+        asleep >= f64::from(moved_asleep) * 250_000.0,
+        "run_delay_asleep_us {asleep} for {moved_asleep} sleeps of 300 ms"
+    );
+    assert!(
+        ((waits + asleep) / kernel_us - 1.0).abs() <= 0.01,
+        "waits {waits} µs + asleep {asleep} µs vs run_delay {kernel_us} µs"
+    );
+    assert!(
+        (waits / own_waits - 1.0).abs() <= 0.10,
+        "waits from the kernel's stamps {waits} µs vs own stamps {own_waits} µs"
+    );
+    Ok(())
+}
+
+/// Pins this thread to `cpu`.
+fn pin_this_thread(cpu: usize) -> anyhow::Result<()> {
+    set_affinity(0, cpu)
+}
+
+/// Moves task `pid` (0: this thread) to `cpu` alone.
+fn set_affinity(pid: u32, cpu: usize) -> anyhow::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; sched_setaffinity(2) with a valid set.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid as i32, size_of::<libc::cpu_set_t>(), &set)
+    };
+    anyhow::ensure!(
+        rc == 0,
+        "sched_setaffinity({pid}, {cpu}): {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+/// Polls `/proc/PID/stat` until its command name and state satisfy `ok` (10 s at most).
+fn wait_for_state(pid: u32, ok: impl Fn(&str, char) -> bool) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        if let (Some((head, rest)), Some(open)) = (s.rsplit_once(") "), s.find('(')) {
+            let comm = &head[open + 1..];
+            if rest.chars().next().is_some_and(|state| ok(comm, state)) {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "task {pid} did not reach the state within 10 s: {s}"
+        );
+        std::hint::spin_loop();
+    }
+}
+
 /// Runs the crowded scene under cgtrace started with `env`, checks the runq detail has `detail`
 /// and the crowded sleeper's waits add up to its `run_delay` within 1 % (they are timed in the
 /// run queue's clock, as `run_delay` is: measured equal to the µs).

@@ -28,10 +28,17 @@ twice!("sched_switch", sched_switch, sched_switch_probe, switch::<false, true>,
 // A bounded blame walk (`bpf_loop` is 5.17+).
 twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch::<false, false>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), None);
-// Waits read from the kernel's own stamps (6.18+, no wakeup program; see `runq::end_wait`):
-// programs of their own, so older kernels never verify this path.
+// Waits read from the kernel's own stamps (6.18+; see `runq::end_wait`): programs of their own,
+// so older kernels never verify this path. Its wakeup program only marks a task whose stamp is
+// older than its wakeup (see `runq::woken_stamps`); no wait starts there.
 twice!("sched_switch", sched_switch_stamps, sched_switch_stamps_probe, switch::<true, true>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
+twice!("sched_wakeup", sched_wakeup_stamps, sched_wakeup_stamps_probe, wakeup_stamps, ctx => ctx.arg(0));
+
+#[inline(always)]
+fn wakeup_stamps<const DIRECT: bool>(p: *const u8) {
+    runq::woken_stamps::<DIRECT>(p);
+}
 
 #[inline(always)]
 fn wakeup<const DIRECT: bool>(p: *const u8) {

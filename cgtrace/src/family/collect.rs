@@ -62,6 +62,8 @@ pub trait Collector: Send {
 #[derive(Default)]
 pub struct WindowInput {
     pub runq: HashMap<u64, runq::KindHists>,
+    /// The sleep the kernel's `run_delay` counted as waiting, ns by cgroup (kernel stamps only).
+    pub runq_asleep: HashMap<u64, u64>,
     /// Run-queue wait charged to whoever held the CPU, ns by (waiting cgroup, culprit); `None`
     /// when the ledger is off (`--blame`).
     pub blame: Option<HashMap<cgtrace_common::runq::BlameKey, u64>>,
@@ -80,6 +82,7 @@ impl WindowInput {
     /// Whether some family has data of cgroup `id` besides the ledger's charges to it.
     pub(crate) fn has_data(&self, id: u64) -> bool {
         self.runq.contains_key(&id)
+            || self.runq_asleep.contains_key(&id)
             || self.periods.contains_key(&id)
             || self.episodes.contains_key(&id)
             || self.reads.contains_key(&id)
@@ -99,6 +102,7 @@ impl WindowInput {
             .keys()
             .copied()
             .chain(culprits)
+            .chain(self.runq_asleep.keys().copied())
             .chain(self.periods.keys().copied())
             .chain(self.episodes.keys().copied())
             .chain(self.reads.keys().copied())

@@ -166,6 +166,7 @@ impl Records {
     /// window took it; offline, the recorded window already holds it).
     pub fn window_ended(&mut self, mono_ns: u64) {
         let _ = self.throttle.take_window(mono_ns);
+        self.runq.asleep.clear();
     }
 }
 

@@ -21,6 +21,8 @@ struct Entry {
     name: Option<name::Name>,
     /// Since start, by wait kind.
     total: KindHists,
+    /// Since start: sleep the kernel's `run_delay` counted as waiting (ns).
+    total_asleep_ns: u64,
     last_active_seq: u64,
 }
 
@@ -108,6 +110,11 @@ impl Aggregator {
                 runq_window(&kinds),
             );
             cg.removed = gone;
+            if let Some(ns) = input.runq_asleep.remove(&id) {
+                cg.runq.run_delay_asleep_us = ns as f64 / 1e3;
+                let entry = self.entry(id);
+                entry.total_asleep_ns = entry.total_asleep_ns.saturating_add(ns);
+            }
             for c in collectors.iter_mut() {
                 c.cgroup_part(&mut cg, &mut input, duration_ms);
             }
@@ -185,13 +192,15 @@ impl Aggregator {
             .table
             .iter()
             .map(|(&id, e)| {
-                CgroupWindow::new(
+                let mut cg = CgroupWindow::new(
                     id,
                     self.hierarchy.clone(),
                     e.path.clone(),
                     e.name.as_ref(),
                     runq_window(&e.total),
-                )
+                );
+                cg.runq.run_delay_asleep_us = e.total_asleep_ns as f64 / 1e3;
+                cg
             })
             .collect();
         v.sort_by(busiest_first);
@@ -223,6 +232,7 @@ impl Aggregator {
                 path,
                 name,
                 total: Default::default(),
+                total_asleep_ns: 0,
                 last_active_seq: 0,
             }
         })
@@ -291,6 +301,7 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
         all: all.summary(),
         kinds: by_kind,
         blame: None,
+        run_delay_asleep_us: 0.0,
     }
 }
 

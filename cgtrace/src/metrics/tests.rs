@@ -43,6 +43,7 @@ fn cgroup(id: u64, path: &str, waits_ns: &[u64]) -> CgroupWindow {
             all: h.summary(),
             kinds,
             blame: None,
+            run_delay_asleep_us: 0.0,
         },
         ..CgroupWindow::default()
     }

@@ -343,6 +343,11 @@ pub struct RunqWindow {
     pub all: HistSummary,
     /// `wakeup`, `preempt`, `throttled` (present only when non-empty).
     pub kinds: kind_map::KindMap,
+    /// Sleep the kernel's `run_delay` counted as waiting (6.12+: a sleeping task still on its
+    /// run queue, moved to another CPU, is stamped queued through its sleep), left out of the
+    /// waits: `sum_us + run_delay_asleep_us` is the kernel's `run_delay` (absent when 0).
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
+    pub run_delay_asleep_us: f64,
     /// Who the wait is charged to (the blame ledger; absent when it is off or nothing was
     /// charged).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,7 +14,7 @@
 //! - `start.rs`: where an open wait's start is kept (the task's own storage, or the `RUNQ_START`
 //!   hash on kernels before 6.1);
 //! - `stamps.rs`: waits read from the kernel's own stamps instead (6.18+, the
-//!   `sched_switch_stamps` programs);
+//!   `sched_switch_stamps` and `sched_wakeup_stamps` programs);
 //! - `thr_clock.rs`: the throttled clock the kernel keeps per `cfs_rq` (before 6.18), whose
 //!   advance over a wait is the wait's throttled part;
 //! - `hists.rs`: the latency histograms a wait is added to;
@@ -34,6 +34,7 @@ use cgtrace_common::{
 };
 
 pub use blame::{blame_min_ns, slice_switch};
+pub use stamps::woken as woken_stamps;
 pub use start::start_wait;
 pub use thr_clock::thr_clock;
 
@@ -238,7 +239,7 @@ fn own_quota<const DIRECT: bool>(next: *const u8, start: &RunqStart) -> bool {
 }
 
 #[inline(always)]
-fn emit_event<const DIRECT: bool>(
+pub(super) fn emit_event<const DIRECT: bool>(
     c: *mut Counters,
     next: *const u8,
     pid: u32,

@@ -35,8 +35,8 @@ pub(crate) fn attach(a: &mut Attach<'_>) -> Result<FamilyMode, LoadError> {
 }
 
 /// `CGTRACE_BENCH_FLOOR=1` (`cargo xtask bench runq`'s floor configurations): empty programs on
-/// the hooks this path uses (sched_switch alone with the kernel's stamps; also both wakeups with
-/// cgtrace's own), so the benchmark can show what cgtrace costs above any program there. No
+/// the hooks this path uses (sched_switch and sched_wakeup with the kernel's stamps; also
+/// sched_wakeup_new with cgtrace's own), so the benchmark can show what cgtrace costs above any program there. No
 /// wait is measured.
 fn attach_floor(
     ebpf: &mut Ebpf,
@@ -49,7 +49,7 @@ fn attach_floor(
         ("floor_sched_wakeup_new", "sched_wakeup_new"),
     ];
     let stamps = wait_starts == WaitStarts::KernelStamps;
-    let set = if stamps { &all[..1] } else { &all[..] };
+    let set = if stamps { &all[..2] } else { &all[..] };
     load_tp_btf(ebpf, btf, set)?;
     attach_tp_btf(ebpf, set)?;
     let hooks: Vec<&str> = set.iter().map(|(_, tp)| *tp).collect();
@@ -67,6 +67,9 @@ fn attach_floor(
     })
 }
 
+/// A program and the tracepoint it attaches to.
+type Program = (&'static str, &'static str);
+
 fn attach_programs(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
@@ -77,35 +80,46 @@ fn attach_programs(
         fill_free_slots(ebpf)?;
     }
     let stamps = wait_starts == WaitStarts::KernelStamps;
-    let switch = if stamps {
-        "sched_switch_stamps"
-    } else if layout.switch_has_prev_state == 1 {
-        "sched_switch"
-    } else {
-        "sched_switch_noprevstate"
-    };
-    let direct = [
-        ("sched_wakeup", "sched_wakeup"),
-        ("sched_wakeup_new", "sched_wakeup_new"),
-        (switch, "sched_switch"),
-    ];
-    let probe = [
-        ("sched_wakeup_probe", "sched_wakeup"),
-        ("sched_wakeup_new_probe", "sched_wakeup_new"),
+    // With the kernel's own stamps no wait starts at a wakeup: its wakeup program only marks a
+    // task whose stamp is older than its wakeup (a sleep the kernel counts as waiting).
+    let (direct, probe): (&[Program], &[Program]) = if stamps {
         (
-            if stamps {
-                "sched_switch_stamps_probe"
-            } else if layout.switch_has_prev_state == 1 {
-                "sched_switch_probe"
-            } else {
-                "sched_switch_noprevstate_probe"
-            },
-            "sched_switch",
-        ),
-    ];
-    // With the kernel's own stamps no wait starts at a wakeup: sched_switch alone.
-    let skip = if stamps { 2 } else { 0 };
-    let (direct, probe) = (&direct[skip..], &probe[skip..]);
+            &[
+                ("sched_wakeup_stamps", "sched_wakeup"),
+                ("sched_switch_stamps", "sched_switch"),
+            ],
+            &[
+                ("sched_wakeup_stamps_probe", "sched_wakeup"),
+                ("sched_switch_stamps_probe", "sched_switch"),
+            ],
+        )
+    } else if layout.switch_has_prev_state == 1 {
+        (
+            &[
+                ("sched_wakeup", "sched_wakeup"),
+                ("sched_wakeup_new", "sched_wakeup_new"),
+                ("sched_switch", "sched_switch"),
+            ],
+            &[
+                ("sched_wakeup_probe", "sched_wakeup"),
+                ("sched_wakeup_new_probe", "sched_wakeup_new"),
+                ("sched_switch_probe", "sched_switch"),
+            ],
+        )
+    } else {
+        (
+            &[
+                ("sched_wakeup", "sched_wakeup"),
+                ("sched_wakeup_new", "sched_wakeup_new"),
+                ("sched_switch_noprevstate", "sched_switch"),
+            ],
+            &[
+                ("sched_wakeup_probe", "sched_wakeup"),
+                ("sched_wakeup_new_probe", "sched_wakeup_new"),
+                ("sched_switch_noprevstate_probe", "sched_switch"),
+            ],
+        )
+    };
     // CGTRACE_FIELD_ACCESS=probe forces the fallback (tests, and a way out should a kernel's
     // verifier accept the direct variants but misbehave).
     let forced_probe = std::env::var("CGTRACE_FIELD_ACCESS").is_ok_and(|v| v == "probe");
@@ -136,10 +150,10 @@ fn attach_programs(
         mode: AttachMode::TpBtf,
         detail: format!(
             "{} ({}); {access}; {}{}",
-            if skip == 0 {
-                "sched_wakeup, sched_wakeup_new, sched_switch"
+            if stamps {
+                "sched_wakeup (stamps older than the wakeup), sched_switch"
             } else {
-                "sched_switch"
+                "sched_wakeup, sched_wakeup_new, sched_switch"
             },
             if layout.switch_has_prev_state == 1 {
                 "prev_state argument"

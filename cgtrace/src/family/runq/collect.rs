@@ -233,8 +233,13 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
 }
 
 impl Collector for RunqReader {
-    fn read_window(&mut self, _: &mut Records, input: &mut WindowInput) -> anyhow::Result<()> {
+    fn read_window(
+        &mut self,
+        records: &mut Records,
+        input: &mut WindowInput,
+    ) -> anyhow::Result<()> {
         input.runq = RunqReader::read_window(self)?;
+        input.runq_asleep = std::mem::take(&mut records.runq.asleep);
         if let Some(b) = &mut self.blame {
             input.blame = Some(b.read_window());
             input.blame_caps = self.caps;

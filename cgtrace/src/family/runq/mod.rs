@@ -13,7 +13,9 @@ pub mod starts;
 
 pub use advice::{FLAG_MIN_WAITS, FLAG_P99_US};
 
-use cgtrace_common::runq::{RunqEvent, WaitKind};
+use std::collections::HashMap;
+
+use cgtrace_common::runq::{EVENT_KIND_ASLEEP, RunqEvent, WaitKind};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -95,10 +97,18 @@ pub struct Records {
     /// Waits received (kept or not).
     pub events: u64,
     waits: Vec<RunqEvent>,
+    /// The sleep the kernel's `run_delay` counted as waiting, ns by cgroup (`EVENT_KIND_ASLEEP`
+    /// records, one per wait that had some): the window's `run_delay_asleep_us`.
+    pub asleep: HashMap<u64, u64>,
 }
 
 impl Records {
     pub fn wait(&mut self, ev: &RunqEvent, room: &mut Room<'_>) {
+        if ev.kind == EVENT_KIND_ASLEEP {
+            let ns = self.asleep.entry(ev.cgroup_id).or_default();
+            *ns = ns.saturating_add(ev.wait_ns);
+            return;
+        }
         self.events += 1;
         if self.keep_lines && room.fits(&self.waits) {
             self.waits.push(*ev);
@@ -138,4 +148,50 @@ pub struct RunqWait {
     /// `wakeup`, `preempt` or `throttled`.
     pub wait_kind: String,
     pub wait_us: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use cgtrace_common::event::{EventHeader, KIND_RUNQ_WAIT};
+
+    use super::*;
+
+    fn record(cgroup_id: u64, kind: u32, wait_ns: u64) -> RunqEvent {
+        RunqEvent {
+            header: EventHeader {
+                kind: KIND_RUNQ_WAIT,
+                cpu: 0,
+                ts_ns: 1,
+            },
+            cgroup_id,
+            wait_ns,
+            pid: 10,
+            tgid: 10,
+            kind,
+            _pad: 0,
+            comm: [0; 16],
+        }
+    }
+
+    #[test]
+    fn asleep_records_are_summed_per_cgroup_not_kept_as_waits() {
+        let mut r = Records {
+            keep_lines: true,
+            ..Records::default()
+        };
+        let mut dropped = 0;
+        for ev in [
+            record(7, EVENT_KIND_ASLEEP, 300_000_000),
+            record(7, WaitKind::Wakeup as u32, 2_000_000),
+            record(7, EVENT_KIND_ASLEEP, 50_000),
+            record(8, EVENT_KIND_ASLEEP, u64::MAX),
+            record(8, EVENT_KIND_ASLEEP, 1),
+        ] {
+            r.wait(&ev, &mut Room::new(&mut dropped));
+        }
+        assert_eq!(r.events, 1);
+        assert_eq!(r.waits.len(), 1);
+        assert_eq!(r.asleep[&7], 300_050_000);
+        assert_eq!(r.asleep[&8], u64::MAX);
+    }
 }

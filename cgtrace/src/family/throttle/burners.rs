@@ -89,12 +89,8 @@ pub struct PeriodUse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burned_in_ms: Option<f64>,
     /// CPU time held off by the throttle: the episodes that ended the period, summed (ms).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
     pub held_off_ms: f64,
-}
-
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
 }
 
 /// What a window takes of a group: its completed throttled periods with who burned them, and
