@@ -161,6 +161,24 @@ fn histogram_is_cumulative_and_exact_at_powers_of_two() {
 }
 
 #[test]
+fn run_delay_asleep_is_a_counter_only_once_it_happened() {
+    let mut m = Metrics::new(MetricsOptions::default());
+    m.update(&window(1, 1000, vec![cgroup(7, "/a", &[1000])]));
+    assert!(
+        !m.render()
+            .contains("cgtrace_runq_run_delay_asleep_seconds_total{")
+    );
+    for seq in 2..4 {
+        let mut c = cgroup(7, "/a", &[1000]);
+        c.runq.run_delay_asleep_us = 300_000.0;
+        m.update(&window(seq, seq * 1000, vec![c]));
+    }
+    let t = m.render();
+    let want = r#"cgtrace_runq_run_delay_asleep_seconds_total{cgroup="/a",name="default/web-0/nginx",namespace="default",pod="web-0",container="nginx"} 0.6"#;
+    assert!(t.contains(want), "{want} not in\n{t}");
+}
+
+#[test]
 fn diagnoses_are_counted_per_window() {
     let mut m = Metrics::new(MetricsOptions::default());
     for seq in 1..=2 {

@@ -24,6 +24,8 @@ pub struct Series {
     by_neighbour: BTreeMap<String, f64>,
     /// Seconds of wait it caused other cgroups (`None`: never).
     caused: Option<f64>,
+    /// Seconds of sleep the kernel's `run_delay` counted as waiting (`None`: never).
+    asleep: Option<f64>,
 }
 
 impl Series {
@@ -61,6 +63,9 @@ impl Series {
         }
         if let Some(caused) = &c.caused {
             *self.caused.get_or_insert(0.0) += caused.wait_us / 1e6;
+        }
+        if c.runq.run_delay_asleep_us > 0.0 {
+            *self.asleep.get_or_insert(0.0) += c.runq.run_delay_asleep_us / 1e6;
         }
     }
 }
@@ -118,6 +123,19 @@ pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
     );
     for (l, s) in series {
         if let Some(v) = s.caused {
+            f.num(l, None, v);
+        }
+    }
+    out.push(f);
+    let mut f = MetricFamily::new(
+        "cgtrace_runq_run_delay_asleep_seconds",
+        Kind::Counter,
+        "seconds",
+        "Sleep the kernel's run_delay counted as waiting (6.12+: a sleeping task still queued, moved \
+         to another CPU), left out of cgtrace_runq_wait_seconds: the two add up to run_delay",
+    );
+    for (l, s) in series {
+        if let Some(v) = s.asleep {
             f.num(l, None, v);
         }
     }

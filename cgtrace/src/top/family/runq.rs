@@ -201,6 +201,15 @@ impl Family for Runq {
                 ));
             }
         }
+        if cg.runq.run_delay_asleep_us > 0.0 {
+            out.push(Line::styled(
+                format!(
+                    "  + {} asleep that the kernel's run_delay counts as waiting (a sleeping task it still had queued, moved to another CPU)",
+                    format::micros(cg.runq.run_delay_asleep_us)
+                ),
+                theme.dim,
+            ));
+        }
         blame_lines(cg, ctx, theme, width, out);
         caused_lines(cg, ctx, theme, width, out);
         out.push(Line::raw(""));
