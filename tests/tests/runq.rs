@@ -571,9 +571,13 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
         stamped >= u64::from(moved_asleep),
         "runq_asleep_stamped {stamped}"
     );
+    // What own stamps did not count as waiting is reported asleep. Not every such sleep: now
+    // and then no `sched_wakeup` is seen for one of them (1 in ~40 sleepers moved), and both
+    // paths count it as a wait.
     assert!(
-        asleep >= f64::from(moved_asleep) * 250_000.0,
-        "run_delay_asleep_us {asleep} for {moved_asleep} sleeps of 300 ms"
+        asleep >= 250_000.0 && asleep >= 0.9 * (kernel_us - own_waits),
+        "run_delay_asleep_us {asleep} for {moved_asleep} sleeps of 300 ms \
+         (run_delay {kernel_us} µs, own stamps' waits {own_waits} µs)"
     );
     assert!(
         ((waits + asleep) / kernel_us - 1.0).abs() <= 0.01,
