@@ -511,20 +511,17 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             let Some(start) = first.2.get(id) else {
                 continue;
             };
-            let ours: f64 = span[1..]
-                .iter()
-                .flat_map(|(_, w, _)| w["cgroups"].as_array().into_iter().flatten())
-                .filter(|c| c["id"] == *id)
-                .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
-                .sum();
+            let runq_sum = |field: &str| -> f64 {
+                span[1..]
+                    .iter()
+                    .flat_map(|(_, w, _)| w["cgroups"].as_array().into_iter().flatten())
+                    .filter(|c| c["id"] == *id)
+                    .map(|c| c["runq"][field].as_f64().unwrap_or(0.0))
+                    .sum()
+            };
             // A sleep the kernel's run_delay counts as waiting (6.12+) is reported apart.
-            let asleep: f64 = span[1..]
-                .iter()
-                .flat_map(|(_, w, _)| w["cgroups"].as_array().into_iter().flatten())
-                .filter(|c| c["id"] == *id)
-                .map(|c| c["runq"]["run_delay_asleep_us"].as_f64().unwrap_or(0.0))
-                .sum();
-            let ours = ours + asleep;
+            let asleep = runq_sum("run_delay_asleep_us");
+            let ours = runq_sum("sum_us") + asleep;
             let kernel = end.saturating_sub(*start) as f64 / 1e3;
             let ratio = ours / kernel.max(1.0);
             eprintln!(

@@ -402,20 +402,11 @@ fn own_stamps_count_the_kernels_waits() -> anyhow::Result<()> {
     if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
-    let args = ["--interval", "1000", "--no-blame"];
-    let mut kernel = Stream::start(&args)?;
-    let detail = kernel.hello()["families"]["runq"]["detail"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if !detail.contains("kernel's own stamps") {
-        cgtrace_tests::skip("the kernel's own stamps are read from 6.18");
+    let Some((mut kernel, mut own)) =
+        kernel_and_own_streams(&["--interval", "1000", "--no-blame"])?
+    else {
         return Ok(());
-    }
-    let mut own = start_with_env("CGTRACE_RUNQ_WAITS", "own", &args)?;
-    // Both attached before the load starts and until it is gone: the same waits in each.
-    kernel.windows(1)?;
-    own.windows(1)?;
+    };
     let busy = TestCgroup::new("xcheck-busy")?;
     let pipe = TestCgroup::new("xcheck-pipe")?;
     let sleep_cg = TestCgroup::new("xcheck-sleep")?;
@@ -490,18 +481,9 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
     if !can_trace_on_cpus(2, "needs 2 CPUs") {
         return Ok(());
     }
-    let mut kernel = Stream::start(&["--interval", "1000"])?;
-    let detail = kernel.hello()["families"]["runq"]["detail"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if !detail.contains("kernel's own stamps") {
-        cgtrace_tests::skip("the kernel's own stamps are read from 6.18");
+    let Some((mut kernel, mut own)) = kernel_and_own_streams(&["--interval", "1000"])? else {
         return Ok(());
-    }
-    let mut own = start_with_env("CGTRACE_RUNQ_WAITS", "own", &["--interval", "1000"])?;
-    kernel.windows(1)?;
-    own.windows(1)?;
+    };
     // The busy loop in the sleepers' cgroup: a task alone on its group's run queue leaves it
     // when it sleeps (no lag to keep it queued).
     let victim_cg = TestCgroup::new("asleep-victim")?;
@@ -588,6 +570,25 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
         "waits from the kernel's stamps {waits} µs vs own stamps {own_waits} µs"
     );
     Ok(())
+}
+
+/// Two streams with `args`: the default (the kernel's own stamps) and `CGTRACE_RUNQ_WAITS=own`,
+/// both past their first window, so both are attached before a scene starts and see the same
+/// waits. `None` (skipped) where the default is own stamps too (before 6.18).
+fn kernel_and_own_streams(args: &[&str]) -> anyhow::Result<Option<(Stream, Stream)>> {
+    let mut kernel = Stream::start(args)?;
+    let detail = kernel.hello()["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !detail.contains("kernel's own stamps") {
+        cgtrace_tests::skip("the kernel's own stamps are read from 6.18");
+        return Ok(None);
+    }
+    let mut own = start_with_env("CGTRACE_RUNQ_WAITS", "own", args)?;
+    kernel.windows(1)?;
+    own.windows(1)?;
+    Ok(Some((kernel, own)))
 }
 
 /// Pins this thread to `cpu`.
