@@ -25,8 +25,8 @@ pub struct Task {
 }
 
 impl Task {
-    /// Starts `cmd` with its pid written to `procs` (a `cgroup.procs` file) before exec, pinned to
-    /// `cpu` if given, and with its own session if `setsid`.
+    /// Starts `cmd` with its pid written to `procs` (a `cgroup.procs` file) before exec, then
+    /// pinned to `cpu` if given, and with its own session if `setsid`.
     pub fn spawn(
         mut cmd: Command,
         procs: Option<&Path>,
@@ -41,15 +41,18 @@ impl Task {
                 if setsid {
                     libc::setsid();
                 }
+                // The cgroup first: the move to `cpu` can wait behind what runs there, and
+                // that wait belongs to the cgroup (tests compare a cgroup's waits with its
+                // tasks' whole `run_delay`).
+                if let Some(p) = &procs {
+                    std::fs::write(p, b"0\n")?;
+                }
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
                     if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                }
-                if let Some(p) = &procs {
-                    std::fs::write(p, b"0\n")?;
                 }
                 Ok(())
             });

@@ -108,10 +108,12 @@ fn spawn_with_stdin(
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // The cgroup first, as in `Task::spawn`: the move's wait is the cgroup's.
+            std::fs::write(&procs, b"0\n")?;
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(cpu, &mut set);
             libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-            std::fs::write(&procs, b"0\n")
+            Ok(())
         });
     }
     Ok(cmd.spawn()?)
