@@ -36,10 +36,19 @@ fn per_cpu(each: u32, floor: u32) -> u32 {
     cpus.saturating_mul(each).max(floor)
 }
 
+/// Run-queue histograms for `max_cgroups` cgroups: two per cgroup, not one per wait kind (3).
+/// Every cgroup that waits has `wakeup` and most `preempt`, but `throttled` only one under a
+/// quota that ran out; with task storage the slots are mapped into the daemon, so each one
+/// unused is 616 bytes of its RSS (10 MiB at 16 384 cgroups). A (cgroup, kind) that finds none
+/// free is counted (`runq_hist_full`).
+fn runq_histograms(max_cgroups: u32) -> u32 {
+    max_cgroups.max(1).saturating_mul(2)
+}
+
 /// Sizes and thresholds chosen on the command line.
 #[derive(Clone, Debug)]
 pub struct TraceOptions {
-    /// Cgroups the kernel-side histograms can hold (times the number of wait kinds).
+    /// Cgroups the kernel-side histograms can hold (two histograms each: [`runq_histograms`]).
     pub max_cgroups: u32,
     /// Keys of `READ_STATS` (`READ_FILES` holds twice as many).
     pub max_read_keys: u32,
@@ -179,13 +188,12 @@ impl Tracer {
             .map_err(LoadError::Retype)?;
             retyped.bytes()
         };
-        let kinds = cgtrace_common::runq::NR_WAIT_KINDS as u32;
         let mut loader = EbpfLoader::new();
         // aya has no user-space type for task storage; only the programs use it.
         loader.allow_unsupported_maps();
         // Histograms per (cgroup, wait kind): with task storage slots of an array, without it a
         // hash; the same number either way, and the other tables get one entry.
-        let hists = opts.max_cgroups.max(1).saturating_mul(kinds);
+        let hists = runq_histograms(opts.max_cgroups);
         if task_storage {
             loader
                 .map_max_entries("RUNQ_START", 1)

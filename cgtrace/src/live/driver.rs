@@ -14,7 +14,7 @@ use tokio::{
 use crate::{
     family::EventLine,
     live::session::{Pump, Pumped, Session},
-    model::{CgroupWindow, Hello, Window},
+    model::{CgroupWindow, Hello, Window, ndjson::to_string_sized},
 };
 
 /// Closing line: what the whole run saw per cgroup.
@@ -125,6 +125,8 @@ pub async fn run(
     }
     let mut windows = 0u64;
     let mut by_sink = false;
+    // The last window line's length: the next one's buffer is sized from it.
+    let mut json_len = 0;
     'run: loop {
         let pumped = tokio::select! {
             p = pump.next() => p?,
@@ -147,7 +149,10 @@ pub async fn run(
             }
         }
         windows += u64::from(window.is_some());
-        let json = window.as_ref().map(serde_json::to_string).transpose()?;
+        let json = window
+            .as_ref()
+            .map(|w| to_string_sized(w, &mut json_len))
+            .transpose()?;
         let out = window
             .as_ref()
             .zip(json.as_deref())
@@ -171,17 +176,22 @@ pub async fn run(
     pump.session.finish_records();
     let lines = pump.session.take_lines();
     windows += 1;
-    let json = serde_json::to_string(&last)?;
+    let json = to_string_sized(&last, &mut json_len)?;
     let out = WindowOut {
         window: &last,
         json: &json,
     };
     let totals = pump.session.totals();
-    let summary = serde_json::to_string(&Summary {
-        kind: "summary",
-        windows,
-        cgroups: &totals,
-    })?;
+    // A summary has the run's cgroups, a window those of one interval: the window's length is
+    // a floor, not a bound.
+    let summary = to_string_sized(
+        &Summary {
+            kind: "summary",
+            windows,
+            cgroups: &totals,
+        },
+        &mut json_len,
+    )?;
     let mut turn = Turn {
         session: &mut pump.session,
         lines: &lines,

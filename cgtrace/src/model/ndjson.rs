@@ -10,6 +10,17 @@ pub fn emit<W: Write, T: Serialize>(out: &mut W, value: &T) -> anyhow::Result<bo
     emit_line(out, &serde_json::to_string(value)?)
 }
 
+/// `value` as JSON in a buffer sized from `hint` (the length of the last such line) rather than
+/// grown by doubling: a window line is ~1 KiB per cgroup (10 MB at 10 000 cgroups), and a
+/// doubled buffer would hold up to twice that. Updates `hint`.
+pub fn to_string_sized<T: Serialize>(value: &T, hint: &mut usize) -> serde_json::Result<String> {
+    let mut buf = Vec::with_capacity(*hint + *hint / 16 + 4096);
+    serde_json::to_writer(&mut buf, value)?;
+    *hint = buf.len();
+    // serde_json writes UTF-8 only.
+    Ok(String::from_utf8(buf).expect("serde_json writes UTF-8"))
+}
+
 /// A recorded JSON value encoded again by serde, token by token and in its order: what comes
 /// out is one line whatever the bytes held (no raw newline between tokens, every string escaped
 /// by the encoder). `None` when it is not one JSON value.
