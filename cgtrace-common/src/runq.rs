@@ -384,6 +384,17 @@ pub struct BlameKey {
     pub culprit: u64,
 }
 
+/// Key of the kernel's `BLAME` map: a pair and the parity of the window (`EPOCH & 1`) it was
+/// charged in. The daemon hands over the ended window's parity once the epoch has moved on (no
+/// program charges it then), zeroing what it read, so it keeps no copy of the cumulative values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlameMapKey {
+    pub pair: BlameKey,
+    /// `EPOCH & 1` when charged.
+    pub parity: u64,
+}
+
 /// Culprit marker: the victim's own quota was exhausted (its wait's throttled part).
 pub const CULPRIT_THROTTLED_OWN: u64 = u64::MAX;
 /// Culprit marker: an ancestor's quota was exhausted.
@@ -438,6 +449,8 @@ pub const fn culprit_task_tgid(culprit: u64) -> Option<u32> {
 mod pod {
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::BlameKey {}
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::BlameMapKey {}
     // SAFETY: #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::RunqKey {}
     // SAFETY: #[repr(C)] integers.

@@ -4,7 +4,7 @@ use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_smp_processor_id};
 use cgtrace_common::{
     counters::{self, Counters},
     runq::{
-        BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
+        BlameKey, BlameMapKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
         CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
         EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES,
         Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
@@ -14,7 +14,7 @@ use cgtrace_common::{
 use crate::{
     helpers::{atomic_add, config},
     kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed, task_tgid},
-    maps::{BLAME, CPU_SLICES, IDLE_SINCE, count},
+    maps::{BLAME, CPU_SLICES, EPOCH, IDLE_SINCE, count},
 };
 
 /// The blame ledger's threshold (`u64::MAX`: off).
@@ -210,13 +210,17 @@ fn overlap(s: &Slice, from: u64, to: u64) -> u64 {
     b.saturating_sub(a)
 }
 
-/// Adds `ns` of `victim`'s wait to `culprit` in `BLAME`.
+/// Adds `ns` of `victim`'s wait to `culprit` in `BLAME`, in the half of window parity `parity`
+/// (read once per wait: [`window_parity`]).
 #[inline(always)]
-fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
+fn add_blame(c: *mut Counters, victim: u64, parity: u64, culprit: u64, ns: u64) {
     if ns == 0 {
         return;
     }
-    let key = BlameKey { victim, culprit };
+    let key = BlameMapKey {
+        pair: BlameKey { victim, culprit },
+        parity,
+    };
     let p = match BLAME.get_ptr_mut(&key) {
         Some(p) => p,
         None => {
@@ -234,6 +238,12 @@ fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
     unsafe { atomic_add(p, ns) };
 }
 
+/// The current window's parity (`EPOCH & 1`): which half of `BLAME` a wait's charges go to.
+#[inline(always)]
+fn window_parity() -> u64 {
+    EPOCH.get(0).copied().unwrap_or(0) & 1
+}
+
 /// A wait's walk of its CPU's ring: what every step needs (a `bpf_loop` callback gets it through
 /// its context pointer).
 #[repr(C)]
@@ -242,6 +252,7 @@ struct Walk {
     ring: *const SliceRing,
     head: u64,
     victim: u64,
+    parity: u64,
     rest_from: u64,
     to: u64,
     scale: u64,
@@ -282,7 +293,7 @@ fn step<const FRACS: bool>(w: &mut Walk, k: u64) -> bool {
     } else {
         s.cgroup_id
     };
-    add_blame(w.c, w.victim, culprit, (o * w.scale) >> 10);
+    add_blame(w.c, w.victim, w.parity, culprit, (o * w.scale) >> 10);
     true
 }
 
@@ -337,13 +348,14 @@ extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
             let part = if part > o - named { o - named } else { part };
             named += part;
             let culprit = if cgroup == 0 { CULPRIT_IDLE } else { cgroup };
-            add_blame(w.c, w.victim, culprit, (part * w.scale) >> 10);
+            add_blame(w.c, w.victim, w.parity, culprit, (part * w.scale) >> 10);
         }
     }
     // The summary's time it does not name: other cgroups, or the kernel.
     add_blame(
         w.c,
         w.victim,
+        w.parity,
         CULPRIT_OLDER_OTHERS,
         ((o - named) * w.scale) >> 10,
     );
@@ -492,19 +504,20 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
 ) {
     let (victim, from, rest_from, to) = (charge.victim, charge.from, charge.rest_from, charge.to);
     let (throttled, own) = (charge.throttled, charge.own != 0);
+    let parity = window_parity();
     let culprit = if own {
         CULPRIT_THROTTLED_OWN
     } else {
         CULPRIT_THROTTLED_ANCESTOR
     };
-    add_blame(c, victim, culprit, throttled);
+    add_blame(c, victim, parity, culprit, throttled);
     let mut rest = (to - from).saturating_sub(throttled);
     if rest == 0 {
         return;
     }
     if LOOP {
         let idle = idle_elsewhere::<DIRECT>(task, rest_from, to).min(rest);
-        add_blame(c, victim, CULPRIT_IDLE_ELSEWHERE, idle);
+        add_blame(c, victim, parity, CULPRIT_IDLE_ELSEWHERE, idle);
         rest -= idle;
         if rest == 0 {
             return;
@@ -529,6 +542,7 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
         // SAFETY: per-CPU map value.
         head: unsafe { (*ring).head },
         victim,
+        parity,
         rest_from,
         to,
         scale,
@@ -571,12 +585,13 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
         }
     }
     if LOOP {
-        add_blame(c, victim, CULPRIT_IRQ, (w.irq * scale) >> 10);
-        add_blame(c, victim, CULPRIT_STEAL, (w.steal * scale) >> 10);
+        add_blame(c, victim, parity, CULPRIT_IRQ, (w.irq * scale) >> 10);
+        add_blame(c, victim, parity, CULPRIT_STEAL, (w.steal * scale) >> 10);
     }
     add_blame(
         c,
         victim,
+        parity,
         CULPRIT_HISTORY,
         (span.saturating_sub(w.covered) * scale) >> 10,
     );

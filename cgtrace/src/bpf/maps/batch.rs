@@ -2,6 +2,8 @@
 //! two syscalls per entry (aya's iterator: `BPF_MAP_GET_NEXT_KEY`, then `BPF_MAP_LOOKUP_ELEM`).
 //! A per-window read of tens of thousands of entries (the blame ledger's pairs on a node) cost
 //! the daemon a tenth of a core that way. aya 0.16 has no batch operations, hence this module.
+//! Writes and deletes of many keys go the same way (`BPF_MAP_UPDATE_BATCH`,
+//! `BPF_MAP_DELETE_BATCH`).
 
 use std::{
     io,
@@ -15,6 +17,10 @@ use aya::{
 
 /// `enum bpf_cmd`: `BPF_MAP_LOOKUP_BATCH`.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// `enum bpf_cmd`: `BPF_MAP_UPDATE_BATCH`.
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+/// `enum bpf_cmd`: `BPF_MAP_DELETE_BATCH`.
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// The kernel's internal `ENOTSUPP` (no libc name).
 const ENOTSUPP: i32 = 524;
 
@@ -71,6 +77,29 @@ impl<K: Pod, V: Pod> WholeHashMap<K, V> {
     pub fn remove(&mut self, key: &K) {
         let _ = self.map.remove(key);
     }
+
+    /// Sets every key of `keys` to `value` (one syscall per chunk where the kernel has batch
+    /// updates, one per key where not).
+    pub fn set_all(&mut self, keys: &[K], value: &V) {
+        let done = match &mut self.batch {
+            Some(b) => b.write(BPF_MAP_UPDATE_BATCH, keys, Some(value)),
+            None => 0,
+        };
+        for k in &keys[done..] {
+            let _ = self.map.insert(k, value, 0);
+        }
+    }
+
+    /// Deletes every key of `keys` (absent ones are skipped).
+    pub fn remove_all(&mut self, keys: &[K]) {
+        let done = match &mut self.batch {
+            Some(b) => b.write(BPF_MAP_DELETE_BATCH, keys, None),
+            None => 0,
+        };
+        for k in &keys[done..] {
+            let _ = self.map.remove(k);
+        }
+    }
 }
 
 /// Reads one hash map whole, `chunk` entries per syscall.
@@ -95,6 +124,60 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
             values: Vec::new(),
             unsupported: false,
         })
+    }
+
+    /// `BPF_MAP_UPDATE_BATCH` of `keys` to `value` (`Some`), or `BPF_MAP_DELETE_BATCH` of them
+    /// (`None`), a chunk per call. Returns how many keys it got through: the rest are left to
+    /// single-key calls (a kernel without the command; an error). A key the kernel stops at (a
+    /// delete of one already gone) is stepped over.
+    fn write(&mut self, cmd: libc::c_long, keys: &[K], value: Option<&V>) -> usize {
+        if self.unsupported {
+            return 0;
+        }
+        let mut values = Vec::new();
+        let mut at = 0;
+        while at < keys.len() {
+            let chunk = &keys[at..keys.len().min(at + self.chunk)];
+            if let Some(v) = value {
+                values.clear();
+                values.resize(chunk.len(), *v);
+            }
+            let mut attr = BatchAttr {
+                keys: chunk.as_ptr() as u64,
+                values: if value.is_some() {
+                    values.as_ptr() as u64
+                } else {
+                    0
+                },
+                count: chunk.len() as u32,
+                map_fd: self.fd.as_raw_fd() as u32,
+                ..BatchAttr::default()
+            };
+            // SAFETY: `attr` points at `count` keys (and values) of the map's sizes, which the
+            // kernel only reads.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    cmd,
+                    &mut attr as *mut BatchAttr,
+                    std::mem::size_of::<BatchAttr>(),
+                )
+            };
+            if r == 0 {
+                at += chunk.len();
+                continue;
+            }
+            let n = (attr.count as usize).min(chunk.len());
+            match io::Error::last_os_error().raw_os_error() {
+                // Stopped at key `n` (gone): past it.
+                Some(libc::ENOENT) => at += n + 1,
+                Some(libc::EINVAL | ENOTSUPP | libc::EOPNOTSUPP) if at == 0 && n == 0 => {
+                    return 0;
+                }
+                _ => return at + n,
+            }
+        }
+        keys.len()
     }
 
     /// Calls `f` with every entry of the map. `Ok(false)`: the kernel has no batch lookup for it

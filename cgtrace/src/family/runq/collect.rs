@@ -8,7 +8,7 @@ use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
-use cgtrace_common::runq::BlameKey;
+use cgtrace_common::runq::{BlameKey, BlameMapKey};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind};
 use std::mem::{offset_of, size_of};
 
@@ -199,9 +199,6 @@ impl RunqReader {
                 });
             }
         }
-        if let Some(b) = &mut self.blame {
-            b.forget(gone);
-        }
     }
 }
 
@@ -241,7 +238,7 @@ impl Collector for RunqReader {
         input.runq = RunqReader::read_window(self)?;
         input.runq_asleep = std::mem::take(&mut records.runq.asleep);
         if let Some(b) = &mut self.blame {
-            input.blame = Some(b.read_window());
+            input.blame = Some(b.read_window(self.epoch - 1));
             input.blame_caps = self.caps;
         }
         Ok(())
@@ -252,69 +249,50 @@ impl Collector for RunqReader {
     }
 }
 
-/// A pair unchanged this many windows is deleted from the kernel map (its last value was
-/// counted), so pairs of cgroups that no longer meet do not fill it (a pair that meets again is
-/// inserted anew).
-const IDLE_WINDOWS: u32 = 3;
-/// Pairs per `BPF_MAP_LOOKUP_BATCH` call (16 bytes of key and 8 of value each).
+/// Pairs per batch call (24 bytes of key and 8 of value each).
 const BLAME_BATCH: usize = 4096;
 
-/// Reads `BLAME` once per window as deltas of its cumulative values.
+/// Hands `BLAME` over once per window. The programs charge the half of the current window's
+/// parity (`EPOCH & 1`); once the epoch has moved on, the ended window's half is read whole, what
+/// it held is this window's, and its pairs are zeroed for their next turn two windows on — or
+/// deleted, if they held nothing (a pair idle for a whole turn), so pairs that no longer meet
+/// do not fill the map (a removed cgroup's pairs too: nothing to forget). No copy of the
+/// kernel's values is kept: an entry a walk missed keeps its ns for the next turn.
 pub struct BlameReader {
-    map: WholeHashMap<BlameKey, u64>,
-    /// Last value of each pair, and windows since it last changed.
-    prev: StdHashMap<BlameKey, (u64, u32)>,
+    map: WholeHashMap<BlameMapKey, u64>,
     /// Pairs charged in the last window: the next window's map is made this size, not grown to
     /// it (each growth holds the old table beside the new one).
     last_len: usize,
 }
 
 impl BlameReader {
-    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
+    pub fn new(map: HashMap<MapData, BlameMapKey, u64>) -> Self {
         Self {
             map: WholeHashMap::new(map, BLAME_BATCH),
-            prev: StdHashMap::new(),
             last_len: 0,
         }
     }
 
-    /// Each pair's ns since the last call; pairs idle for [`IDLE_WINDOWS`] leave the map.
-    pub fn read_window(&mut self) -> StdHashMap<BlameKey, u64> {
-        let mut out = StdHashMap::with_capacity(self.last_len + self.last_len / 8);
-        let mut stale = Vec::new();
-        let prev = &mut self.prev;
-        self.map.for_each(|&key, &cur| {
-            let (last, idle) = prev.entry(key).or_insert((0, 0));
-            if cur > *last {
-                out.insert(key, cur - *last);
-                *last = cur;
-                *idle = 0;
-            } else {
-                *idle += 1;
-                if *idle >= IDLE_WINDOWS {
-                    stale.push(key);
-                }
+    /// Each pair's ns charged in window `ended` (read after `EPOCH` moved past it).
+    pub fn read_window(&mut self, ended: u64) -> StdHashMap<BlameKey, u64> {
+        let parity = ended & 1;
+        let mut out: StdHashMap<BlameKey, u64> =
+            StdHashMap::with_capacity(self.last_len + self.last_len / 8);
+        let (mut zero, mut idle) = (Vec::new(), Vec::new());
+        self.map.for_each(|key, &ns| {
+            if key.parity != parity {
+                return;
             }
+            if ns == 0 {
+                idle.push(*key);
+                return;
+            }
+            zero.push(*key);
+            *out.entry(key.pair).or_default() += ns;
         });
-        for k in stale {
-            self.map.remove(&k);
-            self.prev.remove(&k);
-        }
+        self.map.set_all(&zero, &0);
+        self.map.remove_all(&idle);
         self.last_len = out.len();
         out
-    }
-
-    /// Drops every pair a removed cgroup is part of, in one walk over the pairs.
-    pub fn forget(&mut self, gone: &StdHashSet<u64>) {
-        let keys: Vec<BlameKey> = self
-            .prev
-            .keys()
-            .filter(|k| gone.contains(&k.victim) || gone.contains(&k.culprit))
-            .copied()
-            .collect();
-        for k in keys {
-            self.map.remove(&k);
-            self.prev.remove(&k);
-        }
     }
 }
