@@ -260,7 +260,7 @@ mod tests {
 
     use aya::maps::{HashMap, Map, MapData};
 
-    use super::BatchReader;
+    use super::{BatchReader, WholeHashMap};
 
     /// A new `BPF_MAP_TYPE_HASH` of u64 -> [u64; 3], or `None` without the right to make one.
     fn hash_map(max_entries: u32) -> Option<Map> {
@@ -337,5 +337,32 @@ mod tests {
             assert_eq!(n, want.len(), "chunk {chunk}: each entry once");
             assert_eq!(seen, want, "chunk {chunk}");
         }
+    }
+
+    /// Batch writes: every key set, then every key deleted, absent keys stepped over; what is
+    /// left is what was not named.
+    #[test]
+    fn sets_and_removes_many_keys() {
+        let Some(map) = hash_map(8192) else { return };
+        let mut hm: HashMap<MapData, u64, [u64; 3]> = map.try_into().expect("hash map");
+        for k in 0..5000u64 {
+            hm.insert(&k, &[k; 3], 0).expect("insert");
+        }
+        let mut whole = WholeHashMap::new(hm, 64);
+        let keys: Vec<u64> = (0..5000).collect();
+        whole.set_all(&keys, &[7; 3]);
+        let mut n = 0;
+        whole.for_each(|_, v| {
+            assert_eq!(*v, [7; 3]);
+            n += 1;
+        });
+        assert_eq!(n, 5000);
+        // Every other key, with absent ones among them.
+        let gone: Vec<u64> = (0..7000).step_by(2).collect();
+        whole.remove_all(&gone);
+        let mut left = Vec::new();
+        whole.for_each(|k, _| left.push(*k));
+        left.sort_unstable();
+        assert_eq!(left, (1..5000).step_by(2).collect::<Vec<u64>>());
     }
 }
