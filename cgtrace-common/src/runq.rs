@@ -384,16 +384,12 @@ pub struct BlameKey {
     pub culprit: u64,
 }
 
-/// Key of the kernel's `BLAME` map: a pair and the parity of the window (`EPOCH & 1`) it was
-/// charged in. The daemon hands over the ended window's parity once the epoch has moved on (no
-/// program charges it then), zeroing what it read, so it keeps no copy of the cumulative values.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BlameMapKey {
-    pub pair: BlameKey,
-    /// `EPOCH & 1` when charged.
-    pub parity: u64,
-}
+/// Bit of `BlameKey::victim` that holds, in the kernel's `BLAME` map, the parity of the window
+/// (`EPOCH & 1`) the pair was charged in. Cgroup ids never reach it (a kernfs node id is its
+/// inode number, with a generation above bit 32 that grows only when 2^32 inode numbers have
+/// wrapped). The daemon hands over the ended window's half once the epoch has moved on (no
+/// program charges it then), zeroing what it read, so it keeps no copy of cumulative values.
+pub const BLAME_PARITY_SHIFT: u32 = 63;
 
 /// Culprit marker: the victim's own quota was exhausted (its wait's throttled part).
 pub const CULPRIT_THROTTLED_OWN: u64 = u64::MAX;
@@ -449,8 +445,6 @@ pub const fn culprit_task_tgid(culprit: u64) -> Option<u32> {
 mod pod {
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::BlameKey {}
-    // SAFETY: #[repr(C)] integers.
-    unsafe impl aya::Pod for super::BlameMapKey {}
     // SAFETY: #[repr(C)] integers with explicit padding.
     unsafe impl aya::Pod for super::RunqKey {}
     // SAFETY: #[repr(C)] integers.

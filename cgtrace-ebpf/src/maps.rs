@@ -12,7 +12,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{BlameMapKey, IdleSince, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
+    runq::{BlameKey, IdleSince, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
@@ -123,12 +123,12 @@ pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1,
 #[map]
 pub static IDLE_SINCE: Array<IdleSince> = Array::with_max_entries(1, 0);
 
-/// (waiting cgroup, who held the CPU, window parity) -> ns of wait charged to it, until the
-/// daemon hands the window over (reads, zeroes, and deletes pairs that stayed at zero). Sized by
-/// the loader from `--max-cgroups`; when full the part is counted (`blame_full`) and left
-/// unattributed.
+/// (waiting cgroup with its window's parity in the top bit, who held the CPU) -> ns of wait
+/// charged to it, until the daemon hands the window over (reads, zeroes, and deletes pairs that
+/// stayed at zero). Sized by the loader from `--max-cgroups`; when full the part is counted
+/// (`blame_full`) and left unattributed.
 #[map]
-pub static BLAME: HashMap<BlameMapKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
+pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
 
 /// Open throttle episodes of this CPU (tracepoint mode, see `probes::throttle::cpu_episodes`).
 #[map]

@@ -4,10 +4,10 @@ use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_get_smp_processor_id};
 use cgtrace_common::{
     counters::{self, Counters},
     runq::{
-        BlameKey, BlameMapKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ,
-        CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
-        EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES,
-        Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
+        BLAME_PARITY_SHIFT, BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE,
+        CULPRIT_IRQ, CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR,
+        CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch,
+        NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
     },
 };
 
@@ -210,17 +210,14 @@ fn overlap(s: &Slice, from: u64, to: u64) -> u64 {
     b.saturating_sub(a)
 }
 
-/// Adds `ns` of `victim`'s wait to `culprit` in `BLAME`, in the half of window parity `parity`
-/// (read once per wait: [`window_parity`]).
+/// Adds `ns` of `victim`'s wait (with its window's parity: [`BLAME_PARITY_SHIFT`]) to `culprit`
+/// in `BLAME`.
 #[inline(always)]
-fn add_blame(c: *mut Counters, victim: u64, parity: u64, culprit: u64, ns: u64) {
+fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
     if ns == 0 {
         return;
     }
-    let key = BlameMapKey {
-        pair: BlameKey { victim, culprit },
-        parity,
-    };
+    let key = BlameKey { victim, culprit };
     let p = match BLAME.get_ptr_mut(&key) {
         Some(p) => p,
         None => {
@@ -252,7 +249,6 @@ struct Walk {
     ring: *const SliceRing,
     head: u64,
     victim: u64,
-    parity: u64,
     rest_from: u64,
     to: u64,
     scale: u64,
@@ -293,7 +289,7 @@ fn step<const FRACS: bool>(w: &mut Walk, k: u64) -> bool {
     } else {
         s.cgroup_id
     };
-    add_blame(w.c, w.victim, w.parity, culprit, (o * w.scale) >> 10);
+    add_blame(w.c, w.victim, culprit, (o * w.scale) >> 10);
     true
 }
 
@@ -348,14 +344,13 @@ extern "C" fn epoch_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
             let part = if part > o - named { o - named } else { part };
             named += part;
             let culprit = if cgroup == 0 { CULPRIT_IDLE } else { cgroup };
-            add_blame(w.c, w.victim, w.parity, culprit, (part * w.scale) >> 10);
+            add_blame(w.c, w.victim, culprit, (part * w.scale) >> 10);
         }
     }
     // The summary's time it does not name: other cgroups, or the kernel.
     add_blame(
         w.c,
         w.victim,
-        w.parity,
         CULPRIT_OLDER_OTHERS,
         ((o - named) * w.scale) >> 10,
     );
@@ -502,22 +497,23 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
     task: *const u8,
     charge: &Charge,
 ) {
-    let (victim, from, rest_from, to) = (charge.victim, charge.from, charge.rest_from, charge.to);
+    let (from, rest_from, to) = (charge.from, charge.rest_from, charge.to);
+    // The window's half of `BLAME` in the victim's top bit (a cgroup id never has it).
+    let victim = charge.victim | window_parity() << BLAME_PARITY_SHIFT;
     let (throttled, own) = (charge.throttled, charge.own != 0);
-    let parity = window_parity();
     let culprit = if own {
         CULPRIT_THROTTLED_OWN
     } else {
         CULPRIT_THROTTLED_ANCESTOR
     };
-    add_blame(c, victim, parity, culprit, throttled);
+    add_blame(c, victim, culprit, throttled);
     let mut rest = (to - from).saturating_sub(throttled);
     if rest == 0 {
         return;
     }
     if LOOP {
         let idle = idle_elsewhere::<DIRECT>(task, rest_from, to).min(rest);
-        add_blame(c, victim, parity, CULPRIT_IDLE_ELSEWHERE, idle);
+        add_blame(c, victim, CULPRIT_IDLE_ELSEWHERE, idle);
         rest -= idle;
         if rest == 0 {
             return;
@@ -542,7 +538,6 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
         // SAFETY: per-CPU map value.
         head: unsafe { (*ring).head },
         victim,
-        parity,
         rest_from,
         to,
         scale,
@@ -585,13 +580,12 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
         }
     }
     if LOOP {
-        add_blame(c, victim, parity, CULPRIT_IRQ, (w.irq * scale) >> 10);
-        add_blame(c, victim, parity, CULPRIT_STEAL, (w.steal * scale) >> 10);
+        add_blame(c, victim, CULPRIT_IRQ, (w.irq * scale) >> 10);
+        add_blame(c, victim, CULPRIT_STEAL, (w.steal * scale) >> 10);
     }
     add_blame(
         c,
         victim,
-        parity,
         CULPRIT_HISTORY,
         (span.saturating_sub(w.covered) * scale) >> 10,
     );

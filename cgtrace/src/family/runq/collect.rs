@@ -8,7 +8,7 @@ use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
-use cgtrace_common::runq::{BlameKey, BlameMapKey};
+use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind};
 use std::mem::{offset_of, size_of};
 
@@ -249,7 +249,7 @@ impl Collector for RunqReader {
     }
 }
 
-/// Pairs per batch call (24 bytes of key and 8 of value each).
+/// Pairs per batch call (16 bytes of key and 8 of value each).
 const BLAME_BATCH: usize = 4096;
 
 /// Hands `BLAME` over once per window. The programs charge the half of the current window's
@@ -259,14 +259,15 @@ const BLAME_BATCH: usize = 4096;
 /// do not fill the map (a removed cgroup's pairs too: nothing to forget). No copy of the
 /// kernel's values is kept: an entry a walk missed keeps its ns for the next turn.
 pub struct BlameReader {
-    map: WholeHashMap<BlameMapKey, u64>,
+    /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
+    map: WholeHashMap<BlameKey, u64>,
     /// Pairs charged in the last window: the next window's map is made this size, not grown to
     /// it (each growth holds the old table beside the new one).
     last_len: usize,
 }
 
 impl BlameReader {
-    pub fn new(map: HashMap<MapData, BlameMapKey, u64>) -> Self {
+    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
         Self {
             map: WholeHashMap::new(map, BLAME_BATCH),
             last_len: 0,
@@ -280,7 +281,7 @@ impl BlameReader {
             StdHashMap::with_capacity(self.last_len + self.last_len / 8);
         let (mut zero, mut idle) = (Vec::new(), Vec::new());
         self.map.for_each(|key, &ns| {
-            if key.parity != parity {
+            if key.victim >> BLAME_PARITY_SHIFT != parity {
                 return;
             }
             if ns == 0 {
@@ -288,7 +289,11 @@ impl BlameReader {
                 return;
             }
             zero.push(*key);
-            *out.entry(key.pair).or_default() += ns;
+            let pair = BlameKey {
+                victim: key.victim & !(1 << BLAME_PARITY_SHIFT),
+                culprit: key.culprit,
+            };
+            *out.entry(pair).or_default() += ns;
         });
         self.map.set_all(&zero, &0);
         self.map.remove_all(&idle);
