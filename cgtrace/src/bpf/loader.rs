@@ -36,19 +36,20 @@ fn per_cpu(each: u32, floor: u32) -> u32 {
     cpus.saturating_mul(each).max(floor)
 }
 
-/// Run-queue histograms for `max_cgroups` cgroups: two per cgroup, not one per wait kind (3).
-/// Every cgroup that waits has `wakeup` and most `preempt`, but `throttled` only one under a
-/// quota that ran out; with task storage the slots are mapped into the daemon, so each one
-/// unused is 616 bytes of its RSS (10 MiB at 16 384 cgroups). A (cgroup, kind) that finds none
-/// free is counted (`runq_hist_full`).
+/// Run-queue histograms for `max_cgroups` cgroups: one per wait kind. Fewer (two: few cgroups
+/// are ever throttled) lost waits to `runq_hist_full` while cgroups churned past `max_cgroups`
+/// (a window's new cgroups take slots before the daemon evicts the old ones), so the mapped
+/// slots stay 616 bytes × 3 per cgroup of the daemon's RSS (29 MiB at 16 384 cgroups).
 fn runq_histograms(max_cgroups: u32) -> u32 {
-    max_cgroups.max(1).saturating_mul(2)
+    max_cgroups
+        .max(1)
+        .saturating_mul(cgtrace_common::runq::NR_WAIT_KINDS as u32)
 }
 
 /// Sizes and thresholds chosen on the command line.
 #[derive(Clone, Debug)]
 pub struct TraceOptions {
-    /// Cgroups the kernel-side histograms can hold (two histograms each: [`runq_histograms`]).
+    /// Cgroups the kernel-side histograms can hold (one histogram per wait kind each).
     pub max_cgroups: u32,
     /// Keys of `READ_STATS` (`READ_FILES` holds twice as many).
     pub max_read_keys: u32,
