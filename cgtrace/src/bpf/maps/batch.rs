@@ -38,6 +38,28 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// One `BPF_MAP_*_BATCH` command `cmd` on `attr`; the kernel writes back `attr.count`.
+///
+/// # Safety
+/// `attr`'s pointers must be valid for the command: `count` keys (and values, where the command
+/// uses them) of the map's sizes, and live batch positions.
+unsafe fn bpf_batch(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
+    // SAFETY: the caller's promise; `attr` is a live `union bpf_attr` prefix of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BatchAttr,
+            std::mem::size_of::<BatchAttr>(),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// A hash map read whole once per window: in a few batch lookups where the kernel has them, with
 /// aya's iterator where not.
 pub struct WholeHashMap<K, V> {
@@ -144,31 +166,19 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
             }
             let mut attr = BatchAttr {
                 keys: chunk.as_ptr() as u64,
-                values: if value.is_some() {
-                    values.as_ptr() as u64
-                } else {
-                    0
-                },
+                values: value.map_or(0, |_| values.as_ptr() as u64),
                 count: chunk.len() as u32,
                 map_fd: self.fd.as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
             // SAFETY: `attr` points at `count` keys (and values) of the map's sizes, which the
             // kernel only reads.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    cmd,
-                    &mut attr as *mut BatchAttr,
-                    std::mem::size_of::<BatchAttr>(),
-                )
-            };
-            if r == 0 {
+            let Err(err) = (unsafe { bpf_batch(cmd, &mut attr) }) else {
                 at += chunk.len();
                 continue;
-            }
+            };
             let n = (attr.count as usize).min(chunk.len());
-            match io::Error::last_os_error().raw_os_error() {
+            match err.raw_os_error() {
                 // Stopped at key `n` (gone): past it.
                 Some(libc::ENOENT) => at += n + 1,
                 Some(libc::EINVAL | ENOTSUPP | libc::EOPNOTSUPP) if at == 0 && n == 0 => {
@@ -211,15 +221,7 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
             };
             // SAFETY: `attr` points at buffers with room for `count` keys and values of the map's
             // sizes (K and V are the map's key and value types) and at two live u32s.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_LOOKUP_BATCH,
-                    &mut attr as *mut BatchAttr,
-                    std::mem::size_of::<BatchAttr>(),
-                )
-            };
-            let err = (r < 0).then(io::Error::last_os_error);
+            let err = unsafe { bpf_batch(BPF_MAP_LOOKUP_BATCH, &mut attr) }.err();
             let n = (attr.count as usize).min(self.chunk);
             // SAFETY: the kernel wrote `n` keys and values (it sets `count` on success and at the
             // end, ENOENT); K and V are plain data.
