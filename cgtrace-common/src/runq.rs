@@ -177,6 +177,13 @@ impl RunqStart {
     /// BPF verifier walks the rest of `sched_switch` once per path through here).
     #[inline(always)]
     pub const fn wait_ns(&self, now: u64, rq_cpu: u32, rq_clock: u64) -> u64 {
+        self.wait_ns_in(now, rq_cpu, rq_clock).0
+    }
+
+    /// [`RunqStart::wait_ns`], and all ones when it was timed in the run queue's clock (so a
+    /// [`RqClockOffset`] staleness applies to it), else 0.
+    #[inline(always)]
+    pub const fn wait_ns_in(&self, now: u64, rq_cpu: u32, rq_clock: u64) -> (u64, u64) {
         let ktime = now - self.ts_ns;
         let rq = (rq_clock as u32).wrapping_sub(self.rq_clock_lo) as u64;
         // 0 exactly when the run queues match, neither is "not read" (0 - 1 wraps past 32 bits)
@@ -186,7 +193,93 @@ impl RunqStart {
             | ((ktime | rq) >> 31);
         // All ones when `off` is 0, else 0.
         let take_rq = ((off | off.wrapping_neg()) >> 63).wrapping_sub(1);
-        ktime ^ ((ktime ^ rq) & take_rq)
+        (ktime ^ ((ktime ^ rq) & take_rq), take_rq)
+    }
+}
+
+/// All ones when `v` is not 0, else 0. Branch-free, like every helper below: each branch on
+/// the `sched_switch` path is one more path through the rest of it for the verifier.
+#[inline(always)]
+const fn nonzero_mask(v: u64) -> u64 {
+    0u64.wrapping_sub((v | v.wrapping_neg()) >> 63)
+}
+
+/// `a` where `mask` is all ones, `b` where it is 0.
+#[inline(always)]
+const fn select(mask: u64, a: u64, b: u64) -> u64 {
+    b ^ ((a ^ b) & mask)
+}
+
+/// The lesser of two values that differ by less than 2^63, compared in wrapping arithmetic
+/// (ktime minus a run queue's clock can be either sign).
+#[inline(always)]
+const fn wrapping_min(a: u64, b: u64) -> u64 {
+    let a_less = ((a.wrapping_sub(b) as i64) >> 63) as u64;
+    select(a_less, a, b)
+}
+
+/// A CPU's run-queue clock against ktime, for how stale the clock is at a switch (value of
+/// `RQ_CLOCK_OFFSET`, per CPU).
+///
+/// The kernel times a run-queue wait in its run queue's clock (`rq.clock`), which it updates at
+/// every enqueue and switch — except the switch right after a wakeup that preempts (or wakes an
+/// idle CPU): that one keeps the clock of the wakeup (`rq_clock_skip_update`), so the microseconds
+/// between the wakeup and the switch are in no one's `run_delay`, and such a wait reads 0. The
+/// task waited them all the same (runqlat, timing both ends in ktime, sees them).
+///
+/// At each switch, `ktime − rq.clock` is the clocks' offset plus how long ago the clock was last
+/// updated. Most switches update it first (a task that sleeps, yields or is preempted by the
+/// tick), so the least such value over recent switches is the offset itself, plus the
+/// tracepoint's few hundred nanoseconds; the staleness of this switch's clock is its value above
+/// that least one. The least is kept over windows of [`RqClockOffset::WINDOW_NS`] (this one and
+/// the last), so it follows a drift between the two clocks (NTP slewing ktime, ppm) within two
+/// windows; after a CPU slept longer than that, the last least value is kept up to
+/// [`RqClockOffset::KEEP_NS`], then none (staleness 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RqClockOffset {
+    /// Least `ktime − rq.clock` (wrapping) in the current window.
+    pub cur: u64,
+    /// Least in the window before (or the last one known, see the type).
+    pub last: u64,
+    /// When the current window began (ktime; 0: never).
+    pub since: u64,
+    /// The staleness at this CPU's last switch (what [`RqClockOffset::switch`] returned).
+    pub stale: u64,
+}
+
+impl RqClockOffset {
+    /// 2^26 ns (67 ms).
+    pub const WINDOW_SHIFT: u32 = 26;
+    pub const WINDOW_NS: u64 = 1 << Self::WINDOW_SHIFT;
+    /// 2^30 ns (1.07 s): past this the last least value is too old to use.
+    pub const KEEP_SHIFT: u32 = 30;
+    pub const KEEP_NS: u64 = 1 << Self::KEEP_SHIFT;
+    /// Staleness of 2^31 ns or more is not believed (a clock not read, a wrap): 0.
+    pub const MAX_SHIFT: u32 = 31;
+
+    /// Takes the switch at ktime `now` with run-queue clock `clock`; returns how stale `clock`
+    /// is (ns, by the estimate above).
+    #[inline(always)]
+    pub fn switch(&mut self, now: u64, clock: u64) -> u64 {
+        let d = now.wrapping_sub(clock);
+        let elapsed = now.wrapping_sub(self.since);
+        // All ones when the current window is over (or there was none).
+        let rotate = nonzero_mask(elapsed >> Self::WINDOW_SHIFT) | !nonzero_mask(self.since);
+        // All ones when nothing recent enough is known.
+        let forget = nonzero_mask(elapsed >> Self::KEEP_SHIFT) | !nonzero_mask(self.since);
+        // The window that ended is the last one known, however long ago it ended (up to
+        // `KEEP_NS`: a CPU that slept has no newer one).
+        let last = select(rotate, select(forget, d, self.cur), self.last);
+        let cur = select(rotate, d, wrapping_min(self.cur, d));
+        self.since = select(rotate, now, self.since);
+        self.cur = cur;
+        self.last = last;
+        // Never negative: the least value is at most `d` (`cur` is).
+        let stale = d.wrapping_sub(wrapping_min(cur, last));
+        let stale = stale & !nonzero_mask(stale >> Self::MAX_SHIFT);
+        self.stale = stale;
+        stale
     }
 }
 
@@ -211,8 +304,12 @@ pub struct RunqKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqHist {
-    /// Sum of all waits (ns). The count is the sum of `buckets`: one atomic add fewer per wait.
+    /// Sum of all waits (ns), in the run queue's clock: the kernel's `run_delay`. The count is
+    /// the sum of `buckets`: one atomic add fewer per wait.
     pub sum_ns: u64,
+    /// Sum of the clock's staleness at the switches that ended them (ns, see [`RqClockOffset`]):
+    /// what the tasks waited beyond `sum_ns`. Buckets and maxima are of the whole wait.
+    pub stale_ns: u64,
     pub max_ns: [u64; 2],
     pub max_epoch: [u64; 2],
     /// Waits per bucket, `u32` to halve the kernel memory of a node's histograms (one per
@@ -225,6 +322,7 @@ pub struct RunqHist {
 impl RunqHist {
     pub const ZERO: Self = Self {
         sum_ns: 0,
+        stale_ns: 0,
         max_ns: [0; 2],
         max_epoch: [0; 2],
         buckets: [0; NR_BUCKETS],
@@ -457,6 +555,42 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clock_staleness_is_the_offset_above_the_least_recent_one() {
+        let mut o = RqClockOffset::default();
+        // ktime runs 5 000 ns ahead of the run queue's clock; the first switch knows nothing.
+        assert_eq!(o.switch(1_000_000, 995_000), 0);
+        // A fresh clock (updated 300 ns before the tracepoint), then one 7 µs stale.
+        assert_eq!(o.switch(2_000_000, 1_995_000 - 300), 300);
+        assert_eq!(o.switch(2_100_000, 2_095_000 - 7_000), 7_000);
+        // A fresh one again: the least so far.
+        assert_eq!(o.switch(2_200_000, 2_195_000), 0);
+        // Next window: the last window's least is still known.
+        let w = RqClockOffset::WINDOW_NS;
+        assert_eq!(
+            o.switch(1_000_000 + w + 10, 995_000 + w + 10 - 4_000),
+            4_000
+        );
+        assert_eq!(o.switch(1_000_000 + w + 20, 995_000 + w + 20), 0);
+        // A CPU that slept 0.5 s keeps its last least value.
+        let t = 1_000_000 + w + 500_000_000;
+        assert_eq!(o.switch(t, t - 5_000 - 20_000), 20_000);
+        // After more than `KEEP_NS` asleep nothing is known: 0, and the switch starts anew.
+        let t = t + RqClockOffset::KEEP_NS + 1;
+        assert_eq!(o.switch(t, t - 5_000 - 20_000), 0);
+        assert_eq!(o.switch(t + 1_000, t + 1_000 - 5_000 - 1_000), 0);
+        // The offset drifts down (ktime slowed): the least follows at once.
+        assert_eq!(o.switch(t + 2_000, t + 2_000 - 4_000), 0);
+        assert_eq!(o.switch(t + 3_000, t + 3_000 - 4_000 - 2_500), 2_500);
+        // Either sign of offset, and a clock not read (0) never gives a huge staleness.
+        let mut o = RqClockOffset::default();
+        assert_eq!(o.switch(1_000, 3_000), 0);
+        assert_eq!(o.switch(2_000, 3_900), 100);
+        let mut o = RqClockOffset::default();
+        assert_eq!(o.switch(5_000_000_000, 4_000_000_000), 0);
+        assert_eq!(o.switch(5_000_001_000, 0), 0);
+    }
+
     extern crate std;
     use super::*;
 

@@ -12,7 +12,7 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{BlameKey, IdleSince, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
+    runq::{BlameKey, IdleSince, RqClockOffset, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
@@ -113,6 +113,11 @@ pub static RUNQ_SLOT_OF: HashMap<RunqKey, u32> = HashMap::with_max_entries(3 * 8
 /// daemon as cgroups go.
 #[map]
 pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(3 * 8192, 0);
+
+/// Per CPU: its run queue's clock against ktime, for how stale the clock is at a switch (see
+/// `RqClockOffset`).
+#[map]
+pub static RQ_CLOCK_OFFSET: PerCpuArray<RqClockOffset> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
 #[map]

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 pub struct Hist {
     pub count: u64,
     pub sum_ns: u64,
+    /// Run-queue waits: what the tasks waited beyond `sum_ns` (the run queue's clock, stale at
+    /// the switches that ended them; see `RqClockOffset`). The buckets and the maximum are of
+    /// the whole waits, `sum_ns + stale_ns` is their total. 0 elsewhere.
+    pub stale_ns: u64,
     /// Largest value seen; 0 when unknown (then percentiles are capped by the top bucket only).
     pub max_ns: u64,
     pub buckets: Box<[u64; NR_BUCKETS]>,
@@ -19,6 +23,7 @@ impl Default for Hist {
         Self {
             count: 0,
             sum_ns: 0,
+            stale_ns: 0,
             max_ns: 0,
             buckets: Box::new([0; NR_BUCKETS]),
         }
@@ -42,6 +47,7 @@ impl Hist {
     pub fn merge(&mut self, other: &Hist) {
         self.count += other.count;
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.stale_ns = self.stale_ns.saturating_add(other.stale_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *a += b;
@@ -126,8 +132,10 @@ impl Hist {
         HistSummary {
             count: self.count,
             sum_us: self.sum_ns as f64 / 1e3,
+            stale_us: self.stale_ns as f64 / 1e3,
+            // Of the whole waits, like the percentiles.
             mean_us: if self.count > 0 {
-                self.sum_ns as f64 / self.count as f64 / 1e3
+                self.sum_ns.saturating_add(self.stale_ns) as f64 / self.count as f64 / 1e3
             } else {
                 0.0
             },
@@ -150,6 +158,7 @@ impl Hist {
         let mut h = Self {
             count: s.count,
             sum_ns: (s.sum_us * 1e3).round() as u64,
+            stale_ns: (s.stale_us * 1e3).round() as u64,
             max_ns: (s.max_us * 1e3).round() as u64,
             ..Self::default()
         };
@@ -168,6 +177,8 @@ impl Hist {
 pub struct SparseHist {
     count: u64,
     sum_ns: u64,
+    /// See [`Hist::stale_ns`].
+    stale_ns: u64,
     max_ns: u64,
     /// (bucket index, count), by index.
     buckets: Vec<(u8, u64)>,
@@ -201,6 +212,7 @@ impl SparseHist {
     pub fn merge(&mut self, h: &SparseHist) {
         self.count += h.count;
         self.sum_ns = self.sum_ns.saturating_add(h.sum_ns);
+        self.stale_ns = self.stale_ns.saturating_add(h.stale_ns);
         self.max_ns = self.max_ns.max(h.max_ns);
         for &(i, n) in &h.buckets {
             self.put(i, n);
@@ -224,8 +236,9 @@ impl SparseHist {
     }
 
     /// A cumulative reading of a kernel histogram, kept to take the next delta from
-    /// ([`SparseHist::delta`]). `count` is the sum of the buckets as read.
-    pub fn reading(sum_ns: u64, buckets: &[u32; NR_BUCKETS]) -> Self {
+    /// ([`SparseHist::delta`]). `count` is the sum of the buckets as read; `sums` are the
+    /// kernel's `sum_ns` and `stale_ns`.
+    pub fn reading(sums: (u64, u64), buckets: &[u32; NR_BUCKETS]) -> Self {
         let buckets: Vec<(u8, u64)> = buckets
             .iter()
             .enumerate()
@@ -234,7 +247,8 @@ impl SparseHist {
             .collect();
         Self {
             count: buckets.iter().map(|&(_, n)| n).sum(),
-            sum_ns,
+            sum_ns: sums.0,
+            stale_ns: sums.1,
             max_ns: 0,
             buckets,
         }
@@ -245,7 +259,7 @@ impl SparseHist {
     /// 2^32 (a bucket cannot gain 2^32 waits between two readings), so a bucket that wrapped
     /// still counts what it gained. The entry must not have been re-created in between (the
     /// caller forgets its reading when it deletes the entry).
-    pub fn delta(&self, cur_sum: u64, cur: &[u32; NR_BUCKETS]) -> SparseHist {
+    pub fn delta(&self, cur_sums: (u64, u64), cur: &[u32; NR_BUCKETS]) -> SparseHist {
         let mut prev = self.buckets.iter().peekable();
         let mut buckets = Vec::new();
         let mut count = 0;
@@ -262,7 +276,8 @@ impl SparseHist {
         }
         Self {
             count,
-            sum_ns: cur_sum.wrapping_sub(self.sum_ns),
+            sum_ns: cur_sums.0.wrapping_sub(self.sum_ns),
+            stale_ns: cur_sums.1.wrapping_sub(self.stale_ns),
             max_ns: 0,
             buckets,
         }
@@ -276,6 +291,7 @@ impl SparseHist {
         let mut h = Hist {
             count: self.count,
             sum_ns: self.sum_ns,
+            stale_ns: self.stale_ns,
             max_ns: self.max_ns,
             ..Hist::default()
         };
@@ -290,7 +306,12 @@ impl SparseHist {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HistSummary {
     pub count: u64,
+    /// Run-queue waits: in the run queue's clock (the kernel's `run_delay`).
     pub sum_us: f64,
+    /// Run-queue waits: what they lasted beyond `sum_us` (see [`Hist::stale_ns`]); the mean,
+    /// percentiles, maximum and buckets are of the whole waits. Absent when 0.
+    #[serde(default, skip_serializing_if = "crate::units::is_zero")]
+    pub stale_us: f64,
     pub mean_us: f64,
     pub p50_us: f64,
     pub p90_us: f64,
@@ -441,7 +462,7 @@ mod tests {
                 h.record(ns);
             }
             dense.merge(&h);
-            let mut one = SparseHist::reading(h.sum_ns, &h.buckets.map(|n| n as u32));
+            let mut one = SparseHist::reading((h.sum_ns, 0), &h.buckets.map(|n| n as u32));
             one.set_max(h.max_ns);
             sparse.merge(&one);
         }
@@ -461,14 +482,14 @@ mod tests {
             &b.map(u64::from),
             Some((5, 400, &a.map(u64::from))),
         );
-        let sparse = SparseHist::reading(400, &a).delta(1000, &b);
+        let sparse = SparseHist::reading((400, 0), &a).delta((1000, 0), &b);
         assert_eq!(sparse.count(), 5);
         assert_eq!(sparse.to_hist(), dense);
         // The kernel's u32 buckets wrap: what a bucket gained across the wrap still counts, as
         // does a bucket that wrapped to exactly 0.
         (a[10], b[10]) = (u32::MAX - 1, 3);
         (a[30], b[30]) = (u32::MAX, 0);
-        let wrapped = SparseHist::reading(400, &a).delta(1000, &b);
+        let wrapped = SparseHist::reading((400, 0), &a).delta((1000, 0), &b);
         assert_eq!(wrapped.buckets, [(10, 5), (20, 2), (30, 1)]);
         assert_eq!(wrapped.count(), 8);
         assert_eq!(wrapped.sum_ns, 600);

@@ -52,10 +52,24 @@ impl Stream {
         Self::start_cmd(&[&["stream"], args].concat())
     }
 
+    /// Starts `cgtrace stream ARGS` with `var=value` in its environment (a daemon switch such as
+    /// `CGTRACE_RUNQ_WAITS=own`) and waits for the hello line.
+    pub fn start_with_env(var: &str, value: &str, args: &[&str]) -> Result<Self> {
+        Self::spawn(&[&["stream"], args].concat(), Some((var, value)))
+    }
+
     /// Starts `cgtrace ARGS` (a command that prints the stream: `stream`, `record --stream`) and
     /// waits for the hello line.
     pub fn start_cmd(args: &[&str]) -> Result<Self> {
-        let mut child = Command::new(cgtrace_bin())
+        Self::spawn(args, None)
+    }
+
+    fn spawn(args: &[&str], env: Option<(&str, &str)>) -> Result<Self> {
+        let mut cmd = Command::new(cgtrace_bin());
+        if let Some((var, value)) = env {
+            cmd.env(var, value);
+        }
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

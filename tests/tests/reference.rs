@@ -70,3 +70,67 @@ fn runqlat_agrees_on_median_and_p99() -> anyhow::Result<()> {
     assert!((o99 - t99).abs() <= 1, "p99 buckets {o99} vs {t99}");
     Ok(())
 }
+
+/// The low end, where the kernel's clock does not see the wait: the switch right after a wakeup
+/// that preempts a running task, or wakes an idle CPU, keeps the run queue's clock of the wakeup,
+/// so `run_delay` gains 0 for a wait of microseconds. A sleeper woken every millisecond onto a
+/// CPU kept busy by a spinner of another cgroup (normal weight: woken, it preempts), then onto an
+/// idle CPU: on both paths (the kernel's stamps and `CGTRACE_RUNQ_WAITS=own`, in two streams at
+/// once) the median of its waits lies within one log2 bucket of runqlat's for the same pid, and
+/// the part the clock missed is reported (`stale_us`) apart from `sum_us`.
+#[test]
+fn the_low_end_matches_runqlat_on_a_busy_and_an_idle_cpu() -> anyhow::Result<()> {
+    if !can_trace() {
+        return Ok(());
+    }
+    if let Err(e) = find_runqlat() {
+        panic!("the reference is part of the suite: {e}");
+    }
+    let cpu = Some(cpus() - 1);
+    for busy in [true, false] {
+        let scene = if busy { "busy CPU" } else { "idle CPU" };
+        let spinners = TestCgroup::new("ref-low-spin")?;
+        let victim = TestCgroup::new("ref-low-victim")?;
+        let _spin = busy
+            .then(|| workload::spin(1, &spinners.procs_file(), cpu))
+            .transpose()?;
+        let sleeper = workload::sleeper(1000, Some(&victim.procs_file()), cpu, false)?;
+        let reference = Runqlat::start_for_pid(sleeper.pid())?;
+        let mut kernel = Stream::start(&["--interval", "1000"])?;
+        let mut own = Stream::start_with_env("CGTRACE_RUNQ_WAITS", "own", &["--interval", "1000"])?;
+        let windows = [kernel.windows(6)?, own.windows(6)?];
+        drop((kernel, own));
+        let theirs = reference.stop()?;
+        let tm = theirs.median_bucket().expect("runqlat saw the sleeper") as i64;
+        eprintln!(
+            "{scene}: runqlat {} waits, median slot {tm}, slots {:?}",
+            theirs.total(),
+            theirs.buckets
+        );
+        for (path, windows) in ["kernel stamps", "own stamps"].iter().zip(&windows) {
+            let ours = merge(&windows[1..], &victim.rel, None);
+            let om = ours.quantile_slot(0.5).expect("cgtrace saw the sleeper") as i64;
+            let stale: f64 = windows[1..]
+                .iter()
+                .flat_map(|w| w["cgroups"].as_array().cloned().unwrap_or_default())
+                .filter(|c| c["path"] == victim.rel.as_str())
+                .map(|c| c["runq"]["stale_us"].as_f64().unwrap_or(0.0))
+                .sum();
+            eprintln!(
+                "{scene}, {path}: {} waits, median slot {om}, stale {stale:.0} µs, slots {:?}",
+                ours.count,
+                ours.log2_us_slots()
+            );
+            assert!(ours.count > 2000, "{scene}, {path}: the sleeper's waits");
+            assert!(
+                (om - tm).abs() <= 1,
+                "{scene}, {path}: our median slot {om} vs runqlat's {tm}"
+            );
+            assert!(
+                stale > 0.0,
+                "{scene}, {path}: the clock's staleness is reported"
+            );
+        }
+    }
+    Ok(())
+}

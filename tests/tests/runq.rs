@@ -327,12 +327,7 @@ fn program_ids() -> Vec<u32> {
 
 /// A stream started with `var=value` in its environment (the fallbacks' switches).
 fn start_with_env(var: &str, value: &str, args: &[&str]) -> anyhow::Result<Stream> {
-    // SAFETY: set before any thread of this test reads the environment.
-    unsafe { std::env::set_var(var, value) };
-    let started = Stream::start(args);
-    // SAFETY: as above.
-    unsafe { std::env::remove_var(var) };
-    started
+    Stream::start_with_env(var, value, args)
 }
 
 /// The `bpf_probe_read_kernel` fallback (used where a verifier refuses direct field access)

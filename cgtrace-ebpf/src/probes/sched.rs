@@ -13,8 +13,8 @@ use cgtrace_common::{
 
 use crate::{
     helpers::now,
-    kernel::{RqClock, task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
-    maps::{count, counters},
+    kernel::{task_cgroup_id, task_pid, task_rq_cpu_clock, task_state},
+    maps::{RQ_CLOCK_OFFSET, count, counters},
     probes::{runq, throttle, twice},
 };
 
@@ -70,15 +70,18 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
     // any other work so a wait is not lengthened by what this program does first.
     let now = now();
-    throttle::close_late::<DIRECT>(c);
-    // This CPU's run queue and its clock as the scheduler stamped the switch with (own stamps
-    // only): prev and next are both on it, and prev leads to it even when it is the idle task
-    // (its `se.cfs_rq` is its CPU's root `cfs_rq`).
-    let rq = if STAMPS {
-        RqClock { cpu: 0, clock: 0 }
-    } else {
-        task_rq_cpu_clock::<DIRECT>(prev)
+    // Ends the path rather than branching around it (never fails: a per-CPU array's one entry).
+    let Some(offset) = RQ_CLOCK_OFFSET.get_ptr_mut(0) else {
+        return;
     };
+    throttle::close_late::<DIRECT>(c);
+    // This CPU's run queue and its clock as the scheduler stamped the switch with: prev and next
+    // are both on it, and prev leads to it even when it is the idle task (its `se.cfs_rq` is its
+    // CPU's root `cfs_rq`). How stale that clock is: what next waited beyond it.
+    let rq = task_rq_cpu_clock::<DIRECT>(prev);
+    // Kept in the map and read back where a wait is added (see `runq::Stale`).
+    // SAFETY: this CPU's own value, written only by this program (no preemption inside it).
+    unsafe { (*offset).switch(now, rq.clock) };
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);
@@ -106,6 +109,6 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
         runq::slice_switch::<DIRECT, LOOP>(next, now, next_cgroup.unwrap_or(0));
     }
     if let Some(next_pid) = next_pid {
-        runq::end_wait::<DIRECT, STAMPS, LOOP>(c, next, next_pid, now, rq, next_cgroup);
+        runq::end_wait::<DIRECT, STAMPS, LOOP>(c, next, next_pid, now, rq, offset, next_cgroup);
     }
 }

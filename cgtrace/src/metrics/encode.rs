@@ -54,7 +54,8 @@ impl CumHist {
 
     pub fn add(&mut self, h: &HistSummary) {
         self.count = self.count.saturating_add(h.count);
-        self.sum_us += h.sum_us;
+        // The whole waits, like the buckets (run-queue waits: the clock's staleness included).
+        self.sum_us += h.sum_us + h.stale_us;
         for &(lower, n) in &h.buckets {
             // The first bound above the bucket's lower edge holds the whole bucket (powers of two
             // are bucket edges).

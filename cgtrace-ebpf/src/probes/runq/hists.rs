@@ -4,13 +4,46 @@
 use aya_ebpf::bindings::BPF_NOEXIST;
 use cgtrace_common::{
     counters::{self, Counters},
-    runq::{NR_WAIT_KINDS, RunqHist, RunqKey, RunqSlot, RunqStart},
+    runq::{NR_WAIT_KINDS, RqClockOffset, RunqHist, RunqKey, RunqSlot, RunqStart},
 };
 
 use crate::{
     helpers::{atomic_add, atomic_add_u32, bucket_index},
     maps::{EPOCH, RUNQ_FREE_SLOTS, RUNQ_HIST, RUNQ_SLOT_OF, RUNQ_SLOTS, ZERO_HIST, count},
 };
+
+/// How stale the run queue's clock was at this switch, for the part of a wait that ends at it:
+/// read from this CPU's `RqClockOffset` when the part is added, not carried in a register from
+/// the estimate at the program's start — the estimate's branches then end where it stored its
+/// result, instead of each one doubling the verifier's paths through everything after.
+#[derive(Clone, Copy)]
+pub(super) struct Stale {
+    at: *const RqClockOffset,
+    /// All ones where the staleness applies (a wait timed in the run queue's clock), else 0.
+    mask: u64,
+}
+
+impl Stale {
+    /// Nothing added (a part that ended before this switch).
+    pub const NONE: Self = Self {
+        at: core::ptr::null(),
+        mask: 0,
+    };
+
+    #[inline(always)]
+    pub fn of(at: *const RqClockOffset, mask: u64) -> Self {
+        Self { at, mask }
+    }
+
+    #[inline(always)]
+    fn ns(self) -> u64 {
+        if self.at.is_null() {
+            return 0;
+        }
+        // SAFETY: this CPU's live map value; volatile so it is loaded here.
+        unsafe { core::ptr::read_volatile(&raw const (*self.at).stale) & self.mask }
+    }
+}
 
 /// Where a wait's histograms are.
 #[derive(Clone, Copy)]
@@ -147,16 +180,24 @@ fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHis
     h
 }
 
+/// Adds a wait of `wait_ns` in the run queue's clock to `kind`'s histogram, `stale` (the
+/// clock's staleness at its end) on top: the bucket and maximum are of the whole wait, the sum
+/// keeps the two apart.
 #[inline(always)]
-pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64) {
+pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64, stale: Stale) {
     let Some(hist) = hist_of(c, hists, kind) else {
         return;
     };
+    let stale_ns = stale.ns();
+    let sum_ns = wait_ns;
+    let wait_ns = wait_ns + stale_ns;
     bucket_index!(let idx = wait_ns, else return);
     // SAFETY: `hist` points into a live map value; the adds are atomic because several CPUs may
     // charge the same cgroup at once.
     unsafe {
-        atomic_add(&raw mut (*hist).sum_ns, wait_ns);
+        atomic_add(&raw mut (*hist).sum_ns, sum_ns);
+        // Unconditional: a branch here would double the verifier's paths through the rest.
+        atomic_add(&raw mut (*hist).stale_ns, stale_ns);
         atomic_add_u32(&raw mut (*hist).buckets[idx], 1);
         // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
         // raising the same cgroup's max at the same instant can keep the smaller of the two.

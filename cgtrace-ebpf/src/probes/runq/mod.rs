@@ -30,7 +30,7 @@ mod thr_clock;
 use cgtrace_common::{
     counters::{self, Counters},
     event::KIND_RUNQ_WAIT,
-    runq::{RunqEvent, RunqStart, SwitchOut, WaitKind},
+    runq::{RqClockOffset, RunqEvent, RunqStart, SwitchOut, WaitKind},
 };
 
 pub use blame::{blame_min_ns, slice_switch};
@@ -44,7 +44,7 @@ use crate::{
     maps::{RUNQ_START, RUNQ_START_TASK, THROTTLE_LAST_CLOSE, count, emit},
 };
 use blame::blame;
-use hists::{add_to_hist, hists_of};
+use hists::{Stale, add_to_hist, hists_of};
 use stamps::end_wait_sched_info;
 use start::{take_start, task_storage};
 
@@ -101,6 +101,8 @@ pub fn switched_out<const DIRECT: bool, const STAMPS: bool>(
 /// `next` is switched in: its wait, if any, ends now and is charged to its cgroup
 /// (`known_cgroup`: already read for the slice ring). `STAMPS`: the wait is read from the
 /// kernel's own stamps (the `sched_switch_stamps` programs, 6.18+), not from a start of ours.
+/// `offset`: this CPU's `RqClockOffset`, with how stale the run queue's clock `rq` is at this
+/// switch.
 #[inline(always)]
 pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     c: *mut Counters,
@@ -108,10 +110,12 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     pid: u32,
     now: u64,
     rq: RqClock,
+    offset: *const RqClockOffset,
     known_cgroup: Option<u64>,
 ) {
     if STAMPS {
-        end_wait_sched_info::<DIRECT>(c, next, pid, now, known_cgroup);
+        let stale = Stale::of(offset, u64::MAX);
+        end_wait_sched_info::<DIRECT>(c, next, pid, now, rq.clock, stale, known_cgroup);
         return;
     }
     let Some((mut start, storage)) = take_start::<DIRECT>(c, next, pid, now, rq) else {
@@ -122,19 +126,27 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     }
     // In the run queue's clock when the wait began on this CPU's run queue (the kernel's own
     // clock of run-queue waits, see `RunqStart::rq_cpu`), else in ktime; from here on the start
-    // is where that wait began as ktime sees it.
-    start.ts_ns = now - start.wait_ns(now, rq.cpu as u32, rq.clock);
-    charge::<DIRECT, LOOP>(c, next, pid, now, known_cgroup, &start, storage);
+    // is where that wait began as ktime sees it. Only a wait timed in that clock misses its
+    // staleness.
+    let (wait_ns, in_rq_clock) = start.wait_ns_in(now, rq.cpu as u32, rq.clock);
+    start.ts_ns = now - wait_ns;
+    let stale = Stale::of(offset, in_rq_clock);
+    charge::<DIRECT, LOOP>(c, next, pid, now, stale, known_cgroup, &start, storage);
 }
 
 /// Charges the wait that began at `start` and ended now to `next`'s cgroup: histograms (split
-/// at its throttled part), blame, and an event when it is long enough.
+/// at its throttled part), blame, and an event when it is long enough. The part that ends now
+/// goes into its histogram with `stale` added (what the task waited beyond the run queue's
+/// clock, kept apart in the histogram's `stale_ns`); its sum, the blame and the event have the
+/// wait as the kernel's clock has it.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn charge<const DIRECT: bool, const LOOP: bool>(
     c: *mut Counters,
     next: *const u8,
     pid: u32,
     now: u64,
+    stale: Stale,
     known_cgroup: Option<u64>,
     start: &RunqStart,
     storage: *mut RunqStart,
@@ -163,11 +175,13 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
         } else {
             start.kind
         };
+        // The staleness goes with the part after the throttled one (none: it is left out, a
+        // few microseconds of a wait that was all throttled, rather than one more branch).
         if throttled > 0 {
-            add_to_hist(c, hists, WaitKind::Throttled as u32, throttled);
+            add_to_hist(c, hists, WaitKind::Throttled as u32, throttled, Stale::NONE);
         }
         if throttled == 0 || wait_ns > throttled {
-            add_to_hist(c, hists, rest_kind, wait_ns - throttled);
+            add_to_hist(c, hists, rest_kind, wait_ns - throttled, stale);
         }
         kind = if throttled * 2 > wait_ns {
             WaitKind::Throttled as u32
@@ -182,16 +196,22 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
             Some(at) if at > start.ts_ns && at < now => {
                 throttled_ns = at - start.ts_ns;
                 rest_from = at;
-                add_to_hist(c, hists, WaitKind::Throttled as u32, throttled_ns);
-                add_to_hist(c, hists, WaitKind::Preempt as u32, now - at);
+                add_to_hist(
+                    c,
+                    hists,
+                    WaitKind::Throttled as u32,
+                    throttled_ns,
+                    Stale::NONE,
+                );
+                add_to_hist(c, hists, WaitKind::Preempt as u32, now - at, stale);
             }
             _ => {
                 throttled_ns = wait_ns;
-                add_to_hist(c, hists, WaitKind::Throttled as u32, wait_ns);
+                add_to_hist(c, hists, WaitKind::Throttled as u32, wait_ns, stale);
             }
         }
     } else {
-        add_to_hist(c, hists, start.kind, wait_ns);
+        add_to_hist(c, hists, start.kind, wait_ns, stale);
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);

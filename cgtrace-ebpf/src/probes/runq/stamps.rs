@@ -13,7 +13,7 @@ use cgtrace_common::{
     runq::{EVENT_KIND_ASLEEP, RunqStart, WaitKind},
 };
 
-use super::{charge, emit_event};
+use super::{charge, emit_event, hists::Stale};
 use crate::{
     kernel::{layout, read_unchecked, task_cgroup_id, task_nivcsw, task_rq_clock},
     maps::{self, RUNQ_START_TASK, count},
@@ -65,6 +65,8 @@ pub(super) fn end_wait_sched_info<const DIRECT: bool>(
     next: *const u8,
     pid: u32,
     now: u64,
+    clock: u64,
+    stale: Stale,
     known_cgroup: Option<u64>,
 ) {
     let p = RUNQ_START_TASK.get(next, true);
@@ -75,7 +77,6 @@ pub(super) fn end_wait_sched_info<const DIRECT: bool>(
     let last_queued = read_unchecked::<DIRECT, true>(next, layout!(task_last_queued));
     let run_delay = read_unchecked::<DIRECT, true>(next, layout!(task_run_delay));
     let nivcsw = task_nivcsw::<DIRECT>(next);
-    let clock = task_rq_clock::<DIRECT>(next);
     let stretch = if last_queued != 0 {
         clock.saturating_sub(last_queued)
     } else {
@@ -149,5 +150,5 @@ pub(super) fn end_wait_sched_info<const DIRECT: bool>(
     }
     let start = RunqStart::new(now - wait_ns, kind as u32, throttle_cfs_rq, 0, 0);
     // 6.18+: `bpf_loop` is there (5.17+).
-    charge::<DIRECT, true>(c, next, pid, now, known_cgroup, &start, p);
+    charge::<DIRECT, true>(c, next, pid, now, stale, known_cgroup, &start, p);
 }

@@ -86,6 +86,7 @@ fn read_hist(slots: &MappedArray, index: u32) -> RunqHist {
     let word = |field: usize, i: usize| slots.load(index, at + field + 8 * i);
     let mut h = RunqHist::ZERO;
     h.sum_ns = word(offset_of!(RunqHist, sum_ns), 0);
+    h.stale_ns = word(offset_of!(RunqHist, stale_ns), 0);
     for i in 0..2 {
         h.max_ns[i] = word(offset_of!(RunqHist, max_ns), i);
         h.max_epoch[i] = word(offset_of!(RunqHist, max_epoch), i);
@@ -174,14 +175,17 @@ impl RunqReader {
                 return;
             }
             let mut delta = match last {
-                Some(p) => p.delta(cur.sum_ns, &cur.buckets),
-                None => SparseHist::reading(cur.sum_ns, &cur.buckets),
+                Some(p) => p.delta((cur.sum_ns, cur.stale_ns), &cur.buckets),
+                None => SparseHist::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
             };
             let max = cur
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
             delta.set_max(max);
-            prev.insert(*key, Prev::reading(cur.sum_ns, &cur.buckets));
+            prev.insert(
+                *key,
+                Prev::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
+            );
             out.entry(key.cgroup_id).or_default().set(kind, delta);
         });
         Ok(out)

@@ -102,6 +102,7 @@ impl Latency {
         const CAP: u64 = 1 << 56;
         a.hist.count = a.hist.count.saturating_add(hist.count).min(CAP);
         a.hist.sum_ns = a.hist.sum_ns.saturating_add(hist.sum_ns);
+        a.hist.stale_ns = a.hist.stale_ns.saturating_add(hist.stale_ns);
         a.hist.max_ns = a.hist.max_ns.max(hist.max_ns);
         for (x, y) in a.hist.buckets.iter_mut().zip(hist.buckets.iter()) {
             *x = x.saturating_add(*y).min(CAP);
