@@ -184,11 +184,23 @@ fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHis
 /// clock's staleness at its end) on top: the bucket and maximum are of the whole wait, the sum
 /// keeps the two apart.
 #[inline(always)]
-pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u64, stale: Stale) {
+///
+/// Only with `LOOP` (5.18+): without it (the `noprevstate` programs of older kernels) the
+/// staleness is left out, as is its atomic add — with them LLVM laid out the bucket index in a
+/// shape 5.10's verifier cannot bound (a misaligned atomic add), and an atomic add of a constant 0
+/// becomes an atomic `or`, which 5.10 refuses. With `LOOP` the add is unconditional: a test of
+/// the value (or an `Option`) changed the layout until 6.1's verifier lost the index's bounds.
+pub(super) fn add_to_hist<const LOOP: bool>(
+    c: *mut Counters,
+    hists: Hists,
+    kind: u32,
+    wait_ns: u64,
+    stale: Stale,
+) {
     let Some(hist) = hist_of(c, hists, kind) else {
         return;
     };
-    let stale_ns = stale.ns();
+    let stale_ns = if LOOP { stale.ns() } else { 0 };
     let sum_ns = wait_ns;
     let wait_ns = wait_ns + stale_ns;
     bucket_index!(let idx = wait_ns, else return);
@@ -196,8 +208,9 @@ pub(super) fn add_to_hist(c: *mut Counters, hists: Hists, kind: u32, wait_ns: u6
     // charge the same cgroup at once.
     unsafe {
         atomic_add(&raw mut (*hist).sum_ns, sum_ns);
-        // Unconditional: a branch here would double the verifier's paths through the rest.
-        atomic_add(&raw mut (*hist).stale_ns, stale_ns);
+        if LOOP {
+            atomic_add(&raw mut (*hist).stale_ns, stale_ns);
+        }
         atomic_add_u32(&raw mut (*hist).buckets[idx], 1);
         // Per-window max in the slot of the current epoch (see `RunqHist`). Not atomic: two CPUs
         // raising the same cgroup's max at the same instant can keep the smaller of the two.

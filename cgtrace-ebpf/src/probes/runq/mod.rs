@@ -130,6 +130,7 @@ pub fn end_wait<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     // staleness.
     let (wait_ns, in_rq_clock) = start.wait_ns_in(now, rq.cpu as u32, rq.clock);
     start.ts_ns = now - wait_ns;
+    // Left out before 5.18 (see `add_to_hist`).
     let stale = Stale::of(offset, in_rq_clock);
     charge::<DIRECT, LOOP>(c, next, pid, now, stale, known_cgroup, &start, storage);
 }
@@ -178,10 +179,10 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
         // The staleness goes with the part after the throttled one (none: it is left out, a
         // few microseconds of a wait that was all throttled, rather than one more branch).
         if throttled > 0 {
-            add_to_hist(c, hists, WaitKind::Throttled as u32, throttled, Stale::NONE);
+            add_to_hist::<LOOP>(c, hists, WaitKind::Throttled as u32, throttled, Stale::NONE);
         }
         if throttled == 0 || wait_ns > throttled {
-            add_to_hist(c, hists, rest_kind, wait_ns - throttled, stale);
+            add_to_hist::<LOOP>(c, hists, rest_kind, wait_ns - throttled, stale);
         }
         kind = if throttled * 2 > wait_ns {
             WaitKind::Throttled as u32
@@ -196,22 +197,22 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
             Some(at) if at > start.ts_ns && at < now => {
                 throttled_ns = at - start.ts_ns;
                 rest_from = at;
-                add_to_hist(
+                add_to_hist::<LOOP>(
                     c,
                     hists,
                     WaitKind::Throttled as u32,
                     throttled_ns,
                     Stale::NONE,
                 );
-                add_to_hist(c, hists, WaitKind::Preempt as u32, now - at, stale);
+                add_to_hist::<LOOP>(c, hists, WaitKind::Preempt as u32, now - at, stale);
             }
             _ => {
                 throttled_ns = wait_ns;
-                add_to_hist(c, hists, WaitKind::Throttled as u32, wait_ns, stale);
+                add_to_hist::<LOOP>(c, hists, WaitKind::Throttled as u32, wait_ns, stale);
             }
         }
     } else {
-        add_to_hist(c, hists, start.kind, wait_ns, stale);
+        add_to_hist::<LOOP>(c, hists, start.kind, wait_ns, stale);
     }
     if wait_ns >= blame_min_ns() {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);
