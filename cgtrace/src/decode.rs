@@ -325,7 +325,7 @@ mod tests {
             runq::{RunqHist, RunqKey},
         };
         assert_eq!(size_of::<RunqKey>(), 16);
-        assert_eq!(size_of::<RunqHist>(), 8 * 5 + 4 * NR_BUCKETS);
+        assert_eq!(size_of::<RunqHist>(), 8 * 6 + 4 * NR_BUCKETS);
         assert_eq!(size_of::<RunqEvent>(), 16 + 8 + 8 + 16 + 16);
     }
 

@@ -471,6 +471,26 @@ mod tests {
         assert_eq!(sparse.buckets.len(), 3, "one entry per non-empty bucket");
     }
 
+    /// Run-queue waits: the clock's staleness comes through deltas and merges apart from the
+    /// sum, the mean is of the whole waits, and a summary without any omits it.
+    #[test]
+    fn staleness_is_kept_apart_from_the_sum() {
+        let mut b = [0u32; NR_BUCKETS];
+        b[bucket_of(6_000) as usize] = 4;
+        let before = SparseHist::reading((1_000, 500), &[0; NR_BUCKETS]);
+        let mut h = before.delta((5_000, 24_500), &b).to_hist();
+        assert_eq!((h.sum_ns, h.stale_ns, h.count), (4_000, 24_000, 4));
+        h.merge(&h.clone());
+        let s = h.summary();
+        assert_eq!((s.sum_us, s.stale_us), (8.0, 48.0));
+        assert_eq!(s.mean_us, 7.0);
+        assert_eq!(Hist::from_summary(&s).stale_ns, 48_000);
+        let json = serde_json::to_string(&Hist::default().summary()).unwrap();
+        assert!(!json.contains("stale_us"), "{json}");
+        let old: HistSummary = serde_json::from_str(&json).unwrap();
+        assert_eq!(old.stale_us, 0.0);
+    }
+
     #[test]
     fn a_delta_from_a_sparse_reading_is_the_dense_one() {
         let mut a = [0u32; NR_BUCKETS];
