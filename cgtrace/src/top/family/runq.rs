@@ -201,6 +201,15 @@ impl Family for Runq {
                 ));
             }
         }
+        if all.stale_us > 0.0 {
+            out.push(Line::styled(
+                format!(
+                    "  + {} waited that the kernel's run_delay misses (its clock not updated at the switch after a wakeup); in the percentiles, not in wait/s",
+                    format::micros(all.stale_us)
+                ),
+                theme.dim,
+            ));
+        }
         if cg.runq.run_delay_asleep_us > 0.0 {
             out.push(Line::styled(
                 format!(

@@ -106,7 +106,7 @@ pub(super) fn run(args: RunqArgs) -> Result<()> {
 fn run_one(plan: &Plan, config: Config, round: u32) -> Result<Run> {
     let (perf, tracer) = match config {
         Config::Bare => (run_perf(plan)?, None),
-        Config::Baseline => {
+        Config::Baseline | Config::BaselineStats | Config::BaselineOwnStats => {
             let bin = plan.baseline.as_ref().context("--baseline")?;
             let (perf, stats) = under_cgtrace(plan, bin, config)?;
             (perf, Some(stats))

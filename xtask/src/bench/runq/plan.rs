@@ -46,7 +46,8 @@ pub(crate) struct RunqArgs {
     /// cgtrace-no-blame (--no-blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-no-blame (the same on
     /// the path kernels before 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
     /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
-    /// cost above them); baseline (the --baseline binary as a user starts it), runqlat,
+    /// cost above them); baseline (the --baseline binary as a user starts it), baseline-stats,
+    /// baseline-own-stats (it with --bpf-stats, on either path), runqlat,
     /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
         long,
@@ -94,6 +95,11 @@ pub(super) enum Config {
     FloorOwnStats,
     /// The `--baseline` binary as a user starts it.
     Baseline,
+    /// The `--baseline` binary with `--bpf-stats`: a change's ns per program run against the
+    /// build before, in one run.
+    BaselineStats,
+    /// The `--baseline` binary on the own-stamps path with `--bpf-stats`.
+    BaselineOwnStats,
     Runqlat,
     /// runqlat with the kernel's BPF run-time statistics on, for its ns per program run.
     RunqlatStats,
@@ -119,6 +125,8 @@ impl Config {
             Config::FloorOwn => "floor-own",
             Config::FloorOwnStats => "floor-own-stats",
             Config::Baseline => "baseline",
+            Config::BaselineStats => "baseline-stats",
+            Config::BaselineOwnStats => "baseline-own-stats",
             Config::Runqlat => "runqlat",
             Config::RunqlatStats => "runqlat-stats",
         }
@@ -136,7 +144,9 @@ impl Config {
             Config::CgtraceStats
             | Config::CgtraceOwnStats
             | Config::FloorStats
-            | Config::FloorOwnStats => Some(&["--bpf-stats"]),
+            | Config::FloorOwnStats
+            | Config::BaselineStats
+            | Config::BaselineOwnStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
             Config::CgtraceNoBlame | Config::CgtraceOwnNoBlame => Some(&["--no-blame"]),
@@ -147,7 +157,10 @@ impl Config {
     /// Environment the cgtrace binary runs with.
     pub(super) fn cgtrace_env(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Config::CgtraceOwn | Config::CgtraceOwnStats | Config::CgtraceOwnNoBlame => &[OWN],
+            Config::CgtraceOwn
+            | Config::CgtraceOwnStats
+            | Config::CgtraceOwnNoBlame
+            | Config::BaselineOwnStats => &[OWN],
             Config::Floor | Config::FloorStats => &[FLOOR],
             Config::FloorOwn | Config::FloorOwnStats => &[OWN, FLOOR],
             _ => &[],
@@ -164,11 +177,13 @@ impl Config {
             | Config::CgtraceEvents
             | Config::CgtraceNoBlame
             | Config::Baseline => Some(Config::Floor),
-            Config::CgtraceStats => Some(Config::FloorStats),
+            Config::CgtraceStats | Config::BaselineStats => Some(Config::FloorStats),
             Config::CgtraceOwn | Config::CgtraceOwnNoBlame | Config::Runqlat => {
                 Some(Config::FloorOwn)
             }
-            Config::CgtraceOwnStats | Config::RunqlatStats => Some(Config::FloorOwnStats),
+            Config::CgtraceOwnStats | Config::RunqlatStats | Config::BaselineOwnStats => {
+                Some(Config::FloorOwnStats)
+            }
             Config::Bare
             | Config::Floor
             | Config::FloorStats
@@ -179,7 +194,15 @@ impl Config {
 
     /// Runs the workspace's cgtrace binary.
     pub(super) fn runs_cgtrace(self) -> bool {
-        self.cgtrace_args().is_some() && self != Config::Baseline
+        self.cgtrace_args().is_some() && !self.runs_baseline()
+    }
+
+    /// Runs the `--baseline` binary.
+    pub(super) fn runs_baseline(self) -> bool {
+        matches!(
+            self,
+            Config::Baseline | Config::BaselineStats | Config::BaselineOwnStats
+        )
     }
 }
 
@@ -244,7 +267,7 @@ impl Plan {
                 self.cgtrace.display()
             );
         }
-        if self.has(Config::Baseline) {
+        if self.configs.iter().any(|c| c.runs_baseline()) {
             match &self.baseline {
                 Some(b) => ensure!(b.is_file(), "--baseline {}: no such file", b.display()),
                 None => {
