@@ -70,18 +70,27 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     // One timestamp for the switch: the end of next's wait and the start of prev's, taken before
     // any other work so a wait is not lengthened by what this program does first.
     let now = now();
-    // Ends the path rather than branching around it (never fails: a per-CPU array's one entry).
-    let Some(offset) = RQ_CLOCK_OFFSET.get_ptr_mut(0) else {
-        return;
+    // The run queue clock's staleness is only used by the 5.18+ programs (see
+    // `runq::add_to_hist`): older kernels neither look it up nor estimate it. The lookup ends
+    // the path rather than branching around it (never fails: a per-CPU array's one entry).
+    let offset = if LOOP {
+        let Some(offset) = RQ_CLOCK_OFFSET.get_ptr_mut(0) else {
+            return;
+        };
+        offset
+    } else {
+        core::ptr::null_mut()
     };
     throttle::close_late::<DIRECT>(c);
     // This CPU's run queue and its clock as the scheduler stamped the switch with: prev and next
     // are both on it, and prev leads to it even when it is the idle task (its `se.cfs_rq` is its
     // CPU's root `cfs_rq`). How stale that clock is: what next waited beyond it.
     let rq = task_rq_cpu_clock::<DIRECT>(prev);
-    // Kept in the map and read back where a wait is added (see `runq::Stale`).
-    // SAFETY: this CPU's own value, written only by this program (no preemption inside it).
-    unsafe { (*offset).switch(now, rq.clock) };
+    if LOOP {
+        // Kept in the map and read back where a wait is added (see `runq::Stale`).
+        // SAFETY: this CPU's own value, written only by this program (no preemption inside it).
+        unsafe { (*offset).switch(now, rq.clock) };
+    }
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
         throttle::slice_out::<DIRECT>(c, prev, prev_pid);

@@ -183,13 +183,13 @@ fn hash_hist(c: *mut Counters, cgroup_id: u64, kind: u32) -> Option<*mut RunqHis
 /// Adds a wait of `wait_ns` in the run queue's clock to `kind`'s histogram, `stale` (the
 /// clock's staleness at its end) on top: the bucket and maximum are of the whole wait, the sum
 /// keeps the two apart.
-#[inline(always)]
 ///
 /// Only with `LOOP` (5.18+): without it (the `noprevstate` programs of older kernels) the
 /// staleness is left out, as is its atomic add — with them LLVM laid out the bucket index in a
 /// shape 5.10's verifier cannot bound (a misaligned atomic add), and an atomic add of a constant 0
 /// becomes an atomic `or`, which 5.10 refuses. With `LOOP` the add is unconditional: a test of
 /// the value (or an `Option`) changed the layout until 6.1's verifier lost the index's bounds.
+#[inline(always)]
 pub(super) fn add_to_hist<const LOOP: bool>(
     c: *mut Counters,
     hists: Hists,
