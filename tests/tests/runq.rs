@@ -481,24 +481,27 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
     let Some((mut kernel, mut own)) = kernel_and_own_streams(&["--interval", "1000"])? else {
         return Ok(());
     };
-    // The busy loop in the sleepers' cgroup: a task alone on its group's run queue leaves it
-    // when it sleeps (no lag to keep it queued).
+    // A busy loop ten times heavier (nice -10) in the sleepers' cgroup: a task alone on its
+    // group's run queue leaves it when it sleeps (no lag to keep it queued), and beside the heavy
+    // loop a sleeper is nearly always past its share when it sleeps (kept queued, delayed
+    // dequeue) and slow to earn it back (dequeued when picked). Beside an equal loop it was one
+    // sleeper in three, one in thirteen in some runs, and too few of 40 now and then.
     let victim_cg = TestCgroup::new("asleep-victim")?;
     let hog = workload::spin(1, &victim_cg.procs_file(), Some(0))?;
+    heavier(hog.pid(), -10)?;
     let (mut run_delay_ns, mut moved_asleep) = (0u64, 0u32);
-    // This thread polls on CPU 1, away from the sleepers' CPU: it must move a sleeper within
-    // the few milliseconds the kernel keeps it queued.
+    // This thread polls on CPU 1, away from the sleepers' CPU: it must move a sleeper while
+    // the kernel keeps it queued.
     pin_this_thread(1)?;
-    // Whether a sleeper is kept queued depends on where in its slice it went to sleep: about
-    // one in three here; tried until four were.
+    // Tried until four were moved queued (4 of 4 in 24 runs).
     let mut tried = 0;
-    while tried < 40 && moved_asleep < 4 {
+    while tried < 20 && moved_asleep < 4 {
         tried += 1;
-        // Runs ~30 ms beside the busy loop, then sleeps 300 ms as `sleep`.
+        // Runs ~3 ms of CPU beside the busy loop, then sleeps 300 ms as `sleep`.
         let mut cmd = std::process::Command::new("sh");
         cmd.args([
             "-c",
-            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; exec sleep 0.3",
+            "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; exec sleep 0.3",
         ]);
         let victim = Task::spawn(cmd, Some(&victim_cg.procs_file()), Some(0), false)?;
         let pid = victim.pid();
@@ -520,41 +523,53 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
     own.windows(2)?;
     let (_, k_lines) = kernel.stop(SIGINT)?;
     let (_, o_lines) = own.stop(SIGINT)?;
-    let runq_of = |lines: &[serde_json::Value], field: &str| -> f64 {
+    // The victim cgroup's `runq` field `field`, of the waits of `kind` when given, summed.
+    let runq_of = |lines: &[serde_json::Value], kind: Option<&str>, field: &str| -> f64 {
         lines
             .iter()
             .filter(|w| w["type"] == "window")
             .filter_map(|w| w["cgroups"].as_array())
             .flatten()
             .filter(|c| c["path"] == victim_cg.rel.as_str())
-            .map(|c| c["runq"][field].as_f64().unwrap_or(0.0))
+            .map(|c| match kind {
+                Some(k) => &c["runq"]["kinds"][k][field],
+                None => &c["runq"][field],
+            })
+            .map(|v| v.as_f64().unwrap_or(0.0))
             .sum()
     };
     let (waits, asleep) = (
-        runq_of(&k_lines, "sum_us"),
-        runq_of(&k_lines, "run_delay_asleep_us"),
+        runq_of(&k_lines, None, "sum_us"),
+        runq_of(&k_lines, None, "run_delay_asleep_us"),
     );
-    let own_waits = runq_of(&o_lines, "sum_us");
+    let own_waits = runq_of(&o_lines, None, "sum_us");
     let kernel_us = run_delay_ns as f64 / 1e3 + hog_us;
+    let kind = |lines: &[serde_json::Value], k: &str| {
+        (
+            runq_of(lines, Some(k), "sum_us"),
+            runq_of(lines, Some(k), "count"),
+        )
+    };
+    let (k_wakeup, o_wakeup) = (kind(&k_lines, "wakeup"), kind(&o_lines, "wakeup"));
+    let (k_preempt, o_preempt) = (kind(&k_lines, "preempt"), kind(&o_lines, "preempt"));
     let stamped = sum_counter(&k_lines, "runq_asleep_stamped");
     eprintln!(
         "{moved_asleep} of {tried} sleepers moved while still queued: run_delay {kernel_us:.0} µs \
          (the busy loop's {hog_us:.0}); kernel stamps: waits {waits:.0} µs + asleep {asleep:.0} µs \
-         ({stamped} waits); own stamps: waits {own_waits:.0} µs"
+         ({stamped} waits); own stamps: waits {own_waits:.0} µs; wakeup waits (µs, count) \
+         {k_wakeup:?} and {o_wakeup:?}, preempted {k_preempt:?} and {o_preempt:?}"
     );
     assert!(
-        moved_asleep >= 3,
+        moved_asleep >= 4,
         "only {moved_asleep} of {tried} sleepers were moved while the kernel still had them queued"
     );
     assert!(
         stamped >= u64::from(moved_asleep),
         "runq_asleep_stamped {stamped}"
     );
-    // What own stamps did not count as waiting is reported asleep. Not every such sleep: now
-    // and then no `sched_wakeup` is seen for one of them (1 in ~40 sleepers moved), and both
-    // paths count it as a wait.
+    // What own stamps did not count as waiting is reported asleep.
     assert!(
-        asleep >= 250_000.0 && asleep >= 0.9 * (kernel_us - own_waits),
+        asleep >= f64::from(moved_asleep) * 250_000.0 && asleep >= 0.9 * (kernel_us - own_waits),
         "run_delay_asleep_us {asleep} for {moved_asleep} sleeps of 300 ms \
          (run_delay {kernel_us} µs, own stamps' waits {own_waits} µs)"
     );
@@ -562,9 +577,16 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
         ((waits + asleep) / kernel_us - 1.0).abs() <= 0.01,
         "waits {waits} µs + asleep {asleep} µs vs run_delay {kernel_us} µs"
     );
+    // The sleepers' wakeup waits, timed from the wakeup, are the ones own stamps measure.
     assert!(
-        (waits / own_waits - 1.0).abs() <= 0.10,
-        "waits from the kernel's stamps {waits} µs vs own stamps {own_waits} µs"
+        k_wakeup.1 == o_wakeup.1 && (k_wakeup.0 - o_wakeup.0).abs() <= 0.01 * o_wakeup.0 + 100.0,
+        "wakeup waits from the kernel's stamps {k_wakeup:?} vs own stamps {o_wakeup:?} (µs, count)"
+    );
+    // Own stamps' preempted waits here read 4-9 % short of the kernel's (the same count): a
+    // known gap of own stamps (see docs/accuracy.md), not this test's subject.
+    assert!(
+        (k_preempt.0 / o_preempt.0 - 1.0).abs() <= 0.2,
+        "preempted waits from the kernel's stamps {k_preempt:?} vs own stamps {o_preempt:?}"
     );
     Ok(())
 }
@@ -1266,5 +1288,17 @@ fn blame_reaches_the_report_and_prometheus() -> anyhow::Result<()> {
     assert_eq!(code, 0);
     assert!(text.contains("## noisy neighbours"), "{text}");
     let _ = std::fs::remove_file(&file);
+    Ok(())
+}
+
+/// Every thread of `pid` at nice `nice`.
+fn heavier(pid: u32, nice: i32) -> anyhow::Result<()> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let tid: u32 = t?.file_name().to_string_lossy().parse()?;
+        // SAFETY: a plain system call on a thread id.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            anyhow::bail!("setpriority {tid}: {}", std::io::Error::last_os_error());
+        }
+    }
     Ok(())
 }

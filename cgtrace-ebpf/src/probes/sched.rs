@@ -29,8 +29,8 @@ twice!("sched_switch", sched_switch, sched_switch_probe, switch::<false, true>,
 twice!("sched_switch", sched_switch_noprevstate, sched_switch_noprevstate_probe, switch::<false, false>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), None);
 // Waits read from the kernel's own stamps (6.18+; see `runq::end_wait`): programs of their own,
-// so older kernels never verify this path. Its wakeup program only marks a task whose stamp is
-// older than its wakeup (see `runq::woken_stamps`); no wait starts there.
+// so older kernels never verify this path. Its wakeup program only marks a task the kernel
+// counted as queued while it slept (see `runq::woken_stamps`); no wait starts there.
 twice!("sched_switch", sched_switch_stamps, sched_switch_stamps_probe, switch::<true, true>,
     ctx => ctx.arg::<u8>(0) != 0, ctx.arg(1), ctx.arg(2), Some(u64::from(ctx.arg::<u32>(3))));
 twice!("sched_wakeup", sched_wakeup_stamps, sched_wakeup_stamps_probe, wakeup_stamps, ctx => ctx.arg(0));

@@ -4,10 +4,10 @@
 //! The kernel stamps a stretch when it queues a task (`sched_info.last_queued`), and since 6.12
 //! it queues some sleeping ones: a task that went to sleep is kept on its run queue for a while
 //! (delayed dequeue), and moved from there to another CPU (its CPUs changed, or the balancer)
-//! it is queued again, stamped, and its stretch runs on through the sleep — the kernel's
-//! `run_delay` counts the sleep as waiting (a 300 ms sleep moved right after it began: 300 ms
-//! of `run_delay`). The wakeup program marks such a task; its switch-in times the wait from the
-//! wakeup and reports the sleep as its own part.
+//! it is queued again, stamped, and its stretch runs on through the sleep (or until the new CPU
+//! picks and dequeues it) — the kernel's `run_delay` counts the sleep as waiting (a 300 ms sleep
+//! moved right after it began: up to 300 ms of `run_delay`). The wakeup program marks such a
+//! task; its switch-in times the wait from the wakeup and reports the sleep as its own part.
 use cgtrace_common::{
     counters::{self, Counters},
     runq::{EVENT_KIND_ASLEEP, RunqStart, WaitKind},
@@ -22,25 +22,42 @@ use crate::{
 /// A task woken (`sched_wakeup`), waits read from the kernel's stamps: the enqueue of this
 /// wakeup stamped it at the clock's value now, so a stamp older than that began before the
 /// wakeup — while it slept, or (a wakeup of a task preempted on its way to sleep, still queued)
-/// while it waited, which its switch-in tells apart by its kind. Only then is the task's
-/// storage touched: the kernel's total (`run_delay` plus the open stretch) as of now. Nothing
-/// else runs here, not even the wakeup counter: this program runs at every wakeup.
+/// while it waited, which its switch-in tells apart by its kind. Else, when the kernel's
+/// `run_delay` grew since the task's last switch-in, a stretch queued while it slept has already
+/// been closed (a sleeper kept queued, moved to another CPU, then dequeued there when picked:
+/// its stretch ran from the move to the pick). Only in those cases is the storage written: the
+/// kernel's total (`run_delay` plus the open stretch) as of now. Nothing else runs here, not
+/// even the wakeup counter: this program runs at every wakeup.
 #[inline(always)]
 pub fn woken<const DIRECT: bool>(p: *const u8) {
     let last_queued = read_unchecked::<DIRECT, true>(p, layout!(task_last_queued));
-    if last_queued == 0 {
-        return;
-    }
     let clock = task_rq_clock::<DIRECT>(p);
-    if last_queued >= clock {
+    let run_delay = read_unchecked::<DIRECT, true>(p, layout!(task_run_delay));
+    if last_queued != 0 && last_queued < clock {
+        let s = RUNQ_START_TASK.get(p, true);
+        if s.is_null() {
+            count(maps::counters(), counters::RUNQ_START_FULL);
+            return;
+        }
+        mark_wakeup(s, run_delay + (clock - last_queued));
         return;
     }
-    let s = RUNQ_START_TASK.get(p, true);
+    // A task never switched in by a program of ours has no storage and nothing to compare.
+    let s = RUNQ_START_TASK.get(p, false);
     if s.is_null() {
-        count(maps::counters(), counters::RUNQ_START_FULL);
         return;
     }
-    let total = read_unchecked::<DIRECT, true>(p, layout!(task_run_delay)) + (clock - last_queued);
+    // SAFETY: as in `mark_wakeup`; `leaf_cfs_rq` is the kernel's total at the last switch-in.
+    let grew = unsafe { (*s).ts_ns != 0 && run_delay > (*s).leaf_cfs_rq };
+    if grew {
+        mark_wakeup(s, run_delay);
+    }
+}
+
+/// Keeps the kernel's total at a wakeup in the task's storage (`kind` and `rq_cpu` in this
+/// mode) for its switch-in.
+#[inline(always)]
+fn mark_wakeup(s: *mut RunqStart, total: u64) {
     // SAFETY: the task's own storage value (see `start_wait`), written under its rq lock.
     unsafe {
         (*s).kind = total as u32;
@@ -57,8 +74,8 @@ pub fn woken<const DIRECT: bool>(p: *const u8) {
 /// the first time has only its last stretch, and its wait counts as a wakeup. Kind: the task
 /// left the CPU still runnable (its `nivcsw` rose since its previous switch-in) — preempted, or
 /// throttled when that switch-out was marked — else it slept and was woken, and when its wakeup
-/// found a stamp from before it (see `woken`), the wait is timed from the wakeup and the rest
-/// of the stretch is reported as asleep (an `EVENT_KIND_ASLEEP` record).
+/// found the kernel counting queued time from before it (see `woken`), the wait is timed from
+/// the wakeup and the rest is reported as asleep (an `EVENT_KIND_ASLEEP` record).
 #[inline(always)]
 pub(super) fn end_wait_sched_info<const DIRECT: bool>(
     c: *mut Counters,
