@@ -82,9 +82,16 @@ pub struct CgroupTotals {
     pub id: u64,
     pub path: Option<String>,
     pub name: Option<String>,
-    /// Run-queue waits over the recording (merged histogram).
+    /// Run-queue waits over the recording (merged histogram). `wait_us` is the kernel's
+    /// `run_delay` part; `wait_stale_us` what the waits lasted beyond it (the run queue's clock
+    /// not updated at the switch), `run_delay_asleep_us` what `run_delay` counted while the task
+    /// slept (not in `wait_us`); both absent when 0.
     pub waits: u64,
     pub wait_us: f64,
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
+    pub wait_stale_us: f64,
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
+    pub run_delay_asleep_us: f64,
     pub wait_p50_us: f64,
     pub wait_p99_us: f64,
     pub nr_periods: u64,

@@ -22,6 +22,18 @@ struct Acc {
     name: Option<String>,
     hist: Hist,
     max_at: u64,
+    /// Run-queue waits only: what the kernel's `run_delay` counted while the task slept
+    /// (`run_delay_asleep_us`), summed.
+    asleep_us: f64,
+}
+
+/// One cgroup's run-queue waits over a recording (see [`Latency::runq_totals`]).
+pub(super) struct RunqTotal {
+    pub id: u64,
+    pub path: Option<String>,
+    pub name: Option<String>,
+    pub summary: HistSummary,
+    pub asleep_us: f64,
 }
 
 /// Most families ranked: a file's families found by shape are its keys, and a forged file could
@@ -49,6 +61,16 @@ impl Latency {
             l.add(family, id, (path, name), h, end_ms, budget);
         };
         add(self, family::runq::INFO.name, &c.runq.all);
+        if c.runq.run_delay_asleep_us > 0.0 {
+            // Only where the window's waits were tallied (a sleep the kernel counted ends a wait).
+            if let Some(a) = self
+                .0
+                .get_mut(family::runq::INFO.name)
+                .and_then(|accs| accs.get_mut(&id))
+            {
+                a.asleep_us += c.runq.run_delay_asleep_us;
+            }
+        }
         // Families this build does not know, by shape: a histogram, or histograms one level down
         // (e.g. per operation).
         for (key, v) in &c.other {
@@ -109,13 +131,20 @@ impl Latency {
         }
     }
 
-    /// Each cgroup's run-queue waits over the recording: id, path, name and the merged summary.
-    pub(super) fn runq_totals(&self) -> Vec<(u64, Option<String>, Option<String>, HistSummary)> {
+    /// Each cgroup's run-queue waits over the recording: id, path, name, the merged summary and
+    /// the sleep the kernel counted as waiting (µs).
+    pub(super) fn runq_totals(&self) -> Vec<RunqTotal> {
         self.0
             .get(family::runq::INFO.name)
             .into_iter()
             .flatten()
-            .map(|(id, a)| (*id, a.path.clone(), a.name.clone(), a.hist.summary()))
+            .map(|(id, a)| RunqTotal {
+                id: *id,
+                path: a.path.clone(),
+                name: a.name.clone(),
+                summary: a.hist.summary(),
+                asleep_us: a.asleep_us,
+            })
             .collect()
     }
 
@@ -181,5 +210,31 @@ mod tests {
         let f = l.finish();
         assert_eq!(f.len(), MAX_FAMILIES);
         assert!(f.contains_key("fam0_0"), "the first seen are kept");
+    }
+
+    #[test]
+    fn runq_totals_carry_the_sleep_the_kernel_counted_and_the_staleness() {
+        let mut l = Latency::default();
+        for (asleep, stale) in [(300_000.0, 3.0), (0.0, 4.0), (150_000.0, 0.0)] {
+            let mut c = CgroupWindow {
+                id: 9,
+                ..Default::default()
+            };
+            c.runq.all = HistSummary {
+                count: 2,
+                sum_us: 10.0,
+                stale_us: stale,
+                max_us: 6.0,
+                buckets: vec![(4096, 2)],
+                ..Default::default()
+            };
+            c.runq.run_delay_asleep_us = asleep;
+            l.add_cgroup(&c, 1000, &mut Budget::default());
+        }
+        let t = l.runq_totals();
+        assert_eq!(t.len(), 1);
+        assert_eq!((t[0].summary.count, t[0].summary.sum_us), (6, 30.0));
+        assert_eq!(t[0].summary.stale_us, 7.0);
+        assert_eq!(t[0].asleep_us, 450_000.0);
     }
 }

@@ -4,13 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use super::latency::RunqTotal;
 use crate::{
     family::runq::blame::NoisyNeighbour,
-    hist::HistSummary,
     report::model::{CgroupTotals, Diagnosed, ThrottledCgroup},
 };
-
-type RunqTotal = (u64, Option<String>, Option<String>, HistSummary);
 
 /// The totals by cgroup id, in id order.
 pub(super) fn collect<'a>(
@@ -20,10 +18,12 @@ pub(super) fn collect<'a>(
     noisy: &[NoisyNeighbour],
 ) -> Vec<CgroupTotals> {
     let mut by_id: BTreeMap<u64, CgroupTotals> = BTreeMap::new();
-    for (id, path, name, s) in runq {
-        let e = get(&mut by_id, id, &path, &name);
+    for r in runq {
+        let (s, e) = (&r.summary, get(&mut by_id, r.id, &r.path, &r.name));
         e.waits = s.count;
         e.wait_us = s.sum_us;
+        e.wait_stale_us = s.stale_us;
+        e.run_delay_asleep_us = r.asleep_us;
         e.wait_p50_us = s.p50_us;
         e.wait_p99_us = s.p99_us;
     }
