@@ -43,8 +43,9 @@ pub(crate) struct RunqArgs {
     /// Configurations, in their order within a round (comma-separated): bare, cgtrace (as a
     /// user starts it), cgtrace-stats (--bpf-stats, for its ns per program run), cgtrace-reads
     /// (--reads-mode syscall), cgtrace-events (--event-min-ms 0: every wait an event),
-    /// cgtrace-no-blame (--no-blame); cgtrace-own, cgtrace-own-stats, cgtrace-own-no-blame (the same on
-    /// the path kernels before 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
+    /// cgtrace-no-blame (--no-blame), cgtrace-no-blame-stats; cgtrace-own, cgtrace-own-stats,
+    /// cgtrace-own-no-blame, cgtrace-own-no-blame-stats (the same on the path kernels before
+    /// 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
     /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
     /// cost above them); baseline (the --baseline binary as a user starts it), baseline-stats,
     /// baseline-own-stats (it with --bpf-stats, on either path), runqlat,
@@ -76,6 +77,8 @@ pub(super) enum Config {
     CgtraceEvents,
     /// With `--no-blame`: without the blame ledger (on by default), what it costs.
     CgtraceNoBlame,
+    /// With `--no-blame --bpf-stats`: the ledger's ns per program run.
+    CgtraceNoBlameStats,
     /// `CGTRACE_RUNQ_WAITS=own`: the path kernels before 6.18 take (cgtrace's own wait stamps,
     /// programs on sched_wakeup and sched_wakeup_new too).
     CgtraceOwn,
@@ -83,6 +86,8 @@ pub(super) enum Config {
     CgtraceOwnStats,
     /// The own-stamps path with `--no-blame`.
     CgtraceOwnNoBlame,
+    /// The own-stamps path with `--no-blame --bpf-stats`.
+    CgtraceOwnNoBlameStats,
     /// `CGTRACE_BENCH_FLOOR=1`: empty programs on the hooks the 6.18 path uses (sched_switch),
     /// the rest of cgtrace as usual: what any program there costs.
     Floor,
@@ -117,9 +122,11 @@ impl Config {
             Config::CgtraceReads => "cgtrace-reads",
             Config::CgtraceEvents => "cgtrace-events",
             Config::CgtraceNoBlame => "cgtrace-no-blame",
+            Config::CgtraceNoBlameStats => "cgtrace-no-blame-stats",
             Config::CgtraceOwn => "cgtrace-own",
             Config::CgtraceOwnStats => "cgtrace-own-stats",
             Config::CgtraceOwnNoBlame => "cgtrace-own-no-blame",
+            Config::CgtraceOwnNoBlameStats => "cgtrace-own-no-blame-stats",
             Config::Floor => "floor",
             Config::FloorStats => "floor-stats",
             Config::FloorOwn => "floor-own",
@@ -150,6 +157,9 @@ impl Config {
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
             Config::CgtraceEvents => Some(&["--event-min-ms", "0"]),
             Config::CgtraceNoBlame | Config::CgtraceOwnNoBlame => Some(&["--no-blame"]),
+            Config::CgtraceNoBlameStats | Config::CgtraceOwnNoBlameStats => {
+                Some(&["--no-blame", "--bpf-stats"])
+            }
             Config::Bare | Config::Runqlat | Config::RunqlatStats => None,
         }
     }
@@ -160,6 +170,7 @@ impl Config {
             Config::CgtraceOwn
             | Config::CgtraceOwnStats
             | Config::CgtraceOwnNoBlame
+            | Config::CgtraceOwnNoBlameStats
             | Config::BaselineOwnStats => &[OWN],
             Config::Floor | Config::FloorStats => &[FLOOR],
             Config::FloorOwn | Config::FloorOwnStats => &[OWN, FLOOR],
@@ -177,13 +188,16 @@ impl Config {
             | Config::CgtraceEvents
             | Config::CgtraceNoBlame
             | Config::Baseline => Some(Config::Floor),
-            Config::CgtraceStats | Config::BaselineStats => Some(Config::FloorStats),
+            Config::CgtraceStats | Config::CgtraceNoBlameStats | Config::BaselineStats => {
+                Some(Config::FloorStats)
+            }
             Config::CgtraceOwn | Config::CgtraceOwnNoBlame | Config::Runqlat => {
                 Some(Config::FloorOwn)
             }
-            Config::CgtraceOwnStats | Config::RunqlatStats | Config::BaselineOwnStats => {
-                Some(Config::FloorOwnStats)
-            }
+            Config::CgtraceOwnStats
+            | Config::CgtraceOwnNoBlameStats
+            | Config::RunqlatStats
+            | Config::BaselineOwnStats => Some(Config::FloorOwnStats),
             Config::Bare
             | Config::Floor
             | Config::FloorStats
