@@ -582,11 +582,13 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
         k_wakeup.1 == o_wakeup.1 && (k_wakeup.0 - o_wakeup.0).abs() <= 0.01 * o_wakeup.0 + 100.0,
         "wakeup waits from the kernel's stamps {k_wakeup:?} vs own stamps {o_wakeup:?} (µs, count)"
     );
-    // Own stamps' preempted waits here read 4-9 % short of the kernel's (the same count): a
-    // known gap of own stamps (see docs/accuracy.md), not this test's subject.
+    // Own stamps' preempted waits here read 0.2-8 ms short of the kernel's in a run (the same
+    // count): one or two waits the kernel starts before their switch-out, a known gap of own
+    // stamps (see docs/accuracy.md), not this test's subject.
     assert!(
-        (k_preempt.0 / o_preempt.0 - 1.0).abs() <= 0.2,
-        "preempted waits from the kernel's stamps {k_preempt:?} vs own stamps {o_preempt:?}"
+        k_preempt.1 == o_preempt.1
+            && (k_preempt.0 - o_preempt.0).abs() <= 0.25 * o_preempt.0 + 10_000.0,
+        "preempted waits from the kernel's stamps {k_preempt:?} vs own stamps {o_preempt:?} (µs, count)"
     );
     Ok(())
 }
