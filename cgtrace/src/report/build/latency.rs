@@ -57,20 +57,20 @@ impl Latency {
     /// episodes, and those of families this build does not know, found by shape.
     pub(super) fn add_cgroup(&mut self, c: &CgroupWindow, end_ms: u64, budget: &mut Budget) {
         let (id, path, name) = (c.id, &c.path, &c.name);
+        // Only where the window's waits were tallied (a sleep the kernel counted ends a wait).
+        if let Some(a) = self.add(
+            family::runq::INFO.name,
+            id,
+            (path, name),
+            &c.runq.all,
+            end_ms,
+            budget,
+        ) {
+            a.asleep_us += c.runq.run_delay_asleep_us;
+        }
         let mut add = |l: &mut Self, family: &str, h: &HistSummary| {
             l.add(family, id, (path, name), h, end_ms, budget);
         };
-        add(self, family::runq::INFO.name, &c.runq.all);
-        if c.runq.run_delay_asleep_us > 0.0 {
-            // Only where the window's waits were tallied (a sleep the kernel counted ends a wait).
-            if let Some(a) = self
-                .0
-                .get_mut(family::runq::INFO.name)
-                .and_then(|accs| accs.get_mut(&id))
-            {
-                a.asleep_us += c.runq.run_delay_asleep_us;
-            }
-        }
         // Families this build does not know, by shape: a histogram, or histograms one level down
         // (e.g. per operation).
         for (key, v) in &c.other {
@@ -97,9 +97,9 @@ impl Latency {
         h: &HistSummary,
         end_ms: u64,
         budget: &mut Budget,
-    ) {
+    ) -> Option<&mut Acc> {
         if h.count == 0 || (self.0.len() >= MAX_FAMILIES && !self.0.contains_key(family)) {
-            return;
+            return None;
         }
         let accs = self.0.entry(family.to_string()).or_default();
         let a = match accs.entry(id) {
@@ -108,7 +108,7 @@ impl Latency {
                 let size =
                     size_of::<Acc>() + NR_BUCKETS * 8 + budget::len(path) + budget::len(name);
                 if !budget.take(size) {
-                    return;
+                    return None;
                 }
                 e.insert(Acc::default())
             }
@@ -129,6 +129,7 @@ impl Latency {
         for (x, y) in a.hist.buckets.iter_mut().zip(hist.buckets.iter()) {
             *x = x.saturating_add(*y).min(CAP);
         }
+        Some(a)
     }
 
     /// Each cgroup's run-queue waits over the recording: id, path, name, the merged summary and
