@@ -72,13 +72,20 @@ pub fn start_prometheus(bin: &str, name: &str, target: &str) -> Result<Prometheu
 
 /// Prometheus' answer to an instant query.
 pub fn query(prom: &str, expr: &str) -> Result<Vec<Value>> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-G"])
+    query_at(prom, expr, None)
+}
+
+/// An instant query evaluated at `at` (seconds since the epoch), or now.
+pub fn query_at(prom: &str, expr: &str, at: Option<f64>) -> Result<Vec<Value>> {
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "--max-time", "10", "-G"])
         .arg(format!("http://{prom}/api/v1/query"))
         .arg("--data-urlencode")
-        .arg(format!("query={expr}"))
-        .output()
-        .context("curl")?;
+        .arg(format!("query={expr}"));
+    if let Some(at) = at {
+        curl.arg("--data-urlencode").arg(format!("time={at:.3}"));
+    }
+    let out = curl.output().context("curl")?;
     let v: Value = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("prometheus said: {}", String::from_utf8_lossy(&out.stdout)))?;
     if v["status"] != "success" {
@@ -158,18 +165,36 @@ pub fn every_query_has_data(
     Ok(())
 }
 
-/// The "Throttled share of periods" panel's value for the cgroup named `name`.
-pub fn throttled_share(prom: &str, exprs: &[(String, String)], name: &str) -> Result<f64> {
+/// The "Throttled share of periods" panel's value for the cgroup named `name`, and the same
+/// expression over the kernel's `cpu.stat` counters cgtrace exports beside its own
+/// (`cgtrace_kernel_*`), both evaluated at one instant over the same samples.
+pub fn throttled_share(prom: &str, exprs: &[(String, String)], name: &str) -> Result<(f64, f64)> {
     let e = &exprs
         .iter()
         .find(|(t, _)| t == "Throttled share of periods")
         .context("no throttled share panel")?
         .1;
-    let share = query(prom, e)?;
-    share
-        .iter()
-        .find(|s| s["metric"]["name"] == name)
-        .and_then(|s| s["value"][1].as_str())
-        .and_then(|v| v.parse::<f64>().ok())
-        .with_context(|| format!("{name}'s throttled share in {share:?}"))
+    let kernel = e
+        .replace(
+            "cgtrace_throttled_periods_total",
+            "cgtrace_kernel_throttled_periods_total",
+        )
+        .replace(
+            "cgtrace_throttle_periods_total",
+            "cgtrace_kernel_periods_total",
+        );
+    ensure!(kernel != *e, "the throttled share panel changed: {e}");
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    let value = |expr: &str| -> Result<f64> {
+        let share = query_at(prom, expr, Some(at))?;
+        share
+            .iter()
+            .find(|s| s["metric"]["name"] == name)
+            .and_then(|s| s["value"][1].as_str())
+            .and_then(|v| v.parse::<f64>().ok())
+            .with_context(|| format!("{name}'s throttled share in {share:?} ({expr})"))
+    };
+    Ok((value(e)?, value(&kernel)?))
 }

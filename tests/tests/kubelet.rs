@@ -726,8 +726,15 @@ fn every_dashboard_query_returns_data_on_the_real_node() -> Result<()> {
             "{ns}/{pod} not among {pods:?}"
         );
     }
-    let share = throttled_share(&prom.addr, &exprs, &ours[1])?;
-    eprintln!("{} throttled share {share}", ours[1]);
-    ensure!(share > 0.4, "{} throttled share {share}", ours[1]);
+    // The worker spins unpinned beside the busy pod, its neighbour and the node's own programs on
+    // two CPUs: how many periods it reaches its 20 ms in depends on what else ran (0.34-1.0 seen),
+    // so the bound is the kernel's share over the same samples, and that it was throttled at all.
+    let (share, kernel) = throttled_share(&prom.addr, &exprs, &ours[1])?;
+    eprintln!("{} throttled share {share}, cpu.stat's {kernel}", ours[1]);
+    ensure!(
+        share > 0.1 && (share - kernel).abs() <= 0.05,
+        "{} throttled share {share}, cpu.stat's {kernel}",
+        ours[1]
+    );
     Ok(())
 }
