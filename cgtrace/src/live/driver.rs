@@ -14,7 +14,7 @@ use tokio::{
 use crate::{
     family::EventLine,
     live::session::{Pump, Pumped, Session},
-    model::{CgroupWindow, Hello, Window, ndjson::to_string_sized},
+    model::{CgroupWindow, Hello, Window},
 };
 
 /// Closing line: what the whole run saw per cgroup.
@@ -34,12 +34,6 @@ pub enum Flow {
     Stop,
 }
 
-/// One window as every sink gets it: typed and already serialised once.
-pub struct WindowOut<'a> {
-    pub window: &'a Window,
-    pub json: &'a str,
-}
-
 /// What one turn of the pump gives every sink.
 pub struct Turn<'a> {
     /// Names cgroups, and holds what the ring buffer delivered.
@@ -47,7 +41,7 @@ pub struct Turn<'a> {
     /// The event lines drained in the turn.
     pub lines: &'a [EventLine],
     /// The window the turn ended, if any (at the end: the partial last window).
-    pub window: Option<&'a WindowOut<'a>>,
+    pub window: Option<&'a Window>,
 }
 
 /// An output of a live session. Sinks are handed each turn in the order given to [`run`], so an
@@ -125,8 +119,6 @@ pub async fn run(
     }
     let mut windows = 0u64;
     let mut by_sink = false;
-    // The last window line's length: the next one's buffer is sized from it.
-    let mut json_len = 0;
     'run: loop {
         let pumped = tokio::select! {
             p = pump.next() => p?,
@@ -149,18 +141,10 @@ pub async fn run(
             }
         }
         windows += u64::from(window.is_some());
-        let json = window
-            .as_ref()
-            .map(|w| to_string_sized(w, &mut json_len))
-            .transpose()?;
-        let out = window
-            .as_ref()
-            .zip(json.as_deref())
-            .map(|(window, json)| WindowOut { window, json });
         let mut turn = Turn {
             session: &mut pump.session,
             lines: &lines,
-            window: out.as_ref(),
+            window: window.as_ref(),
         };
         for s in sinks.iter_mut() {
             if s.turn(&mut turn)? == Flow::Stop {
@@ -176,26 +160,18 @@ pub async fn run(
     pump.session.finish_records();
     let lines = pump.session.take_lines();
     windows += 1;
-    let json = to_string_sized(&last, &mut json_len)?;
-    let out = WindowOut {
-        window: &last,
-        json: &json,
-    };
     let totals = pump.session.totals();
     // A summary has the run's cgroups, a window those of one interval: the window's length is
     // a floor, not a bound.
-    let summary = to_string_sized(
-        &Summary {
-            kind: "summary",
-            windows,
-            cgroups: &totals,
-        },
-        &mut json_len,
-    )?;
+    let summary = serde_json::to_string(&Summary {
+        kind: "summary",
+        windows,
+        cgroups: &totals,
+    })?;
     let mut turn = Turn {
         session: &mut pump.session,
         lines: &lines,
-        window: Some(&out),
+        window: Some(&last),
     };
     for s in sinks.iter_mut() {
         s.finish(&mut turn, &summary)?;

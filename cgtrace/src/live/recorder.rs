@@ -140,7 +140,7 @@ impl Recorder {
         self.writer.set_hello(hello.to_string().as_bytes());
     }
 
-    fn window(&mut self, w: &Window, json: &str) {
+    fn window(&mut self, w: &Window) -> anyhow::Result<()> {
         for c in &w.cgroups {
             self.writer.name(NameEntry {
                 id: c.id,
@@ -150,7 +150,9 @@ impl Recorder {
             });
         }
         self.writer
-            .window(monotonic_ns(), w.end_unix_ms, json.as_bytes());
+            .window_value(monotonic_ns(), w.end_unix_ms, w)
+            .map_err(|e| anyhow::anyhow!("a window could not be serialised: {e}"))?;
+        Ok(())
     }
 }
 
@@ -168,7 +170,7 @@ impl Sink for Recorder {
         self.events(t.session);
         self.note_drops();
         if let Some(w) = t.window {
-            self.window(w.window, w.json);
+            self.window(w)?;
         }
         // Every window ends a chunk; so does FLUSH_EVERY's worth of events, or a full buffer.
         let (pending, since) = self.writer.pending();
@@ -186,7 +188,7 @@ impl Sink for Recorder {
         self.events(t.session);
         self.note_drops();
         if let Some(w) = t.window.filter(|_| !self.full) {
-            self.window(w.window, w.json);
+            self.window(w)?;
         }
         // After --max-size the summary still goes in, in the room kept for it.
         self.writer.record(Tag::Summary, summary.as_bytes());
@@ -268,7 +270,11 @@ pub async fn run(trace: SessionOptions, opts: RecordOptions) -> anyhow::Result<(
     };
     // The file first, then stdout: whatever the stream printed is on disk. A closed stdout ends
     // only the stream, not the recording.
-    let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), true, false);
+    let mut out = Ndjson::new(
+        io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+        true,
+        false,
+    );
     let mut sinks: Vec<&mut dyn Sink> = vec![&mut rec];
     if opts.stream.is_some() {
         sinks.push(&mut out);

@@ -13,8 +13,8 @@ use crate::{
     live::driver::{self, Flow, Sink, Turn},
     live::session::{Pump, SessionOptions},
     metrics::http::Exporter,
-    model::Hello,
-    model::ndjson::emit_line,
+    model::ndjson::{emit_line, emit_streamed},
+    model::{Hello, Window},
 };
 
 /// The NDJSON sink: hello, event lines, windows and the summary on a writer (stdout).
@@ -39,6 +39,14 @@ impl<W: Write> Ndjson<W> {
     /// Writes `line`, noting a closed writer.
     fn line(&mut self, line: &str) -> anyhow::Result<Flow> {
         if self.open && !emit_line(&mut self.out, line)? {
+            self.open = false;
+        }
+        Ok(self.flow())
+    }
+
+    /// Writes a window straight onto the writer: no copy of its line (~1 KiB per cgroup).
+    fn window(&mut self, w: &Window) -> anyhow::Result<Flow> {
+        if self.open && !emit_streamed(&mut self.out, w)? {
             self.open = false;
         }
         Ok(self.flow())
@@ -73,7 +81,7 @@ impl<W: Write> Sink for Ndjson<W> {
             return Ok(Flow::Stop);
         }
         match t.window {
-            Some(w) => self.line(w.json),
+            Some(w) => self.window(w),
             None => Ok(self.flow()),
         }
     }
@@ -92,7 +100,7 @@ impl<W: Write> Sink for Ndjson<W> {
 impl Sink for Exporter {
     fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
         if let Some(w) = t.window {
-            self.update(w.window);
+            self.update(w);
         }
         Ok(Flow::Continue)
     }
@@ -113,7 +121,11 @@ pub async fn run(
     pump.session.set_lines(&events);
     let mut metrics = metrics.start(&pump.session.hello.host)?;
     crate::safety::privilege::drop_after_attach("stream");
-    let mut out = Ndjson::new(io::BufWriter::new(io::stdout().lock()), summary, true);
+    let mut out = Ndjson::new(
+        io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+        summary,
+        true,
+    );
     crate::live::outputs::run(pump, vec![&mut out], &mut metrics, control).await?;
     Ok(())
 }

@@ -317,14 +317,14 @@ impl Pusher {
 impl Sink for Pusher {
     fn turn(&mut self, t: &mut Turn<'_>) -> anyhow::Result<Flow> {
         if let Some(w) = t.window {
-            self.push(w.window, false);
+            self.push(w, false);
         }
         Ok(Flow::Continue)
     }
 
     fn finish(&mut self, t: &mut Turn<'_>, _summary: &str) -> anyhow::Result<()> {
         if let Some(w) = t.window {
-            self.push(w.window, true);
+            self.push(w, true);
         }
         Ok(())
     }

@@ -1250,3 +1250,44 @@ fn a_restart_closes_the_gap_a_kill_mid_shift_left_keeping_the_order() {
     }
     assert!(!p.exists() && !at("r.5").exists());
 }
+
+/// A window serialised straight into the chunk is the same record, byte for byte, as its line
+/// handed over whole: short, and long enough for a three-byte length.
+#[test]
+fn a_window_serialised_in_place_is_the_window_handed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = serde_json::json!({"type": "window", "names": vec!["x\u{202e}y"; 4000]});
+    let values: Vec<serde_json::Value> = (1..=3)
+        .map(|s| serde_json::from_str(&window_json(s)).unwrap())
+        .chain([long])
+        .collect();
+    let write = |name: &str, in_place: bool| {
+        let path = dir.path().join(name);
+        let mut w = writer(&path);
+        for (i, v) in values.iter().enumerate() {
+            let s = i as u64 + 1;
+            if in_place {
+                w.window_value(s, 1000 + s, v).unwrap();
+            } else {
+                let line = serde_json::to_string(v).unwrap();
+                let line = crate::safety::escape::json_line(&line);
+                w.window(s, 1000 + s, line.as_bytes());
+            }
+            assert_eq!(w.flush(false).unwrap(), Flushed::Ok);
+        }
+        w.flush(true).unwrap();
+        std::fs::read(&path).unwrap()
+    };
+    let whole = write("whole.cgtr", false);
+    assert_eq!(write("in-place.cgtr", true), whole);
+    let rec = Recording::from_bytes(whole).unwrap();
+    let mut n = 0;
+    rec.for_each(|i| {
+        if let Item::Window { json, .. } = i {
+            let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+            assert_eq!(v, values[n]);
+            n += 1;
+        }
+    });
+    assert_eq!(n, 4);
+}

@@ -30,6 +30,9 @@ use super::{
 };
 use crate::family::reads::model::ReadFile;
 
+/// The longest length a record's body may have, as LEB128 (the reader takes 32 bits).
+const MAX_ULEB: usize = 5;
+
 /// zstd level: 3 is zstd's default, fast enough for 100 k events/s on one core with room to
 /// spare (see the README's figures).
 const LEVEL: i32 = 3;
@@ -394,6 +397,46 @@ impl Writer {
         prefix[8..].copy_from_slice(&end_unix_ms.to_le_bytes());
         self.push(Tag::Window, &prefix, json);
         self.stats.windows += 1;
+    }
+
+    /// One window serialised straight into the chunk being gathered (escaped as a stream line
+    /// is, [`crate::model::ndjson::append`]): no copy of its JSON in memory first.
+    pub fn window_value<T: serde::Serialize>(
+        &mut self,
+        mono_ns: u64,
+        end_unix_ms: u64,
+        value: &T,
+    ) -> serde_json::Result<()> {
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+        }
+        let start = self.buf.len();
+        let mut prefix = [0u8; 16];
+        prefix[..8].copy_from_slice(&mono_ns.to_le_bytes());
+        prefix[8..].copy_from_slice(&end_unix_ms.to_le_bytes());
+        // The body's length goes before it: room for the longest length, closed up after.
+        self.buf.push(Tag::Window as u8);
+        let len_at = self.buf.len();
+        self.buf.extend_from_slice(&[0; MAX_ULEB]);
+        self.buf.extend_from_slice(&prefix);
+        if let Err(e) = crate::model::ndjson::append(&mut self.buf, value) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        let body = self.buf.len() - len_at - MAX_ULEB;
+        if u32::try_from(body).is_err() {
+            self.buf.truncate(start);
+            return Err(serde::ser::Error::custom("a window of 4 GiB or more"));
+        }
+        let mut len = Vec::with_capacity(MAX_ULEB);
+        format::put_uleb(&mut len, body as u64);
+        self.buf[len_at..len_at + len.len()].copy_from_slice(&len);
+        self.buf
+            .copy_within(len_at + MAX_ULEB.., len_at + len.len());
+        self.buf.truncate(len_at + len.len() + body);
+        self.records += 1;
+        self.stats.windows += 1;
+        Ok(())
     }
 
     /// Any other record (summary, loss, end).

@@ -77,6 +77,22 @@ fn json_unsafe(c: char) -> bool {
     is_unsafe(c) && !matches!(c, '\t' | '\n' | '\r')
 }
 
+/// A JSON encoder's string fragment (what `serde_json` writes between escapes) with the
+/// characters [`json_line`] escapes written as `\uNNNN`, for a value serialised straight onto a
+/// writer ([`crate::model::ndjson::SafeFormatter`]) rather than escaped as a whole line after.
+pub fn json_fragment<W: std::io::Write + ?Sized>(
+    out: &mut W,
+    fragment: &str,
+) -> std::io::Result<()> {
+    let mut rest = fragment;
+    while let Some((i, c)) = rest.char_indices().find(|&(_, c)| json_unsafe(c)) {
+        out.write_all(&rest.as_bytes()[..i])?;
+        write!(out, "\\u{:04x}", u32::from(c))?;
+        rest = &rest[i + c.len_utf8()..];
+    }
+    out.write_all(rest.as_bytes())
+}
+
 /// A JSON line whose strings may hold characters JSON leaves raw but a terminal acts on: DEL
 /// and the C1 controls (U+0080..U+009F: CSI is U+009B), invisible format characters (bidi
 /// overrides, zero-width characters, line separators). Each is written as a `\uNNNN` escape, so

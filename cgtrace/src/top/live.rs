@@ -71,12 +71,10 @@ impl Sink for View {
         let Some(w) = t.window else {
             return Ok(Flow::Continue);
         };
-        Ok(
-            match self.events.send(Event::Window(Box::new(w.window.clone()))) {
-                Ok(()) => Flow::Continue,
-                Err(_) => Flow::Stop, // the view is gone
-            },
-        )
+        Ok(match self.events.send(Event::Window(Box::new(w.clone()))) {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Stop, // the view is gone
+        })
     }
 }
 
