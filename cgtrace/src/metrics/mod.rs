@@ -76,7 +76,7 @@ struct Series {
 }
 
 impl Series {
-    fn add(&mut self, c: &CgroupWindow) {
+    fn add(&mut self, c: &CgroupWindow, now_ms: u64) {
         self.expected.clear();
         for f in &c.flags {
             if let Some(e) = &f.expected {
@@ -90,7 +90,7 @@ impl Series {
                 .entry((f.family.clone(), f.code.clone()))
                 .or_insert(0) += 1;
         }
-        self.runq.add(c);
+        self.runq.add(c, now_ms);
         self.throttle.add(c);
         self.reads.add(c);
     }
@@ -182,11 +182,11 @@ impl Metrics {
                     if c.name.is_some() && named.map(|(_, n)| n) != c.name.as_ref() {
                         s.labels = cgroup_labels(c);
                     }
-                    s.add(c);
+                    s.add(c, w.end_unix_ms);
                     s.last_ms = w.end_unix_ms;
                 }
                 Slot::Other => {
-                    self.other.add(c);
+                    self.other.add(c, w.end_unix_ms);
                     self.folded.insert(key, w.end_unix_ms);
                 }
             }
@@ -201,6 +201,10 @@ impl Metrics {
         self.expired_total += (before - self.series.len()) as u64;
         self.folded
             .retain(|_, &mut t| now_ms.saturating_sub(t) < ttl);
+        // A live cgroup's series naming a neighbour that went (or went quiet) for as long.
+        for s in self.series.values_mut().chain([&mut self.other]) {
+            s.runq.expire(now_ms, ttl);
+        }
     }
 
     /// Cgroups with series of their own now.

@@ -289,6 +289,53 @@ fn blame_parts_neighbours_and_caused_are_counters() {
     );
 }
 
+/// A live cgroup's series naming a neighbour that was removed go after `--series-ttl`, as the
+/// neighbour's own series do (found by record.rs's churn test: a removed churn cgroup named as
+/// the root cgroup's neighbour stayed in every scrape).
+#[test]
+fn a_neighbour_not_charged_for_the_ttl_loses_its_series() {
+    use crate::family::runq::model::{Blame, Party};
+    let mut m = Metrics::new(MetricsOptions {
+        ttl: Duration::from_secs(10),
+        ..MetricsOptions::default()
+    });
+    let charged = |seq: u64, by: &[&str]| {
+        let mut c = cgroup(7, "/slow", &[5000]);
+        c.runq.blame = Some(Blame {
+            neighbours: by
+                .iter()
+                .enumerate()
+                .map(|(i, p)| Party {
+                    id: 100 + i as u64,
+                    path: Some((*p).into()),
+                    name: None,
+                    wait_us: 1e5,
+                    cpu_max: None,
+                })
+                .collect(),
+            ..Blame::default()
+        });
+        window(seq, seq * 1000, vec![c])
+    };
+    let series = |m: &Metrics, n: &str| {
+        m.render().lines().any(|l| {
+            l.starts_with("cgtrace_runq_wait_by_neighbour_seconds_total{")
+                && l.contains(&format!("neighbour=\"{n}\""))
+        })
+    };
+    m.update(&charged(1, &["/gone", "/stays"]));
+    assert!(series(&m, "/gone") && series(&m, "/stays"));
+    // /gone is removed; /stays goes on delaying /slow; 10 s later only /stays is named.
+    for seq in 2..=10 {
+        m.update(&charged(seq, &["/stays"]));
+    }
+    assert!(series(&m, "/gone"), "9 s after its last charge");
+    m.update(&charged(11, &["/stays"]));
+    assert!(!series(&m, "/gone"), "{}", m.render());
+    assert!(series(&m, "/stays"));
+    assert_eq!(m.cgroups(), 1);
+}
+
 #[test]
 fn caps_series_folds_the_rest_and_expires_idle_cgroups() {
     let mut m = Metrics::new(MetricsOptions {

@@ -20,8 +20,9 @@ pub struct Series {
     /// ledger never reported on it; a part `None`: this kernel never told it).
     blame: Option<Vec<(&'static str, Option<f64>)>>,
     /// Seconds by the neighbour's `cgroup` label, at most [`MAX_NEIGHBOUR_SERIES`] and
-    /// `other`.
-    by_neighbour: BTreeMap<String, f64>,
+    /// `other`, with the wall clock (Unix ms) of the last window that charged it: a neighbour not
+    /// charged for `--series-ttl` (a removed cgroup, most often) loses its series and its place.
+    by_neighbour: BTreeMap<String, (f64, u64)>,
     /// Seconds of wait it caused other cgroups (`None`: never).
     caused: Option<f64>,
     /// Seconds of sleep the kernel's `run_delay` counted as waiting (`None`: never).
@@ -29,7 +30,8 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn add(&mut self, c: &CgroupWindow) {
+    /// Adds the window of `c` that ended at `now_ms` (Unix ms).
+    pub fn add(&mut self, c: &CgroupWindow, now_ms: u64) {
         for (kind, h) in &c.runq.kinds {
             self.by_kind.entry(kind.clone()).or_default().add(h);
         }
@@ -54,11 +56,15 @@ impl Series {
                 } else {
                     OTHER.to_string()
                 };
-                *self.by_neighbour.entry(key).or_insert(0.0) += n.wait_us / 1e6;
+                let e = self.by_neighbour.entry(key).or_insert((0.0, now_ms));
+                *e = (e.0 + n.wait_us / 1e6, now_ms);
             }
             if b.neighbours_other_us > 0.0 {
-                *self.by_neighbour.entry(OTHER.to_string()).or_insert(0.0) +=
-                    b.neighbours_other_us / 1e6;
+                let e = self
+                    .by_neighbour
+                    .entry(OTHER.to_string())
+                    .or_insert((0.0, now_ms));
+                *e = (e.0 + b.neighbours_other_us / 1e6, now_ms);
             }
         }
         if let Some(caused) = &c.caused {
@@ -67,6 +73,14 @@ impl Series {
         if c.runq.run_delay_asleep_us > 0.0 {
             *self.asleep.get_or_insert(0.0) += c.runq.run_delay_asleep_us / 1e6;
         }
+    }
+}
+
+impl Series {
+    /// Drops the neighbours not charged within `ttl_ms` of `now_ms`.
+    pub fn expire(&mut self, now_ms: u64, ttl_ms: u64) {
+        self.by_neighbour
+            .retain(|_, &mut (_, last)| now_ms.saturating_sub(last) < ttl_ms);
     }
 }
 
@@ -110,7 +124,7 @@ pub fn families(series: &[(&Labels, &Series)], out: &mut Vec<MetricFamily>) {
          a cgroup's top neighbours of each window, at most 10 per cgroup, the rest as other)",
     );
     for (l, s) in series {
-        for (n, v) in &s.by_neighbour {
+        for (n, (v, _)) in &s.by_neighbour {
             f.num(l, Some(("neighbour", n)), *v);
         }
     }
