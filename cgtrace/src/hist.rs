@@ -254,6 +254,24 @@ impl SparseHist {
         }
     }
 
+    /// [`SparseHist::reading`] again, into this value's own buffer: the remembered reading of
+    /// each (cgroup, kind) is refilled in place every window, not allocated anew and the old one
+    /// freed (10 000 of each a second at 10 000 cgroups, which fragmented the heap).
+    pub fn read_again(&mut self, sums: (u64, u64), buckets: &[u32; NR_BUCKETS]) {
+        self.buckets.clear();
+        self.buckets.extend(
+            buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .map(|(i, &n)| (i as u8, u64::from(n))),
+        );
+        self.count = self.buckets.iter().map(|&(_, n)| n).sum();
+        self.sum_ns = sums.0;
+        self.stale_ns = sums.1;
+        self.max_ns = 0;
+    }
+
     /// `cur - self` of two cumulative readings of the same kernel histogram (sparse on both
     /// sides). The kernel's buckets are `u32` and wrap: each bucket's difference is taken modulo
     /// 2^32 (a bucket cannot gain 2^32 waits between two readings), so a bucket that wrapped
@@ -513,6 +531,10 @@ mod tests {
         assert_eq!(wrapped.buckets, [(10, 5), (20, 2), (30, 1)]);
         assert_eq!(wrapped.count(), 8);
         assert_eq!(wrapped.sum_ns, 600);
+        // A reading refilled in place is the reading made anew.
+        let mut again = SparseHist::reading((400, 7), &a);
+        again.read_again((1000, 9), &b);
+        assert_eq!(again, SparseHist::reading((1000, 9), &b));
         // Recorded one by one, merged, and the top bucket's bound.
         let (mut s, mut d) = (SparseHist::default(), Hist::default());
         for ns in [300, 5_000, 9_000_000] {

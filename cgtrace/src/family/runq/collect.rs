@@ -135,6 +135,9 @@ pub struct RunqReader {
     epoch_map: Array<MapData, u64>,
     epoch: u64,
     prev: StdHashMap<RunqKey, Prev>,
+    /// How many cgroups the last window had: the next window's table is sized from it rather
+    /// than grown by doubling (and rehashing) through 10 000 inserts.
+    last_cgroups: usize,
     /// `BLAME` (absent from objects built before the ledger).
     blame: Option<BlameReader>,
     /// Which of the ledger's parts this kernel can tell.
@@ -150,6 +153,7 @@ impl RunqReader {
             epoch_map,
             epoch,
             prev: StdHashMap::new(),
+            last_cgroups: 0,
             blame: None,
             caps: Default::default(),
         })
@@ -163,7 +167,8 @@ impl RunqReader {
         self.epoch_map
             .set(0, &self.epoch, 0)
             .context("bumping EPOCH")?;
-        let mut out: StdHashMap<u64, KindHists> = StdHashMap::new();
+        let mut out: StdHashMap<u64, KindHists> =
+            StdHashMap::with_capacity(self.last_cgroups + self.last_cgroups / 8);
         let prev = &mut self.prev;
         self.source.for_each(|key, cur| {
             let Ok(kind) = WaitKind::try_from(key.kind) else {
@@ -182,12 +187,16 @@ impl RunqReader {
                 .window_max(ended)
                 .unwrap_or_else(|| delta.top_bucket_upper_ns());
             delta.set_max(max);
-            prev.insert(
-                *key,
-                Prev::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
-            );
+            let sums = (cur.sum_ns, cur.stale_ns);
+            match prev.get_mut(key) {
+                Some(p) => p.read_again(sums, &cur.buckets),
+                None => {
+                    prev.insert(*key, Prev::reading(sums, &cur.buckets));
+                }
+            }
             out.entry(key.cgroup_id).or_default().set(kind, delta);
         });
+        self.last_cgroups = out.len();
         Ok(out)
     }
 
