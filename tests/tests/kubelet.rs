@@ -624,6 +624,21 @@ fn the_charts_pod_runs_under_kubelet_with_its_security_context_and_keeps_its_rec
             !p.iter()
                 .any(|p| p["metadata"]["name"] == format!("cgtrace-{NODE}").as_str())
         })?;
+        // The pod leaves kubelet's list before its process has closed the recording (the last
+        // window, the summary, the end): reading it earlier found one window fewer than the
+        // same file read a moment later (CI on b9c2033). Done when the process is gone or a
+        // zombie.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        }) {
+            ensure!(
+                Instant::now() < deadline,
+                "run {run}: the chart's pod's process {pid} still runs 60 s after its pod went"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     // The first run's recording was rotated to .1 when the second started: both report, each
     // with the busy pod, and as one.
