@@ -161,8 +161,6 @@ pub async fn run(
     let lines = pump.session.take_lines();
     windows += 1;
     let totals = pump.session.totals();
-    // A summary has the run's cgroups, a window those of one interval: the window's length is
-    // a floor, not a bound.
     let summary = serde_json::to_string(&Summary {
         kind: "summary",
         windows,

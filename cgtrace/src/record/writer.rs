@@ -30,6 +30,14 @@ use super::{
 };
 use crate::family::reads::model::ReadFile;
 
+/// A window record's body before its JSON: its end on CLOCK_MONOTONIC, then the wall clock.
+fn window_prefix(mono_ns: u64, end_unix_ms: u64) -> [u8; 16] {
+    let mut prefix = [0u8; 16];
+    prefix[..8].copy_from_slice(&mono_ns.to_le_bytes());
+    prefix[8..].copy_from_slice(&end_unix_ms.to_le_bytes());
+    prefix
+}
+
 /// The longest length a record's body may have, as LEB128 (the reader takes 32 bits).
 const MAX_ULEB: usize = 5;
 
@@ -392,10 +400,7 @@ impl Writer {
 
     /// One window: its end on CLOCK_MONOTONIC and the wall clock, then its JSON.
     pub fn window(&mut self, mono_ns: u64, end_unix_ms: u64, json: &[u8]) {
-        let mut prefix = [0u8; 16];
-        prefix[..8].copy_from_slice(&mono_ns.to_le_bytes());
-        prefix[8..].copy_from_slice(&end_unix_ms.to_le_bytes());
-        self.push(Tag::Window, &prefix, json);
+        self.push(Tag::Window, &window_prefix(mono_ns, end_unix_ms), json);
         self.stats.windows += 1;
     }
 
@@ -411,9 +416,7 @@ impl Writer {
             self.started = Some(Instant::now());
         }
         let start = self.buf.len();
-        let mut prefix = [0u8; 16];
-        prefix[..8].copy_from_slice(&mono_ns.to_le_bytes());
-        prefix[8..].copy_from_slice(&end_unix_ms.to_le_bytes());
+        let prefix = window_prefix(mono_ns, end_unix_ms);
         // The body's length goes before it: room for the longest length, closed up after.
         self.buf.push(Tag::Window as u8);
         let len_at = self.buf.len();
