@@ -1,8 +1,9 @@
 //! `runq`: run-queue latency — how long a runnable task waited for a CPU, charged to the task
 //! that waited (the wakee at `sched_wakeup`, `next` at `sched_switch`), keyed by its cgroup.
 //!
-//! Two outputs: per-(cgroup, kind) histograms aggregated in the kernel (`RUNQ_HIST`, read by the
-//! daemon once per interval as cumulative values), and one [`RunqEvent`] per wait at or above the
+//! Two outputs: per-(cgroup, kind) histograms aggregated in the kernel (`RUNQ_SLOTS` slots the
+//! daemon takes once per interval, or before task storage `RUNQ_HIST` entries it reads as
+//! cumulative values), and one [`RunqEvent`] per wait at or above the
 //! event threshold in the `EVENTS` ring buffer (for `record` and event lines).
 
 use crate::{event::EventHeader, hist::NR_BUCKETS};
@@ -313,9 +314,11 @@ pub struct RunqHist {
     pub max_ns: [u64; 2],
     pub max_epoch: [u64; 2],
     /// Waits per bucket, `u32` to halve the kernel memory of a node's histograms (one per
-    /// cgroup and wait kind, `--max-cgroups` × 3 of them): a bucket wraps after 2^32 waits (hours
-    /// at the busiest rates), and the daemon takes each bucket's gain modulo 2^32, which is exact
-    /// as long as no bucket gains 2^32 waits within one window.
+    /// cgroup and wait kind, `--max-cgroups` × 3 of them). A `RUNQ_SLOTS` slot is taken by the
+    /// daemon every window (each non-zero bucket, then the sums, swapped for 0); a `RUNQ_HIST`
+    /// entry is cumulative, a bucket wraps after 2^32 waits (hours at the busiest rates) and the
+    /// daemon takes each bucket's gain modulo 2^32. Either is exact as long as no bucket gains
+    /// 2^32 waits within one window.
     pub buckets: [u32; NR_BUCKETS],
 }
 
@@ -343,9 +346,10 @@ impl RunqHist {
 /// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per
 /// (cgroup, wait kind), as many as `RUNQ_HIST` would hold. A wait finds its slot through the cache
 /// in its task's storage (an array index, no hash lookup); the first wait of a (cgroup, kind)
-/// takes a slot from `RUNQ_FREE_SLOTS` and maps it in `RUNQ_SLOT_OF`. The daemon reads the array
-/// through a memory mapping and, when the cgroup is removed, unmaps its slots, zeroes them and
-/// returns them to the free queue.
+/// takes a slot from `RUNQ_FREE_SLOTS` and maps it in `RUNQ_SLOT_OF`. The daemon takes each
+/// slot's new waits every window through a memory mapping (the slot then holds only what came
+/// after) and, when the cgroup is removed, unmaps its slots, zeroes them and returns them to the
+/// free queue.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqSlot {

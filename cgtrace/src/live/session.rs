@@ -166,6 +166,7 @@ impl Session {
             };
             collectors.push((f.start)(&mut ctx)?);
         }
+        crate::selfstat::release_startup_heap();
         let ebpf = &mut tracer.ebpf;
         let counters: PerCpuArray<MapData, cgtrace_common::counters::Counters> =
             take_map(ebpf, "COUNTERS")?.try_into()?;

@@ -17,6 +17,11 @@ use crate::hist::HistSummary;
 pub struct KindMap(Vec<(String, HistSummary)>);
 
 impl KindMap {
+    /// Empty, with room for `n` kinds.
+    pub fn with_capacity(n: usize) -> Self {
+        Self(Vec::with_capacity(n))
+    }
+
     pub fn get(&self, kind: &str) -> Option<&HistSummary> {
         self.find(kind).ok().map(|i| &self.0[i].1)
     }

@@ -10,7 +10,7 @@
 use std::{
     io,
     os::fd::{AsFd, AsRawFd},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 
 use aya::maps::MapData;
@@ -80,6 +80,38 @@ impl MappedArray {
         // SAFETY: inside the mapping (checked above), 8-aligned (the mapping is page-aligned, the
         // stride and offset multiples of 8), and only ever accessed atomically by this process.
         Some(unsafe { &*self.base.add(at).cast::<AtomicU64>() })
+    }
+
+    fn word32(&self, index: u32, offset: usize) -> Option<&AtomicU32> {
+        if index >= self.entries || !offset.is_multiple_of(4) || offset + 4 > self.stride {
+            return None;
+        }
+        let at = index as usize * self.stride + offset;
+        // SAFETY: inside the mapping (checked above), 4-aligned (the mapping is page-aligned, the
+        // stride a multiple of 8, the offset of 4), and only ever accessed atomically here.
+        Some(unsafe { &*self.base.add(at).cast::<AtomicU32>() })
+    }
+
+    /// Takes the `u64` at byte `offset` of value `index`: returns it and leaves 0 (one atomic
+    /// swap, and none where it is already 0), so an add by a program meanwhile is either taken
+    /// now or left for the next take, never lost.
+    pub fn take(&self, index: u32, offset: usize) -> u64 {
+        self.word(index, offset)
+            .map_or(0, |w| match w.load(Ordering::Relaxed) {
+                0 => 0,
+                _ => w.swap(0, Ordering::Relaxed),
+            })
+    }
+
+    /// [`MappedArray::take`] of the `u32` at byte `offset` (the programs add to it as a `u32`:
+    /// the same width, so the swap and their add are atomic against each other on every
+    /// architecture).
+    pub fn take_u32(&self, index: u32, offset: usize) -> u32 {
+        self.word32(index, offset)
+            .map_or(0, |w| match w.load(Ordering::Relaxed) {
+                0 => 0,
+                _ => w.swap(0, Ordering::Relaxed),
+            })
     }
 
     /// The `u64` at byte `offset` of value `index` (0 outside the array).

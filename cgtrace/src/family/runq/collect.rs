@@ -1,13 +1,15 @@
-//! The live side of `runq`: reads the cumulative per-(cgroup, wait kind) histograms once per
-//! window — the `RUNQ_SLOTS` array through a memory mapping where wait starts are in task storage,
-//! the `RUNQ_HIST` hash before — turns them into window deltas, and drives `EPOCH` (the
-//! per-window max).
+//! The live side of `runq`: turns the per-(cgroup, wait kind) histograms into window deltas once
+//! per window, and drives `EPOCH` (the per-window max). Where wait starts are in task storage the
+//! histograms are slots of the `RUNQ_SLOTS` array, mapped: each window takes what a slot gathered
+//! (swapping its words for 0), so nothing is remembered per slot. Before, they are entries of the
+//! `RUNQ_HIST` hash, cumulative: each reading is kept to subtract from the next.
 
 use std::collections::HashMap as StdHashMap;
 use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
+use cgtrace_common::hist::NR_BUCKETS;
 use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind};
 use std::mem::{offset_of, size_of};
@@ -37,22 +39,6 @@ enum Source {
 }
 
 impl Source {
-    /// Calls `f` with every (cgroup, kind) histogram the kernel has.
-    fn for_each(&mut self, mut f: impl FnMut(&RunqKey, &RunqHist)) {
-        match self {
-            Self::Hash(h) => h.for_each(f),
-            Self::Slots(s) => {
-                let slots = &s.slots;
-                s.slot_of.for_each(|key, &index| {
-                    // A slot being taken back or given to another owner meanwhile is skipped.
-                    if owner(slots, index) == *key {
-                        f(key, &read_hist(slots, index));
-                    }
-                });
-            }
-        }
-    }
-
     /// Deletes a removed cgroup's histograms (its slots go back to the free queue).
     fn forget(&mut self, cgroup_id: u64) {
         for kind in WaitKind::ALL {
@@ -80,24 +66,68 @@ fn owner(slots: &MappedArray, index: u32) -> RunqKey {
     }
 }
 
-/// The histogram in slot `index`, loaded field by field.
-fn read_hist(slots: &MappedArray, index: u32) -> RunqHist {
+/// Takes what slot `index` gathered since the last take, as window `ended`'s delta: every
+/// non-zero bucket swapped for 0, then (if any was) both sums, so the slot holds only what came
+/// after and the daemon keeps no reading of its own to subtract. A program adds a wait's sums
+/// before its bucket: a wait being added meanwhile lands in this window or the next, or splits
+/// (sum here, bucket next), which the next take catches up — nothing is lost. `None`: no new
+/// wait.
+fn take_hist(slots: &MappedArray, index: u32, ended: u64) -> Option<SparseHist> {
     let at = offset_of!(RunqSlot, hist);
+    let mut buckets = [0u32; NR_BUCKETS];
+    let mut any = false;
+    for (i, n) in buckets.iter_mut().enumerate() {
+        *n = slots.take_u32(index, at + offset_of!(RunqHist, buckets) + 4 * i);
+        any |= *n != 0;
+    }
+    if !any {
+        return None;
+    }
+    let sums = (
+        slots.take(index, at + offset_of!(RunqHist, sum_ns)),
+        slots.take(index, at + offset_of!(RunqHist, stale_ns)),
+    );
+    let mut delta = SparseHist::reading(sums, &buckets);
     let word = |field: usize, i: usize| slots.load(index, at + field + 8 * i);
-    let mut h = RunqHist::ZERO;
-    h.sum_ns = word(offset_of!(RunqHist, sum_ns), 0);
-    h.stale_ns = word(offset_of!(RunqHist, stale_ns), 0);
-    for i in 0..2 {
-        h.max_ns[i] = word(offset_of!(RunqHist, max_ns), i);
-        h.max_epoch[i] = word(offset_of!(RunqHist, max_epoch), i);
+    let slot = (ended & 1) as usize;
+    let max = if word(offset_of!(RunqHist, max_epoch), slot) == ended {
+        word(offset_of!(RunqHist, max_ns), slot)
+    } else {
+        delta.top_bucket_upper_ns()
+    };
+    delta.set_max(max);
+    Some(delta)
+}
+
+/// Window `ended`'s delta of a `RUNQ_HIST` entry (cumulative: its last reading is kept in `prev`
+/// to subtract). `None`: no new wait.
+fn hash_delta(
+    prev: &mut StdHashMap<RunqKey, Prev>,
+    key: &RunqKey,
+    cur: &RunqHist,
+    ended: u64,
+) -> Option<SparseHist> {
+    let count = cur.count();
+    let last = prev.get(key);
+    if last.map_or(count == 0, |p| p.count() == count) {
+        return None;
     }
-    // Two u32 buckets per word, in memory order.
-    for (i, pair) in h.buckets.as_chunks_mut::<2>().0.iter_mut().enumerate() {
-        let bytes = word(offset_of!(RunqHist, buckets), i).to_ne_bytes();
-        pair[0] = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        pair[1] = u32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    let mut delta = match last {
+        Some(p) => p.delta((cur.sum_ns, cur.stale_ns), &cur.buckets),
+        None => SparseHist::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
+    };
+    let max = cur
+        .window_max(ended)
+        .unwrap_or_else(|| delta.top_bucket_upper_ns());
+    delta.set_max(max);
+    let sums = (cur.sum_ns, cur.stale_ns);
+    match prev.get_mut(key) {
+        Some(p) => p.read_again(sums, &cur.buckets),
+        None => {
+            prev.insert(*key, Prev::reading(sums, &cur.buckets));
+        }
     }
-    h
+    Some(delta)
 }
 
 /// The slot tables: the histograms (mapped), (cgroup, kind) -> slot, and the free slots.
@@ -134,6 +164,7 @@ pub struct RunqReader {
     source: Source,
     epoch_map: Array<MapData, u64>,
     epoch: u64,
+    /// The last reading of each `RUNQ_HIST` entry (empty with `RUNQ_SLOTS`, which are taken).
     prev: StdHashMap<RunqKey, Prev>,
     /// How many cgroups the last window had: the next window's table is sized from it rather
     /// than grown by doubling (and rehashing) through 10 000 inserts.
@@ -169,33 +200,34 @@ impl RunqReader {
             .context("bumping EPOCH")?;
         let mut out: StdHashMap<u64, KindHists> =
             StdHashMap::with_capacity(self.last_cgroups + self.last_cgroups / 8);
-        let prev = &mut self.prev;
-        self.source.for_each(|key, cur| {
-            let Ok(kind) = WaitKind::try_from(key.kind) else {
-                return;
-            };
-            let count = cur.count();
-            let last = prev.get(key);
-            if last.map_or(count == 0, |p| p.count() == count) {
-                return;
+        match &mut self.source {
+            Source::Hash(h) => {
+                let prev = &mut self.prev;
+                h.for_each(|key, cur| {
+                    let Ok(kind) = WaitKind::try_from(key.kind) else {
+                        return;
+                    };
+                    if let Some(delta) = hash_delta(prev, key, cur, ended) {
+                        out.entry(key.cgroup_id).or_default().set(kind, delta);
+                    }
+                });
             }
-            let mut delta = match last {
-                Some(p) => p.delta((cur.sum_ns, cur.stale_ns), &cur.buckets),
-                None => SparseHist::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
-            };
-            let max = cur
-                .window_max(ended)
-                .unwrap_or_else(|| delta.top_bucket_upper_ns());
-            delta.set_max(max);
-            let sums = (cur.sum_ns, cur.stale_ns);
-            match prev.get_mut(key) {
-                Some(p) => p.read_again(sums, &cur.buckets),
-                None => {
-                    prev.insert(*key, Prev::reading(sums, &cur.buckets));
-                }
+            Source::Slots(s) => {
+                let slots = &s.slots;
+                s.slot_of.for_each(|key, &index| {
+                    let Ok(kind) = WaitKind::try_from(key.kind) else {
+                        return;
+                    };
+                    // A slot being taken back or given to another owner meanwhile is skipped.
+                    if owner(slots, index) != *key {
+                        return;
+                    }
+                    if let Some(delta) = take_hist(slots, index, ended) {
+                        out.entry(key.cgroup_id).or_default().set(kind, delta);
+                    }
+                });
             }
-            out.entry(key.cgroup_id).or_default().set(kind, delta);
-        });
+        }
         self.last_cgroups = out.len();
         Ok(out)
     }
