@@ -94,7 +94,7 @@ fn newest_bench(deps: &Path) -> Result<PathBuf> {
         .context("no render bench binary under target/release/deps")
 }
 
-fn commit(root: &Path) -> String {
+pub(super) fn commit(root: &Path) -> String {
     Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .current_dir(root)
