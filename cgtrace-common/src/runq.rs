@@ -338,9 +338,15 @@ impl RunqHist {
 
     /// The maximum of window `epoch`, if that slot was written in it.
     pub fn window_max(&self, epoch: u64) -> Option<u64> {
-        let slot = (epoch & 1) as usize;
-        (self.max_epoch[slot] == epoch).then_some(self.max_ns[slot])
+        window_max(epoch, |slot| (self.max_epoch[slot], self.max_ns[slot]))
     }
+}
+
+/// [`RunqHist::window_max`] where the fields are read one by one (a mapped slot): `max(slot)`
+/// gives (`max_epoch[slot]`, `max_ns[slot]`) for the slot of `epoch`'s parity.
+pub fn window_max(epoch: u64, max: impl FnOnce(usize) -> (u64, u64)) -> Option<u64> {
+    let (at, ns) = max((epoch & 1) as usize);
+    (at == epoch).then_some(ns)
 }
 
 /// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per

@@ -41,3 +41,17 @@ pub fn build_cgtrace_and_test_bins(bins: &[&str]) -> Result<()> {
     }
     cargo(&args)
 }
+
+/// The short hash of `root`'s HEAD (`unknown` outside a git checkout): the name a kept bench
+/// binary goes by.
+pub fn commit(root: &Path) -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -48,10 +48,7 @@ pub(super) fn run(args: CgroupsArgs) -> Result<()> {
     workspace::build_cgtrace_and_test_bins(&["many_cgroups"])?;
     let root = workspace::root();
     let current = root.join("target/release/cgtrace");
-    let kept = root.join(format!(
-        "target/bench/cgtrace-{}",
-        super::render::commit(&root)
-    ));
+    let kept = root.join(format!("target/bench/cgtrace-{}", workspace::commit(&root)));
     std::fs::create_dir_all(root.join("target/bench"))?;
     std::fs::copy(&current, &kept).with_context(|| format!("copying to {}", kept.display()))?;
     let mut bins = Vec::new();

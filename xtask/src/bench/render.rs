@@ -40,7 +40,7 @@ pub(super) fn run(args: RenderArgs) -> Result<()> {
         "bench", "--locked", "-p", "cgtrace", "--bench", "render", "--no-run",
     ])?;
     let current = newest_bench(&root.join("target/release/deps"))?;
-    let kept = root.join(format!("target/bench/render-{}", commit(&root)));
+    let kept = root.join(format!("target/bench/render-{}", workspace::commit(&root)));
     std::fs::create_dir_all(root.join("target/bench"))?;
     std::fs::copy(&current, &kept).with_context(|| format!("copying to {}", kept.display()))?;
     let mut bins = vec![("this build", current)];
@@ -92,18 +92,6 @@ fn newest_bench(deps: &Path) -> Result<PathBuf> {
         .pop()
         .map(|(_, p)| p)
         .context("no render bench binary under target/release/deps")
-}
-
-pub(super) fn commit(root: &Path) -> String {
-    Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(root)
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn run_once(bin: &Path) -> Result<Times> {

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use aya::maps::{Array, HashMap, Map, MapData, Queue};
 use cgtrace_common::hist::NR_BUCKETS;
 use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
-use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind};
+use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind, window_max};
 use std::mem::{offset_of, size_of};
 
 use super::KindHists;
@@ -87,16 +87,21 @@ fn take_hist(slots: &MappedArray, index: u32, ended: u64) -> Option<SparseHist> 
         slots.take(index, at + offset_of!(RunqHist, sum_ns)),
         slots.take(index, at + offset_of!(RunqHist, stale_ns)),
     );
-    let mut delta = SparseHist::reading(sums, &buckets);
     let word = |field: usize, i: usize| slots.load(index, at + field + 8 * i);
-    let slot = (ended & 1) as usize;
-    let max = if word(offset_of!(RunqHist, max_epoch), slot) == ended {
-        word(offset_of!(RunqHist, max_ns), slot)
-    } else {
-        delta.top_bucket_upper_ns()
-    };
+    let max = window_max(ended, |slot| {
+        (
+            word(offset_of!(RunqHist, max_epoch), slot),
+            word(offset_of!(RunqHist, max_ns), slot),
+        )
+    });
+    Some(with_max(SparseHist::reading(sums, &buckets), max))
+}
+
+/// `delta` with its window's maximum: the kernel's, or else its top bucket's upper bound.
+fn with_max(mut delta: SparseHist, max: Option<u64>) -> SparseHist {
+    let max = max.unwrap_or_else(|| delta.top_bucket_upper_ns());
     delta.set_max(max);
-    Some(delta)
+    delta
 }
 
 /// Window `ended`'s delta of a `RUNQ_HIST` entry (cumulative: its last reading is kept in `prev`
@@ -112,14 +117,11 @@ fn hash_delta(
     if last.map_or(count == 0, |p| p.count() == count) {
         return None;
     }
-    let mut delta = match last {
+    let delta = match last {
         Some(p) => p.delta((cur.sum_ns, cur.stale_ns), &cur.buckets),
         None => SparseHist::reading((cur.sum_ns, cur.stale_ns), &cur.buckets),
     };
-    let max = cur
-        .window_max(ended)
-        .unwrap_or_else(|| delta.top_bucket_upper_ns());
-    delta.set_max(max);
+    let delta = with_max(delta, cur.window_max(ended));
     let sums = (cur.sum_ns, cur.stale_ns);
     match prev.get_mut(key) {
         Some(p) => p.read_again(sums, &cur.buckets),
