@@ -7,7 +7,7 @@ use aya_ebpf::{
     },
     helpers::generated::bpf_task_storage_get,
     macros::{btf_map, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, Queue, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
 };
 use cgtrace_common::{
     counters::Counters,
@@ -109,10 +109,12 @@ pub static RUNQ_SLOTS: Array<RunqSlot> = Array::with_max_entries(3 * 8192, BPF_F
 #[map]
 pub static RUNQ_SLOT_OF: HashMap<RunqKey, u32> = HashMap::with_max_entries(3 * 8192, 0);
 
-/// With task storage: the free slots of `RUNQ_SLOTS`, filled by the loader, refilled by the
-/// daemon as cgroups go.
+/// With task storage: the free slots of `RUNQ_SLOTS`, a stack filled by the loader with slot 0 on
+/// top, refilled by the daemon as cgroups go. Last in, first out: a slot freed is the next taken,
+/// so the slots in use stay below the most ever in use at once, and the daemon maps (and counts in
+/// its RSS) only that much of the array.
 #[map]
-pub static RUNQ_FREE_SLOTS: Queue<u32> = Queue::with_max_entries(3 * 8192, 0);
+pub static RUNQ_FREE_SLOTS: Stack<u32> = Stack::with_max_entries(3 * 8192, 0);
 
 /// Per CPU: its run queue's clock against ktime, for how stale the clock is at a switch (see
 /// `RqClockOffset`).

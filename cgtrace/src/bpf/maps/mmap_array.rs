@@ -15,22 +15,30 @@ use std::{
 
 use aya::maps::MapData;
 
-/// An mmapable BPF array, mapped shared and writable.
+/// An mmapable BPF array, mapped shared and writable from its first value up to the highest one
+/// reached so far ([`MappedArray::reach`]): the whole mapping counts in the daemon's RSS (the
+/// kernel inserts every page of it at `mmap`), so a prefix is mapped, not the array.
 pub struct MappedArray {
     /// Keeps the map alive while it is mapped.
-    _map: MapData,
+    map: MapData,
+    /// The mapping (null while nothing is mapped).
     base: *mut u8,
+    /// Bytes mapped.
     len: usize,
+    /// Values wholly inside the mapping.
+    mapped: u32,
     entries: u32,
     /// The kernel's element stride: the value size rounded up to 8.
     stride: usize,
+    page: usize,
 }
 
 // SAFETY: the mapping is owned by this value and only accessed through atomic loads and stores.
 unsafe impl Send for MappedArray {}
 
 impl MappedArray {
-    /// Maps `map`, whose values are `value_size` bytes (checked against the kernel's).
+    /// Takes `map`, whose values are `value_size` bytes (checked against the kernel's); nothing is
+    /// mapped until a value is reached.
     pub fn new(map: MapData, value_size: usize) -> io::Result<Self> {
         let info = map.info().map_err(io::Error::other)?;
         if info.value_size() as usize != value_size || !value_size.is_multiple_of(8) {
@@ -39,31 +47,16 @@ impl MappedArray {
                 info.value_size()
             )));
         }
-        let entries = info.max_entries();
-        let stride = value_size;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let len = (stride * entries as usize).div_ceil(page) * page;
-        // SAFETY: a fresh shared mapping of the map's fd; checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Self {
-            _map: map,
-            base: base.cast(),
-            len,
-            entries,
-            stride,
+            map,
+            base: std::ptr::null_mut(),
+            len: 0,
+            mapped: 0,
+            entries: info.max_entries(),
+            stride: value_size,
+            page,
         })
     }
 
@@ -72,8 +65,55 @@ impl MappedArray {
         self.entries
     }
 
+    /// Bytes mapped.
+    pub fn mapped_bytes(&self) -> usize {
+        self.len
+    }
+
+    /// Maps the array at least up to value `index` (an eighth more, so a growing table is
+    /// remapped a few times, not once per value): a new mapping of the longer prefix replaces the
+    /// old one. Values past the array stay unmapped (accesses to them read 0).
+    pub fn reach(&mut self, index: u32) -> io::Result<()> {
+        if index < self.mapped || index >= self.entries {
+            return Ok(());
+        }
+        let whole = (self.stride * self.entries as usize).div_ceil(self.page) * self.page;
+        let need = (index as usize + 1) * self.stride;
+        let len = ((need + need / 8).div_ceil(self.page) * self.page).min(whole);
+        // SAFETY: a fresh shared mapping of the map's fd, inside the array (the kernel refuses a
+        // longer one); checked for failure below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.unmap();
+        self.base = base.cast();
+        self.len = len;
+        self.mapped = ((len / self.stride) as u32).min(self.entries);
+        Ok(())
+    }
+
+    fn unmap(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: the mapping made by `reach`, unmapped once (`base` is cleared).
+            unsafe { libc::munmap(self.base.cast(), self.len) };
+            self.base = std::ptr::null_mut();
+            self.len = 0;
+            self.mapped = 0;
+        }
+    }
+
     fn word(&self, index: u32, offset: usize) -> Option<&AtomicU64> {
-        if index >= self.entries || !offset.is_multiple_of(8) || offset + 8 > self.stride {
+        if index >= self.mapped || !offset.is_multiple_of(8) || offset + 8 > self.stride {
             return None;
         }
         let at = index as usize * self.stride + offset;
@@ -83,7 +123,7 @@ impl MappedArray {
     }
 
     fn word32(&self, index: u32, offset: usize) -> Option<&AtomicU32> {
-        if index >= self.entries || !offset.is_multiple_of(4) || offset + 4 > self.stride {
+        if index >= self.mapped || !offset.is_multiple_of(4) || offset + 4 > self.stride {
             return None;
         }
         let at = index as usize * self.stride + offset;
@@ -114,13 +154,13 @@ impl MappedArray {
             })
     }
 
-    /// The `u64` at byte `offset` of value `index` (0 outside the array).
+    /// The `u64` at byte `offset` of value `index` (0 outside the mapping).
     pub fn load(&self, index: u32, offset: usize) -> u64 {
         self.word(index, offset)
             .map_or(0, |w| w.load(Ordering::Relaxed))
     }
 
-    /// Writes the `u64` at byte `offset` of value `index` (nothing outside the array).
+    /// Writes the `u64` at byte `offset` of value `index` (nothing outside the mapping).
     pub fn store(&self, index: u32, offset: usize, v: u64) {
         if let Some(w) = self.word(index, offset) {
             w.store(v, Ordering::Relaxed);
@@ -130,7 +170,6 @@ impl MappedArray {
 
 impl Drop for MappedArray {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        self.unmap();
     }
 }

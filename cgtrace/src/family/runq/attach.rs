@@ -2,7 +2,7 @@
 //! sched_switch, reading kernel fields directly or, where the verifier refuses, through
 //! `bpf_probe_read_kernel`.
 
-use aya::{Btf as AyaBtf, Ebpf, maps::Queue, programs::ProgramError};
+use aya::{Btf as AyaBtf, Ebpf, maps::Stack, programs::ProgramError};
 use cgtrace_common::layout::{ABSENT, Layout};
 
 use super::{model::BlameCaps, starts::WaitStarts};
@@ -11,13 +11,16 @@ use crate::{
     model::{AttachMode, FamilyMode},
 };
 
-/// Puts every `RUNQ_SLOTS` slot in the free queue, before the programs that take them attach.
+/// Puts every `RUNQ_SLOTS` slot on the free stack, slot 0 on top, before the programs that take
+/// them attach: slots are taken from the bottom of the array up, and a freed one is taken again
+/// before any never used, so the daemon's mapping of the array grows only to the most slots ever
+/// in use at once.
 fn fill_free_slots(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     const MAP: &str = "RUNQ_FREE_SLOTS";
     let map = ebpf.map_mut(MAP).ok_or(LoadError::MissingMap(MAP))?;
-    let mut free: Queue<_, u32> =
-        Queue::try_from(map).map_err(|source| LoadError::Map { map: MAP, source })?;
-    for slot in 0..free.capacity() {
+    let mut free: Stack<_, u32> =
+        Stack::try_from(map).map_err(|source| LoadError::Map { map: MAP, source })?;
+    for slot in (0..free.capacity()).rev() {
         free.push(&slot, 0)
             .map_err(|source| LoadError::Map { map: MAP, source })?;
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap as StdHashMap;
 use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, Map, MapData, Queue};
+use aya::maps::{Array, HashMap, Map, MapData, Stack};
 use cgtrace_common::hist::NR_BUCKETS;
 use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind, window_max};
@@ -39,7 +39,7 @@ enum Source {
 }
 
 impl Source {
-    /// Deletes a removed cgroup's histograms (its slots go back to the free queue).
+    /// Deletes a removed cgroup's histograms (its slots go back on the free stack).
     fn forget(&mut self, cgroup_id: u64) {
         for kind in WaitKind::ALL {
             let key = RunqKey {
@@ -132,11 +132,12 @@ fn hash_delta(
     Some(delta)
 }
 
-/// The slot tables: the histograms (mapped), (cgroup, kind) -> slot, and the free slots.
+/// The slot tables: the histograms (mapped as far as slots are in use), (cgroup, kind) -> slot,
+/// and the free slots.
 struct Slots {
     slots: MappedArray,
     slot_of: WholeHashMap<RunqKey, u32>,
-    free: Queue<MapData, u32>,
+    free: Stack<MapData, u32>,
 }
 
 impl Slots {
@@ -146,6 +147,11 @@ impl Slots {
         let Some(index) = self.slot_of.get(key) else {
             return;
         };
+        // Not mapped (the daemon's address space is full): the slot stays with its cgroup, and
+        // the next window, reaching it too, fails with the same error and says so.
+        if self.slots.reach(index).is_err() {
+            return;
+        }
         self.slot_of.remove(key);
         if owner(&self.slots, index) != *key {
             return;
@@ -215,11 +221,17 @@ impl RunqReader {
                 });
             }
             Source::Slots(s) => {
-                let slots = &s.slots;
+                let slots = &mut s.slots;
+                let mut unmapped = None;
                 s.slot_of.for_each(|key, &index| {
                     let Ok(kind) = WaitKind::try_from(key.kind) else {
                         return;
                     };
+                    // Its waits stay in the slot for a window that can map it.
+                    if let Err(e) = slots.reach(index) {
+                        unmapped.get_or_insert((index, e));
+                        return;
+                    }
                     // A slot being taken back or given to another owner meanwhile is skipped.
                     if owner(slots, index) != *key {
                         return;
@@ -228,6 +240,10 @@ impl RunqReader {
                         out.entry(key.cgroup_id).or_default().set(kind, delta);
                     }
                 });
+                if let Some((index, e)) = unmapped {
+                    return Err(e)
+                        .with_context(|| format!("mapping RUNQ_SLOTS up to slot {index}"));
+                }
             }
         }
         self.last_cgroups = out.len();
@@ -258,7 +274,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
         let slot_of: HashMap<MapData, RunqKey, u32> =
             take_map(ctx.ebpf, "RUNQ_SLOT_OF")?.try_into()?;
         Source::Slots(Box::new(Slots {
-            slots: MappedArray::new(slots, size_of::<RunqSlot>()).context("mapping RUNQ_SLOTS")?,
+            slots: MappedArray::new(slots, size_of::<RunqSlot>()).context("reading RUNQ_SLOTS")?,
             slot_of: WholeHashMap::new(slot_of, BATCH),
             free: take_map(ctx.ebpf, "RUNQ_FREE_SLOTS")?.try_into()?,
         }))
