@@ -352,10 +352,10 @@ pub fn window_max(epoch: u64, max: impl FnOnce(usize) -> (u64, u64)) -> Option<u
 /// Value of `RUNQ_SLOTS`, the histograms of kernels with task-local storage: one slot per
 /// (cgroup, wait kind), as many as `RUNQ_HIST` would hold. A wait finds its slot through the cache
 /// in its task's storage (an array index, no hash lookup); the first wait of a (cgroup, kind)
-/// takes a slot from `RUNQ_FREE_SLOTS` and maps it in `RUNQ_SLOT_OF`. The daemon takes each
-/// slot's new waits every window through a memory mapping (the slot then holds only what came
-/// after) and, when the cgroup is removed, unmaps its slots, zeroes them and returns them to the
-/// free queue.
+/// takes a slot from the `RUNQ_FREE_SLOTS` stack (lowest first, a freed one before any never used)
+/// and maps it in `RUNQ_SLOT_OF`. The daemon takes each slot's new waits every window through a
+/// memory mapping of the array's slots in use (the slot then holds only what came after) and,
+/// when the cgroup is removed, unmaps its slots, zeroes them and pushes them back on the stack.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunqSlot {

@@ -231,6 +231,7 @@ fn run_whatif(args: WhatifArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    cgtrace::selfstat::map_large_allocations();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
