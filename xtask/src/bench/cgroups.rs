@@ -69,7 +69,7 @@ pub(super) fn run(args: CgroupsArgs) -> Result<()> {
         }
     }
     println!(
-        "| build | peak RSS (MiB) | daemon CPU after the first 10 s (% of a core) | cgroups in a window |\n|---|---|---|---|"
+        "| build | peak RSS after the first 10 s (MiB) | daemon CPU after the first 10 s (% of a core) | cgroups in a window |\n|---|---|---|---|"
     );
     for ((name, _), r) in bins.iter().zip(&runs) {
         let rss: Vec<String> = r.iter().map(|r| format!("{:.1}", r.peak_rss_mib)).collect();
