@@ -779,14 +779,7 @@ pub fn run_delay_ns(pid: u32) -> u64 {
 
 /// The daemon's resident set (KiB) and CPU time (ticks: utime + stime) from procfs.
 pub fn proc_usage(pid: u32) -> (u64, u64) {
-    let rss = fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0);
+    let rss = status_kib(pid, "VmRSS").unwrap_or(0);
     let cpu = fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -800,6 +793,18 @@ pub fn proc_usage(pid: u32) -> (u64, u64) {
         })
         .unwrap_or(0);
     (rss, cpu)
+}
+
+/// A KiB field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Node {

@@ -3,8 +3,9 @@
 //! once a second, under `cgtrace stream --interval 1000` (or the cgtrace command given after
 //! `--`) for SECONDS. Every 10 s it prints the daemon's RSS and CPU, and how many cgroups the last
 //! window reported; at the end, its peak RSS after the first 10 s as the kernel kept it (`VmHWM`,
-//! reset after start-up: a window's short-lived tables count, which 10 s samples miss). Threads are placed with v1's `tasks` file, or on cgroup2 in
-//! a threaded subtree (`cgroup.type`, `cgroup.threads`). Root; everything is removed at the end.
+//! reset after start-up: a window's short-lived tables count, which 10 s samples miss). Threads
+//! are placed with v1's `tasks` file, or on cgroup2 in a threaded subtree (`cgroup.type`,
+//! `cgroup.threads`). Root; everything is removed at the end.
 //!
 //! `many_cgroups [--count N] [--seconds S] [-- CGTRACE_ARGS...]`
 use std::{
@@ -23,7 +24,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use cgtrace_tests::{
     cgroup::{TestCgroup, runq_mount},
-    node::proc_usage,
+    node::{proc_usage, status_kib},
     stream::cgtrace_bin,
     workload::clock_ticks,
 };
@@ -197,7 +198,7 @@ fn measure(args: &Args) -> Result<()> {
         );
     }
     // The peak between samples too (a window's tables live for milliseconds), before stopping.
-    let peak = match vm_hwm(pid) {
+    let peak = match status_kib(pid, "VmHWM") {
         Some(hwm) if hwm_reset => hwm.max(rss_max),
         _ => rss_max,
     };
@@ -226,16 +227,4 @@ fn measure(args: &Args) -> Result<()> {
         }
     );
     Ok(())
-}
-
-/// The daemon's peak RSS since it was last reset (`VmHWM`, KiB).
-fn vm_hwm(pid: u32) -> Option<u64> {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }

@@ -65,11 +65,6 @@ impl MappedArray {
         self.entries
     }
 
-    /// Bytes mapped.
-    pub fn mapped_bytes(&self) -> usize {
-        self.len
-    }
-
     /// Maps the array at least up to value `index` (an eighth more, so a growing table is
     /// remapped a few times, not once per value): a new mapping of the longer prefix replaces the
     /// old one. Values past the array stay unmapped (accesses to them read 0).
