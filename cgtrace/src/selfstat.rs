@@ -25,7 +25,7 @@ pub fn release_startup_heap() {
 /// freed. By default the threshold rises to the largest block freed so far (up to 32 MiB): after
 /// the first window, a window's big tables (its cgroups, 6 MB at 10 000; hash tables of a few MB)
 /// come from the heap, and the heap keeps their pages resident between windows. At 10 000 cgroups
-/// this took the daemon from 58–67 MiB to 44–53 MiB over the same 130 s
+/// this took the daemon from 56.6–65.6 MiB to 43.4–51.8 MiB over the first 130 s
 /// (`cargo xtask bench cgroups`), for one `mmap`/`munmap` pair per big table a window.
 pub fn map_large_allocations() {
     #[cfg(target_env = "gnu")]
