@@ -152,6 +152,8 @@ pub async fn run(
                 break 'run;
             }
         }
+        drop((window, lines));
+        crate::selfstat::release_free_heap();
     }
     let mut last = pump.last_window()?;
     for s in sinks.iter_mut() {
