@@ -92,6 +92,9 @@ pub fn stop_on_signals(
     Ok((tx, rx))
 }
 
+/// Windows between two returns of the heap's free pages to the kernel.
+const TRIM_EVERY: u64 = 5;
+
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ended {
@@ -152,8 +155,13 @@ pub async fn run(
                 break 'run;
             }
         }
+        let ended = window.is_some();
         drop((window, lines));
-        crate::selfstat::release_free_heap();
+        // Not every window: a trim walks the whole heap (a sixth of the daemon's CPU at 10 000
+        // cgroups when done every second), and a window's holes are mostly the next one's.
+        if ended && windows.is_multiple_of(TRIM_EVERY) {
+            crate::selfstat::release_free_heap();
+        }
     }
     let mut last = pump.last_window()?;
     for s in sinks.iter_mut() {
