@@ -155,6 +155,12 @@ pub static THROTTLE_LAST_CLOSE: LruHashMap<u64, u64> = LruHashMap::with_max_entr
 #[map]
 pub static THROTTLE_WATCH: LruHashMap<u64, u64> = LruHashMap::with_max_entries(8192, 0);
 
+/// The latest `THROTTLE_WATCH` end of any group: while it is past (no group throttled within
+/// `WATCH_NS`), `sched_switch` skips the walk up a switched-out task's groups that would look
+/// for one.
+#[map]
+pub static THROTTLE_WATCH_UNTIL: Array<u64> = Array::with_max_entries(1, 0);
+
 /// (watched group, thread) -> its slices in the group's current period, summed (see
 /// `cgtrace_common::throttle::SliceSum`). Sized by the loader from `--max-cgroups` and the CPUs;
 /// the daemon deletes sums whose period it has taken.

@@ -93,7 +93,10 @@ fn switch<const DIRECT: bool, const STAMPS: bool, const LOOP: bool>(
     }
     // The idle task (pid 0) always switches out as runnable: never a wait.
     if let Some(prev_pid) = task_pid::<DIRECT>(prev).filter(|&pid| pid != 0) {
-        throttle::slice_out::<DIRECT>(c, prev, prev_pid);
+        // Who burned the quota: only while some group is watched.
+        if throttle::watching(now) {
+            throttle::slice_out::<DIRECT>(c, prev, prev_pid);
+        }
         let state = match prev_state {
             Some(s) => s,
             None => task_state::<DIRECT>(prev).unwrap_or(STATE_UNKNOWN),

@@ -18,7 +18,7 @@ use cgtrace_common::throttle::WATCH_NS;
 
 use crate::{
     kernel::{layout, read},
-    maps::THROTTLE_WATCH,
+    maps::{THROTTLE_WATCH, THROTTLE_WATCH_UNTIL},
 };
 
 pub use cpu_episodes::{close_late, switched_out_runnable};
@@ -55,7 +55,26 @@ fn tg_cgroup_id<const DIRECT: bool>(tg: *const u8) -> Option<u64> {
 }
 
 /// A group's episode opened at `now`: its threads' slices are summed for `WATCH_NS` from now.
+/// The end is also raised in `THROTTLE_WATCH_UNTIL` (a plain store: two CPUs opening episodes at
+/// the same instant can leave the earlier end, nanoseconds before the other).
 #[inline(always)]
 fn watch(cgroup_id: u64, now: u64) {
-    let _ = THROTTLE_WATCH.insert(&cgroup_id, &(now + WATCH_NS), 0);
+    let until = now + WATCH_NS;
+    let _ = THROTTLE_WATCH.insert(&cgroup_id, &until, 0);
+    if let Some(p) = THROTTLE_WATCH_UNTIL.get_ptr_mut(0) {
+        // SAFETY: a live map value.
+        unsafe {
+            if *p < until {
+                *p = until;
+            }
+        }
+    }
+}
+
+/// Whether any group is watched at `now` (see [`watch`]): else a switched-out task's slice
+/// belongs to no watched group, and [`slice_out`] is not called.
+#[inline(always)]
+pub fn watching(now: u64) -> bool {
+    // SAFETY: the value is copied out.
+    unsafe { THROTTLE_WATCH_UNTIL.get(0) }.is_some_and(|&until| now <= until)
 }
