@@ -75,6 +75,7 @@ fn watch(cgroup_id: u64, now: u64) {
 /// belongs to no watched group, and [`slice_out`] is not called.
 #[inline(always)]
 pub fn watching(now: u64) -> bool {
-    // SAFETY: the value is copied out.
-    unsafe { THROTTLE_WATCH_UNTIL.get(0) }.is_some_and(|&until| now <= until)
+    THROTTLE_WATCH_UNTIL
+        .get(0)
+        .is_some_and(|&until| now <= until)
 }
