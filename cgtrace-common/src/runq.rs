@@ -468,10 +468,6 @@ pub struct SliceRing {
     pub slots: [Slice; NR_SLICES],
     pub epoch_head: u64,
     pub epoch_fill: u64,
-    /// The entries of the newest summary the last two distinct cgroups folded into went to (one
-    /// per byte): looked at before the summary's entries are searched, so tasks of two cgroups
-    /// taking turns on a CPU fold without the search.
-    pub epoch_hint: u64,
     pub epochs: [Epoch; NR_EPOCHS],
 }
 

@@ -171,36 +171,22 @@ unsafe fn fold(ring: *mut SliceRing, old: Slice) {
             e.ns.fill(0);
         }
         e.end_ns = old.start_ns + len;
-        // The entries the last two cgroups went to first (a free entry is no hint: entries are
-        // taken in order, so the search stops at the first free one).
-        let hint = (*ring).epoch_hint;
-        let h0 = (hint & (EPOCH_TOP as u64 - 1)) as usize;
-        let h1 = ((hint >> 8) & (EPOCH_TOP as u64 - 1)) as usize;
-        if e.ns[h0] != 0 && e.cgroup[h0] == old.cgroup_id {
-            e.ns[h0] += len;
-        } else if e.ns[h1] != 0 && e.cgroup[h1] == old.cgroup_id {
-            e.ns[h1] += len;
-            (*ring).epoch_hint = (h0 << 8 | h1) as u64;
-        } else {
-            let mut least = 0;
-            let mut done = false;
-            for j in 0..EPOCH_TOP {
-                if e.ns[j] == 0 || e.cgroup[j] == old.cgroup_id {
-                    e.cgroup[j] = old.cgroup_id;
-                    e.ns[j] += len;
-                    (*ring).epoch_hint = (h0 << 8 | j) as u64;
-                    done = true;
-                    break;
-                }
-                if e.ns[j] < e.ns[least] {
-                    least = j;
-                }
+        let mut least = 0;
+        let mut done = false;
+        for j in 0..EPOCH_TOP {
+            if e.ns[j] == 0 || e.cgroup[j] == old.cgroup_id {
+                e.cgroup[j] = old.cgroup_id;
+                e.ns[j] += len;
+                done = true;
+                break;
             }
-            if !done && e.ns[least] < len {
-                e.cgroup[least] = old.cgroup_id;
-                e.ns[least] = len;
-                (*ring).epoch_hint = (h0 << 8 | least) as u64;
+            if e.ns[j] < e.ns[least] {
+                least = j;
             }
+        }
+        if !done && e.ns[least] < len {
+            e.cgroup[least] = old.cgroup_id;
+            e.ns[least] = len;
         }
         if long || (fill + 1 >= EPOCH_SLICES && e.end_ns.saturating_sub(e.start_ns) >= EPOCH_MIN_NS)
         {
