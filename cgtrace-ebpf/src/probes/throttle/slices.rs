@@ -15,9 +15,9 @@ use crate::{
     maps::{EVENTS, THROTTLE_SLICE_SUMS, THROTTLE_WATCH, count},
 };
 
-/// From `sched_switch`, for every task switched out: if it belongs to a group with a quota that
-/// was throttled within `WATCH_NS`, add the slice it just ran to its sum for the group's current
-/// period (who burned the quota). The sum goes to the daemon once, when the thread comes off the
+/// From `sched_switch`, for every task switched out while some group is watched (`watching`):
+/// if it belongs to a group with a quota that was throttled within `WATCH_NS`, add the slice it
+/// just ran to its sum for the group's current period (who burned the quota). The sum goes to the daemon once, when the thread comes off the
 /// CPU in a later period: one record per thread and period, not one per switch.
 ///
 /// Not inlined: a BPF-to-BPF call, so the verifier walks its branches once per call instead of
