@@ -718,12 +718,7 @@ fn self_cost_is_the_kernels_count_of_our_programs() -> anyhow::Result<()> {
     let _sleeper = workload::sleeper(1000, None, None, false)?;
     let mut s = Stream::start(&["--interval", "1000", "--bpf-stats"])?;
     let windows = s.windows(3)?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()))?;
-    let vm_rss_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let vm_rss_kib = cgtrace_tests::node::status_kib(s.child.id(), "VmRSS").unwrap_or(0);
     let (code, _) = s.stop(SIGINT)?;
     assert_eq!(code, 0);
     let (mut runs, mut counted) = (0u64, 0u64);

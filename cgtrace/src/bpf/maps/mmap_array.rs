@@ -60,11 +60,6 @@ impl MappedArray {
         })
     }
 
-    /// Number of values.
-    pub fn entries(&self) -> u32 {
-        self.entries
-    }
-
     /// Maps the array at least up to value `index` (an eighth more, so a growing table is
     /// remapped a few times, not once per value): a new mapping of the longer prefix replaces the
     /// old one. Values past the array stay unmapped (accesses to them read 0).
