@@ -492,40 +492,6 @@ pub struct BlameKey {
     pub culprit: u64,
 }
 
-/// Entries in each half of a CPU's table of short waits (`BLAME_SHORT`, a power of two).
-pub const SHORT_ENTRIES: usize = 16;
-
-/// One (victim, culprit) pair's short waits charged on a CPU in a window (`BLAME_SHORT`): waits
-/// shorter than `--blame-min-us` are charged to the slice they waited behind without a walk,
-/// and add up here instead of in `BLAME`. A pair that finds its entry taken by another pair of
-/// the same window moves that one's ns into `BLAME` first; an entry of an older window (`epoch`)
-/// has been read by the daemon and is reused.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShortCharge {
-    /// The cgroup that waited (no parity bit: the half of the table is the window's parity).
-    pub victim: u64,
-    pub culprit: u64,
-    /// The window (`EPOCH`) the ns were charged in.
-    pub epoch: u64,
-    pub ns: u64,
-}
-
-/// A CPU's short-wait table for the windows of one parity (`BLAME_SHORT` holds two: index
-/// `EPOCH & 1`). 512 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ShortHalf {
-    pub entries: [ShortCharge; SHORT_ENTRIES],
-}
-
-/// The entry of `(victim, culprit)` in a [`ShortHalf`].
-#[inline(always)]
-pub fn short_index(victim: u64, culprit: u64) -> usize {
-    let h = (victim ^ culprit.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 60) as usize & (SHORT_ENTRIES - 1)
-}
-
 /// Bit of `BlameKey::victim` that holds, in the kernel's `BLAME` map, the parity of the window
 /// (`EPOCH & 1`) the pair was charged in. Cgroup ids never reach it (a kernfs node id is its
 /// inode number, with a generation above bit 32 that grows only when 2^32 inode numbers have
@@ -595,8 +561,6 @@ mod pod {
     unsafe impl aya::Pod for super::RunqStart {}
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::RunqSlot {}
-    // SAFETY: #[repr(C)] integers.
-    unsafe impl aya::Pod for super::ShortHalf {}
 }
 
 #[cfg(test)]

@@ -7,15 +7,14 @@ use cgtrace_common::{
         BLAME_PARITY_SHIFT, BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE,
         CULPRIT_IRQ, CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR,
         CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch,
-        NR_EPOCHS, NR_SLICES, SHORT_ENTRIES, ShortCharge, Slice, SliceRing, WALK_BOUNDED,
-        culprit_task, short_index, slice_frac,
+        NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
     },
 };
 
 use crate::{
     helpers::{atomic_add, config},
     kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed, task_tgid},
-    maps::{BLAME, BLAME_SHORT, CPU_SLICES, EPOCH, IDLE_SINCE, count},
+    maps::{BLAME, CPU_SLICES, EPOCH, IDLE_SINCE, count},
 };
 
 /// The blame ledger's threshold (`u64::MAX`: off).
@@ -240,78 +239,6 @@ fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
 #[inline(always)]
 fn window_parity() -> u64 {
     EPOCH.get(0).copied().unwrap_or(0) & 1
-}
-
-/// A wait of `victim` over `[from, to]` shorter than `--blame-min-us`, ended now on this CPU
-/// with nothing of it throttled (`bpf_loop` programs): when it lies within the slice the CPU ran
-/// last (the one that ended at this switch: a task woken while another ran, switched in when
-/// that one stopped), it is charged to that slice's cgroup — less the slice's interrupt and
-/// steal shares — in `BLAME_SHORT`, with no walk, no look at other CPUs and no hash update.
-/// False when it does not lie within that slice: the caller walks the ring as for a long wait.
-#[inline(always)]
-pub(super) fn blame_short(c: *mut Counters, victim: u64, from: u64, to: u64) -> bool {
-    let Some(ring) = CPU_SLICES.get_ptr(0) else {
-        return true;
-    };
-    // SAFETY: per-CPU map value, only touched from this CPU with preemption off; copied out.
-    let s = unsafe {
-        let head = (*ring).head;
-        if head == 0 {
-            return false;
-        }
-        (*ring).slots[(head.wrapping_sub(1) as usize) & (NR_SLICES - 1)]
-    };
-    if s.start_ns > from || s.start_ns + u64::from(s.len_ns) < to {
-        return false;
-    }
-    let mut o = to - from;
-    if (s.irq_frac | s.steal_frac) != 0 {
-        let irq = (o * u64::from(s.irq_frac)) >> 16;
-        let steal = (o * u64::from(s.steal_frac)) >> 16;
-        charge_short(c, victim, CULPRIT_IRQ, irq);
-        charge_short(c, victim, CULPRIT_STEAL, steal);
-        o = o.saturating_sub(irq + steal);
-    }
-    let culprit = if s.cgroup_id == 0 {
-        CULPRIT_IDLE
-    } else {
-        s.cgroup_id
-    };
-    charge_short(c, victim, culprit, o);
-    true
-}
-
-/// Adds `ns` of a short wait of `victim` to `culprit` in this CPU's `BLAME_SHORT` half of the
-/// current window; the pair it displaces (another pair of this window in the same entry) goes
-/// to `BLAME`.
-#[inline(never)]
-fn charge_short(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    let epoch = EPOCH.get(0).copied().unwrap_or(0);
-    let Some(half) = BLAME_SHORT.get_ptr_mut((epoch & 1) as u32) else {
-        return;
-    };
-    let i = short_index(victim, culprit) & (SHORT_ENTRIES - 1);
-    // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
-    let e: &mut ShortCharge = unsafe { &mut (*half).entries[i] };
-    if e.epoch == epoch {
-        if e.victim == victim && e.culprit == culprit {
-            e.ns += ns;
-            return;
-        }
-        add_blame(
-            c,
-            e.victim | (epoch & 1) << BLAME_PARITY_SHIFT,
-            e.culprit,
-            e.ns,
-        );
-    }
-    e.victim = victim;
-    e.culprit = culprit;
-    e.epoch = epoch;
-    e.ns = ns;
 }
 
 /// A wait's walk of its CPU's ring: what every step needs (a `bpf_loop` callback gets it through

@@ -8,9 +8,9 @@ use std::collections::HashMap as StdHashMap;
 use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, Stack};
+use aya::maps::{Array, HashMap, Map, MapData, Stack};
 use cgtrace_common::hist::NR_BUCKETS;
-use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey, ShortHalf};
+use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind, window_max};
 use std::mem::{offset_of, size_of};
 
@@ -286,9 +286,7 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let mut reader = RunqReader::new(source, epoch)?;
     if ctx.runq.blame {
         let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
-        let short: PerCpuArray<MapData, ShortHalf> =
-            take_map(ctx.ebpf, "BLAME_SHORT")?.try_into()?;
-        reader.blame = Some(BlameReader::new(blame, short));
+        reader.blame = Some(BlameReader::new(blame));
         reader.caps = ctx.runq.caps;
     }
     Ok(Box::new(reader))
@@ -326,22 +324,15 @@ const BLAME_BATCH: usize = 4096;
 pub struct BlameReader {
     /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
     map: WholeHashMap<BlameKey, u64>,
-    /// Each CPU's short waits by pair (`BLAME_SHORT`, a half per parity): read, not zeroed (the
-    /// programs reuse an entry of an older window).
-    short: PerCpuArray<MapData, ShortHalf>,
     /// Pairs charged in the last window: the next window's map is made this size, not grown to
     /// it (each growth holds the old table beside the new one).
     last_len: usize,
 }
 
 impl BlameReader {
-    pub fn new(
-        map: HashMap<MapData, BlameKey, u64>,
-        short: PerCpuArray<MapData, ShortHalf>,
-    ) -> Self {
+    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
         Self {
             map: WholeHashMap::new(map, BLAME_BATCH),
-            short,
             last_len: 0,
         }
     }
@@ -369,23 +360,6 @@ impl BlameReader {
         });
         self.map.set_all(&zero, &0);
         self.map.remove_all(&idle);
-        // The short waits each CPU summed in the ended window (as `BLAME`'s pairs, read the
-        // same way: the window's half once the epoch has moved on).
-        if let Ok(cpus) = self.short.get(&(parity as u32), 0) {
-            for half in cpus.iter() {
-                for e in half
-                    .entries
-                    .iter()
-                    .filter(|e| e.epoch == ended && e.ns != 0)
-                {
-                    let pair = BlameKey {
-                        victim: e.victim,
-                        culprit: e.culprit,
-                    };
-                    *out.entry(pair).or_default() += e.ns;
-                }
-            }
-        }
         self.last_len = out.len();
         out
     }
