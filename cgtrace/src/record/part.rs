@@ -99,6 +99,8 @@ pub struct Part {
     written: u64,
     /// The header, until it is on disk.
     header: Option<Vec<u8>>,
+    /// The current file's header length: a part no longer than it holds nothing.
+    header_len: u64,
     sync: bool,
     min_free: Option<u64>,
     /// Past this size the old part takes no more (a rotation keeps failing).
@@ -117,6 +119,7 @@ impl Part {
             path: path.to_path_buf(),
             file: Some(file),
             written: 0,
+            header_len: header.len() as u64,
             header: Some(header),
             sync: true,
             min_free,
@@ -294,7 +297,8 @@ impl Part {
     }
 
     /// Makes a new part: FILE.next is created (exclusively, never through a link) with `header`,
-    /// then FILE.keep is removed, FILE.n → FILE.n+1, FILE → FILE.1, FILE.next → FILE. If any of it
+    /// then FILE.keep is removed, FILE.n → FILE.n+1, FILE → FILE.1, FILE.next → FILE (a FILE that
+    /// holds nothing but its header is only replaced, see below). If any of it
     /// fails, the old part stays the one written to and the failure is flagged for the writer,
     /// which asks again later.
     pub fn rotate(&mut self, keep: u32, header: &[u8]) {
@@ -303,16 +307,27 @@ impl Part {
             self.counters.rotation_failed();
             return;
         }
-        match self.try_rotate(keep, header) {
+        // A part that holds nothing but its header (every chunk for it was dropped on the way:
+        // the disk thread's queue was full) is not pushed into the history as an empty part: it
+        // is started again in place with the new header.
+        let empty = self.header.is_some() || self.written <= self.header_len;
+        match self.try_rotate(keep, header, !empty) {
             Ok(()) => {
                 self.rotate_retry_at = None;
                 self.counters.rotations.fetch_add(1, Relaxed);
                 // Said here, where it is known to have worked (the writer only asked for it).
-                eprintln!(
-                    "cgtrace: {} reached --max-size: rotated (the older part is {}.1)",
-                    self.path.display(),
-                    self.path.display()
-                );
+                if empty {
+                    eprintln!(
+                        "cgtrace: {} reached --max-size with no chunk written to it (dropped on the way to the disk): started again in place, no part shifted",
+                        self.path.display()
+                    );
+                } else {
+                    eprintln!(
+                        "cgtrace: {} reached --max-size: rotated (the older part is {}.1)",
+                        self.path.display(),
+                        self.path.display()
+                    );
+                }
             }
             Err(why) => {
                 let backoff = self
@@ -332,7 +347,8 @@ impl Part {
         }
     }
 
-    fn try_rotate(&mut self, keep: u32, header: &[u8]) -> Result<(), String> {
+    /// `shift`: the parts move up one (FILE → FILE.1); else FILE.next only replaces FILE.
+    fn try_rotate(&mut self, keep: u32, header: &[u8], shift: bool) -> Result<(), String> {
         let next = next_path(&self.path);
         let file = crate::safety::files::create_new(&next)
             .map_err(|e| format!("cannot create the next part {}: {e}", next.display()))?;
@@ -345,7 +361,12 @@ impl Part {
             self.counters.write_errors.fetch_add(1, Relaxed);
             return Err(format!("writing the header of {}: {e}", next.display()));
         }
-        if let Err(e) = shift_parts(&self.path, keep).and_then(|()| fs::rename(&next, &self.path)) {
+        let shifted = if shift {
+            shift_parts(&self.path, keep)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = shifted.and_then(|()| fs::rename(&next, &self.path)) {
             let _ = fs::remove_file(&next);
             return Err(format!("renaming the parts: {e}"));
         }
@@ -354,6 +375,7 @@ impl Part {
             .fetch_add(header.len() as u64, Relaxed);
         self.file = Some(file);
         self.written = header.len() as u64;
+        self.header_len = self.written;
         self.header = None;
         self.noted = 0;
         Ok(())

@@ -904,6 +904,45 @@ fn below_min_free_nothing_is_written_and_it_is_counted() {
 }
 
 #[test]
+fn a_part_that_holds_only_its_header_is_started_again_not_shifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let at = |n: &str| dir.path().join(n);
+    let header = super::format::header(HELLO.as_bytes());
+    let mut part = super::part::Part::new(
+        &p,
+        crate::safety::files::create_new(&p).unwrap(),
+        header.clone(),
+        None,
+    );
+    part.set_sync(false);
+    // Every chunk for it dropped on the way (the disk thread's queue was full): at the rotation
+    // it holds its header only, and no empty part goes into the history.
+    let newer = super::format::header(br#"{"type":"hello","schema":1,"newer":true}"#);
+    part.rotate(3, &newer);
+    assert!(!at("r.1").exists(), "an empty part was shifted in");
+    assert!(!at("r.next").exists());
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        newer,
+        "started again with the new header"
+    );
+    assert_eq!(
+        part.counters()
+            .rotations
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // With a chunk in it, the part is shifted as always.
+    part.write(b"a chunk", 1);
+    part.rotate(3, &header);
+    let mut old = newer.clone();
+    old.extend_from_slice(b"a chunk");
+    assert_eq!(std::fs::read(at("r.1")).unwrap(), old);
+    assert_eq!(std::fs::read(&p).unwrap(), header);
+}
+
+#[test]
 fn the_next_part_starts_with_the_hello_set_last() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r");
