@@ -492,6 +492,52 @@ pub struct BlameKey {
     pub culprit: u64,
 }
 
+/// Entries in each half of a CPU's table of short waits (`BLAME_SHORT`, a power of two).
+pub const SHORT_ENTRIES: usize = 4;
+
+/// Slack (ns) of the test that a short wait lies within the slice that just ended: on the
+/// kernel-stamps path (6.18+) a wait's start is in the run queue's clock, which runs a few ns
+/// ahead of the slices' ktime between two switches.
+pub const SHORT_SLACK_NS: u64 = 2_000;
+
+/// One (victim, culprit) pair's short waits charged on a CPU in a window (`BLAME_SHORT`): a wait
+/// shorter than `--blame-min-us` that lies within the slice that just ended is charged to that
+/// slice's owner without a walk, and adds up here instead of in `BLAME`, with the slices'
+/// interrupt and steal shares of it beside. A pair that finds its entry taken by another pair of
+/// the same window moves that one into `BLAME` first; an entry of an older window (`epoch`) has
+/// been read by the daemon and is reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShortCharge {
+    /// The cgroup that waited (no parity bit: the half of the table is the window's parity).
+    pub victim: u64,
+    pub culprit: u64,
+    /// The window (`EPOCH`) the ns were charged in.
+    pub epoch: u64,
+    /// The waits less their interrupt and steal shares, charged to `culprit`.
+    pub ns: u64,
+    /// Their shares the run queue accounted as interrupt time ([`CULPRIT_IRQ`]).
+    pub irq_ns: u64,
+    /// And as steal time ([`CULPRIT_STEAL`]).
+    pub steal_ns: u64,
+}
+
+/// A CPU's short-wait table for the windows of one parity (`BLAME_SHORT` holds two: index
+/// `EPOCH & 1`). 192 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShortHalf {
+    pub entries: [ShortCharge; SHORT_ENTRIES],
+}
+
+/// The entry of a victim's short waits in a [`ShortHalf`]: by the victim alone (a CPU's short
+/// waits mostly pair each victim with one culprit at a time; two tasks that take turns are two
+/// victims), its low bits, which differ between sibling cgroups (inode numbers).
+#[inline(always)]
+pub fn short_index(victim: u64) -> usize {
+    victim as usize & (SHORT_ENTRIES - 1)
+}
+
 /// Bit of `BlameKey::victim` that holds, in the kernel's `BLAME` map, the parity of the window
 /// (`EPOCH & 1`) the pair was charged in. Cgroup ids never reach it (a kernfs node id is its
 /// inode number, with a generation above bit 32 that grows only when 2^32 inode numbers have
@@ -561,6 +607,8 @@ mod pod {
     unsafe impl aya::Pod for super::RunqStart {}
     // SAFETY: #[repr(C)] integers.
     unsafe impl aya::Pod for super::RunqSlot {}
+    // SAFETY: #[repr(C)] integers.
+    unsafe impl aya::Pod for super::ShortHalf {}
 }
 
 #[cfg(test)]

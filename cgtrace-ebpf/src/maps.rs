@@ -12,7 +12,10 @@ use aya_ebpf::{
 use cgtrace_common::{
     counters::Counters,
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
-    runq::{BlameKey, IdleSince, RqClockOffset, RunqHist, RunqKey, RunqSlot, RunqStart, SliceRing},
+    runq::{
+        BlameKey, IdleSince, RqClockOffset, RunqHist, RunqKey, RunqSlot, RunqStart, ShortHalf,
+        SliceRing,
+    },
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
 
@@ -136,6 +139,12 @@ pub static IDLE_SINCE: Array<IdleSince> = Array::with_max_entries(1, 0);
 /// (`blame_full`) and left unattributed.
 #[map]
 pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);
+
+/// Per CPU, two halves (index `EPOCH & 1`): the blame ledger's waits shorter than
+/// `--blame-min-us`, summed by (victim, culprit) until the daemon reads the ended window's half
+/// (see `ShortCharge`).
+#[map]
+pub static BLAME_SHORT: PerCpuArray<ShortHalf> = PerCpuArray::with_max_entries(2, 0);
 
 /// Open throttle episodes of this CPU (tracepoint mode, see `probes::throttle::cpu_episodes`).
 #[map]

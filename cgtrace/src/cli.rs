@@ -267,13 +267,15 @@ pub struct TraceArgs {
     pub bpf_stats: bool,
     /// Turn off the blame ledger, which is on by default: each cgroup's run-queue wait charged to
     /// whoever held the CPU meanwhile (`runq.blame`, `caused`). Its cost: a slice-ring write per
-    /// context switch and a ring walk per wait of at least `--blame-min-us`.
+    /// context switch, a ring walk per wait of at least `--blame-min-us` and a per-CPU table
+    /// update per shorter one.
     #[arg(long, overrides_with = "blame")]
     pub no_blame: bool,
     /// The blame ledger is on by default; kept so older command lines still run.
     #[arg(long, hide = true, overrides_with = "no_blame")]
     pub blame: bool,
-    /// Waits at least this long (µs) are charged by the blame ledger; shorter ones count as
+    /// Waits at least this long (µs) are charged by the blame ledger's walk of the CPU's slices;
+    /// shorter ones (5.18+) to the slice they waited behind, and before 5.18 count as
     /// unattributed.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub blame_min_us: u64,

@@ -244,6 +244,7 @@ impl Tracer {
             .map_max_entries("READ_FILES", opts.max_read_keys.saturating_mul(2))
             .load(object)
             .map_err(|e| LoadError::Object(Box::new(e)))?;
+        crate::family::runq::collect::first_epoch(&mut ebpf)?;
         let capabilities = probe_capabilities(&mut ebpf, &aya_btf, &btf);
         let mut families = BTreeMap::new();
         let mut attach = Attach {

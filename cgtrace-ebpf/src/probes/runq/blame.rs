@@ -7,14 +7,15 @@ use cgtrace_common::{
         BLAME_PARITY_SHIFT, BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE,
         CULPRIT_IRQ, CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR,
         CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch,
-        NR_EPOCHS, NR_SLICES, Slice, SliceRing, WALK_BOUNDED, culprit_task, slice_frac,
+        NR_EPOCHS, NR_SLICES, SHORT_SLACK_NS, ShortCharge, Slice, SliceRing, WALK_BOUNDED,
+        culprit_task, short_index, slice_frac,
     },
 };
 
 use crate::{
     helpers::{atomic_add, config},
     kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed, task_tgid},
-    maps::{BLAME, CPU_SLICES, EPOCH, IDLE_SINCE, count},
+    maps::{BLAME, BLAME_SHORT, CPU_SLICES, EPOCH, IDLE_SINCE, count},
 };
 
 /// The blame ledger's threshold (`u64::MAX`: off).
@@ -239,6 +240,71 @@ fn add_blame(c: *mut Counters, victim: u64, culprit: u64, ns: u64) {
 #[inline(always)]
 fn window_parity() -> u64 {
     EPOCH.get(0).copied().unwrap_or(0) & 1
+}
+
+/// A wait of `victim` over `[from, to]` shorter than `--blame-min-us`, ended now on this CPU
+/// with nothing of it throttled (`bpf_loop` programs): when it lies within the slice the CPU ran
+/// last (the one that ended at this switch: a task woken while another ran, switched in when
+/// that one stopped; [`SHORT_SLACK_NS`] of slack), it is charged to that slice's owner — its
+/// interrupt and steal shares beside — in the victim's entry of `BLAME_SHORT`, with no walk, no
+/// look at other CPUs and no hash update while the entry holds the same pair. False when it does
+/// not lie within that slice: the caller walks the ring as for a long wait.
+#[inline(never)]
+pub(super) fn blame_short(c: *mut Counters, victim: u64, from: u64, to: u64) -> bool {
+    let Some(ring) = CPU_SLICES.get_ptr(0) else {
+        return true;
+    };
+    // SAFETY: per-CPU map value, only touched from this CPU with preemption off; copied out.
+    let s = unsafe {
+        let head = (*ring).head;
+        if head == 0 {
+            return false;
+        }
+        (*ring).slots[(head.wrapping_sub(1) as usize) & (NR_SLICES - 1)]
+    };
+    if from + SHORT_SLACK_NS < s.start_ns || s.start_ns + u64::from(s.len_ns) < to {
+        return false;
+    }
+    let epoch = EPOCH.get(0).copied().unwrap_or(0);
+    let Some(half) = BLAME_SHORT.get_ptr_mut((epoch & 1) as u32) else {
+        return true;
+    };
+    let culprit = if s.cgroup_id == 0 {
+        CULPRIT_IDLE
+    } else {
+        s.cgroup_id
+    };
+    let mut o = to - from;
+    let (mut irq, mut steal) = (0, 0);
+    if (s.irq_frac | s.steal_frac) != 0 {
+        irq = (o * u64::from(s.irq_frac)) >> 16;
+        steal = (o * u64::from(s.steal_frac)) >> 16;
+        o = o.saturating_sub(irq + steal);
+    }
+    // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
+    let e: &mut ShortCharge = unsafe { &mut (*half).entries[short_index(victim)] };
+    if e.epoch == epoch {
+        if e.victim == victim && e.culprit == culprit {
+            e.ns += o;
+            e.irq_ns += irq;
+            e.steal_ns += steal;
+            return true;
+        }
+        // Another pair of this window: its sums go to `BLAME`.
+        let v = e.victim | (epoch & 1) << BLAME_PARITY_SHIFT;
+        add_blame(c, v, e.culprit, e.ns);
+        add_blame(c, v, CULPRIT_IRQ, e.irq_ns);
+        add_blame(c, v, CULPRIT_STEAL, e.steal_ns);
+    }
+    *e = ShortCharge {
+        victim,
+        culprit,
+        epoch,
+        ns: o,
+        irq_ns: irq,
+        steal_ns: steal,
+    };
+    true
 }
 
 /// A wait's walk of its CPU's ring: what every step needs (a `bpf_loop` callback gets it through

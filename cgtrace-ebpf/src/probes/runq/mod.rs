@@ -43,7 +43,7 @@ use crate::{
     kernel::{RqClock, layout, read, task_cgroup_id, task_comm, task_nivcsw, task_tgid},
     maps::{RUNQ_START, RUNQ_START_TASK, THROTTLE_LAST_CLOSE, count, emit},
 };
-use blame::blame;
+use blame::{blame, blame_short};
 use hists::{Stale, add_to_hist, hists_of};
 use stamps::end_wait_sched_info;
 use start::{take_start, task_storage};
@@ -214,7 +214,14 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
     } else {
         add_to_hist::<LOOP>(c, hists, start.kind, wait_ns, stale);
     }
-    if wait_ns >= blame_min_ns() {
+    let blame_min = blame_min_ns();
+    // A short wait (5.18+ programs) is charged to the slice it waited behind when it lies within
+    // it; else, like a long one, by a walk of the ring.
+    let walk = wait_ns >= blame_min
+        || (LOOP
+            && blame_min != u64::MAX
+            && (throttled_ns > 0 || !blame_short(c, cgroup_id, start.ts_ns, now)));
+    if walk {
         let own = throttled_ns > 0 && own_quota::<DIRECT>(next, start);
         blame::<DIRECT, LOOP>(
             c,

@@ -8,14 +8,15 @@ use std::collections::HashMap as StdHashMap;
 use std::collections::HashSet as StdHashSet;
 
 use anyhow::Context as _;
-use aya::maps::{Array, HashMap, Map, MapData, Stack};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, Stack};
 use cgtrace_common::hist::NR_BUCKETS;
-use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey};
+use cgtrace_common::runq::{BLAME_PARITY_SHIFT, BlameKey, CULPRIT_IRQ, CULPRIT_STEAL, ShortHalf};
 use cgtrace_common::runq::{RunqHist, RunqKey, RunqSlot, WaitKind, window_max};
 use std::mem::{offset_of, size_of};
 
 use super::KindHists;
 use crate::{
+    bpf::attach::LoadError,
     bpf::maps::batch::WholeHashMap,
     bpf::maps::mmap_array::MappedArray,
     family::Records,
@@ -183,9 +184,29 @@ pub struct RunqReader {
     caps: super::model::BlameCaps,
 }
 
+/// The first window's epoch. The loader sets `EPOCH` to it before any program is attached
+/// ([`first_epoch`]): what the programs charge before the reader starts belongs to that window
+/// (at 0, the blame ledger's short-wait tables of window 0 were never read, and `BLAME`'s pairs
+/// of window 0 were read a window late).
+pub const FIRST_EPOCH: u64 = 1;
+
+/// Sets `EPOCH` to [`FIRST_EPOCH`] in a loaded object (before attaching).
+pub fn first_epoch(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
+    let err = |source| LoadError::Map {
+        map: "EPOCH",
+        source,
+    };
+    let mut epoch: Array<&mut MapData, u64> = ebpf
+        .map_mut("EPOCH")
+        .ok_or(LoadError::MissingMap("EPOCH"))?
+        .try_into()
+        .map_err(err)?;
+    epoch.set(0, &FIRST_EPOCH, 0).map_err(err)
+}
+
 impl RunqReader {
     fn new(source: Source, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
-        let epoch = 1;
+        let epoch = FIRST_EPOCH;
         epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
         Ok(Self {
             source,
@@ -286,7 +307,9 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
     let mut reader = RunqReader::new(source, epoch)?;
     if ctx.runq.blame {
         let blame: HashMap<MapData, _, _> = take_map(ctx.ebpf, "BLAME")?.try_into()?;
-        reader.blame = Some(BlameReader::new(blame));
+        let short: PerCpuArray<MapData, ShortHalf> =
+            take_map(ctx.ebpf, "BLAME_SHORT")?.try_into()?;
+        reader.blame = Some(BlameReader::new(blame, short));
         reader.caps = ctx.runq.caps;
     }
     Ok(Box::new(reader))
@@ -324,15 +347,22 @@ const BLAME_BATCH: usize = 4096;
 pub struct BlameReader {
     /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
     map: WholeHashMap<BlameKey, u64>,
+    /// Each CPU's short waits by pair (`BLAME_SHORT`, a half per parity): read, not zeroed (the
+    /// programs reuse an entry of an older window).
+    short: PerCpuArray<MapData, ShortHalf>,
     /// Pairs charged in the last window: the next window's map is made this size, not grown to
     /// it (each growth holds the old table beside the new one).
     last_len: usize,
 }
 
 impl BlameReader {
-    pub fn new(map: HashMap<MapData, BlameKey, u64>) -> Self {
+    pub fn new(
+        map: HashMap<MapData, BlameKey, u64>,
+        short: PerCpuArray<MapData, ShortHalf>,
+    ) -> Self {
         Self {
             map: WholeHashMap::new(map, BLAME_BATCH),
+            short,
             last_len: 0,
         }
     }
@@ -360,6 +390,27 @@ impl BlameReader {
         });
         self.map.set_all(&zero, &0);
         self.map.remove_all(&idle);
+        // The short waits each CPU summed in the ended window (as `BLAME`'s pairs, read the
+        // same way: the window's half once the epoch has moved on).
+        if let Ok(cpus) = self.short.get(&(parity as u32), 0) {
+            for half in cpus.iter() {
+                for e in half.entries.iter().filter(|e| e.epoch == ended) {
+                    for (culprit, ns) in [
+                        (e.culprit, e.ns),
+                        (CULPRIT_IRQ, e.irq_ns),
+                        (CULPRIT_STEAL, e.steal_ns),
+                    ] {
+                        if ns != 0 {
+                            let pair = BlameKey {
+                                victim: e.victim,
+                                culprit,
+                            };
+                            *out.entry(pair).or_default() += ns;
+                        }
+                    }
+                }
+            }
+        }
         self.last_len = out.len();
         out
     }

@@ -55,8 +55,8 @@ pub struct Blame {
     /// but do not name (not among their 8 longest-held cgroups): other cgroups, or the kernel.
     #[serde(default)]
     pub older_others_us: f64,
-    /// What the ledger cannot attribute: waits shorter than `--blame-min-us`, stretches older
-    /// than what the CPU keeps (`unattributed_history_us`), and parts lost to a full table
+    /// What the ledger cannot attribute: waits shorter than `--blame-min-us` before 5.18,
+    /// stretches older than what the CPU keeps (`unattributed_history_us`), and parts lost to a full table
     /// (`blame_full`).
     pub unattributed_us: f64,
     /// Of `unattributed_us`: the stretches older than what the CPU keeps (its last 1 024 slices
