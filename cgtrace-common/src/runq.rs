@@ -493,7 +493,7 @@ pub struct BlameKey {
 }
 
 /// Entries in each half of a CPU's table of short waits (`BLAME_SHORT`, a power of two).
-pub const SHORT_ENTRIES: usize = 4;
+pub const SHORT_ENTRIES: usize = 8;
 
 /// Slack (ns) of the test that a short wait lies within the slice that just ended: on the
 /// kernel-stamps path (6.18+) a wait's start is in the run queue's clock, which runs a few ns
@@ -523,19 +523,21 @@ pub struct ShortCharge {
 }
 
 /// A CPU's short-wait table for the windows of one parity (`BLAME_SHORT` holds two: index
-/// `EPOCH & 1`). 192 bytes.
+/// `EPOCH & 1`). 384 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShortHalf {
     pub entries: [ShortCharge; SHORT_ENTRIES],
 }
 
-/// The entry of a victim's short waits in a [`ShortHalf`]: by the victim alone (a CPU's short
-/// waits mostly pair each victim with one culprit at a time; two tasks that take turns are two
-/// victims), its low bits, which differ between sibling cgroups (inode numbers).
+/// The entry of `(victim, culprit)` in a [`ShortHalf`]: a multiplicative hash of both, so that
+/// pairs that take turns on a CPU — two tasks of the root cgroup (one victim, two culprits), two
+/// pods waiting behind each other ((a, b) and (b, a)) — have entries of their own rather than
+/// displacing each other at every switch.
 #[inline(always)]
-pub fn short_index(victim: u64) -> usize {
-    victim as usize & (SHORT_ENTRIES - 1)
+pub fn short_index(victim: u64, culprit: u64) -> usize {
+    let h = (victim ^ culprit.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 61) as usize & (SHORT_ENTRIES - 1)
 }
 
 /// Bit of `BlameKey::victim` that holds, in the kernel's `BLAME` map, the parity of the window
@@ -613,6 +615,24 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    /// Pairs that take turns on a CPU get entries of their own: one entry per victim made the two
+    /// processes of `perf bench sched pipe` in the root cgroup (one victim, two culprits) displace
+    /// each other at every switch, +25 % of `sched_switch`.
+    #[test]
+    fn pairs_that_take_turns_have_short_entries_of_their_own() {
+        let root = 1;
+        for tgid in [1_000u32, 4_321, 65_535, 4_000_000] {
+            let (a, b) = (culprit_task(tgid), culprit_task(tgid + 1));
+            assert_ne!(short_index(root, a), short_index(root, b), "tgid {tgid}");
+        }
+        for a in [4_000u64, 12_345, 1 << 20, (1 << 32) + 77] {
+            for b in [a + 1, a + 2, a + 40] {
+                assert_ne!(short_index(a, b), short_index(b, a), "({a}, {b})");
+            }
+        }
+        assert!((0..10_000).all(|v| short_index(v, v * 3) < SHORT_ENTRIES));
+    }
+
     #[test]
     fn clock_staleness_is_the_offset_above_the_least_recent_one() {
         let mut o = RqClockOffset::default();

@@ -425,8 +425,9 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
         // slices and 1 s) depend on how loaded the host is — best-effort pods starve for
         // seconds to minutes: 0.0-10.4 % of the wait with summaries of 512 slices, 3.2-8.1 %
         // with 100 ms, 3.2 % with 1 s — and are held under 20 %; everything else unattributed
-        // (waits under --blame-min-us, a full table) is what the ledger's design answers for:
-        // the 5 % (1.2-1.9 % measured).
+        // (a short charge lost at a window's turn, a full table) is what the ledger's
+        // design answers for: the 5 % (1.2-1.9 % measured while waits under
+        // --blame-min-us went uncharged).
         let history_us = by_part
             .get("unattributed_history_us")
             .copied()

@@ -246,7 +246,7 @@ fn window_parity() -> u64 {
 /// with nothing of it throttled (`bpf_loop` programs): when it lies within the slice the CPU ran
 /// last (the one that ended at this switch: a task woken while another ran, switched in when
 /// that one stopped; [`SHORT_SLACK_NS`] of slack), it is charged to that slice's owner — its
-/// interrupt and steal shares beside — in the victim's entry of `BLAME_SHORT`, with no walk, no
+/// interrupt and steal shares beside — in the pair's entry of `BLAME_SHORT`, with no walk, no
 /// look at other CPUs and no hash update while the entry holds the same pair. False when it does
 /// not lie within that slice: the caller walks the ring as for a long wait.
 #[inline(never)]
@@ -282,7 +282,7 @@ pub(super) fn blame_short(c: *mut Counters, victim: u64, from: u64, to: u64) -> 
         o = o.saturating_sub(irq + steal);
     }
     // SAFETY: per-CPU map value, only touched from this CPU with preemption off.
-    let e: &mut ShortCharge = unsafe { &mut (*half).entries[short_index(victim)] };
+    let e: &mut ShortCharge = unsafe { &mut (*half).entries[short_index(victim, culprit)] };
     if e.epoch == epoch {
         if e.victim == victim && e.culprit == culprit {
             e.ns += o;
