@@ -1,7 +1,8 @@
-//! The blame ledger of `runq`: who delayed whom. The kernel charges each wait of at least
-//! `--blame-min-us` to whoever held the CPU meanwhile (`BLAME`, cumulative ns per (waiting
-//! cgroup, culprit)); here the window deltas become each cgroup's `runq.blame` (parts that add up
-//! to its wait) and, on the culprit's side, `caused`.
+//! The blame ledger of `runq`: who delayed whom. The kernel charges each wait to whoever held
+//! the CPU meanwhile (`BLAME`, ns per (waiting cgroup, culprit) per window; waits shorter than
+//! `--blame-min-us` through each CPU's `BLAME_SHORT` on 5.18+, and not at all before); here the
+//! window's charges become each cgroup's `runq.blame` (parts that add up to its wait) and, on
+//! the culprit's side, `caused`.
 
 use std::collections::{HashMap as StdHashMap, hash_map::Entry};
 
@@ -90,8 +91,8 @@ impl Carry {
 
 /// Fills `runq.blame` of every cgroup that waited and `caused` of every cgroup that held a CPU
 /// someone waited for, from the window's deltas (the ledger is on); `describe` names a cgroup id.
-/// A cgroup that waited with nothing charged (every wait below `--blame-min-us`, or charged in the
-/// window before) has all its wait unattributed. The parts `caps` says this kernel cannot tell
+/// A cgroup that waited with nothing charged (before 5.18 every wait below `--blame-min-us`, or
+/// charged in the window before) has all its wait unattributed. The parts `caps` says this kernel cannot tell
 /// are `None` (unknown), never 0. The root cgroup's tasks, which the kernel charges by process,
 /// are `kernel_us` (unnamed: see [`attach_named`]) and `caused` of the root cgroup.
 pub fn attach(
