@@ -214,6 +214,12 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
     } else {
         add_to_hist::<LOOP>(c, hists, start.kind, wait_ns, stale);
     }
+    if wait_ns >= config!(runq_event_min_ns) {
+        emit_event::<DIRECT>(c, next, pid, cgroup_id, kind, wait_ns, now);
+    }
+    // The blame ledger last: its short and walked paths end the program rather than each
+    // carrying the event's code after them (with `--event-min-ms 0` the verifier then walked the
+    // event once per path, and 6.18 took 30 s to refuse the direct-read program).
     let blame_min = blame_min_ns();
     // A short wait (5.18+ programs) is charged to the slice it waited behind when it lies within
     // it; else, like a long one, by a walk of the ring.
@@ -231,9 +237,6 @@ fn charge<const DIRECT: bool, const LOOP: bool>(
             throttled_ns,
             own,
         );
-    }
-    if wait_ns >= config!(runq_event_min_ns) {
-        emit_event::<DIRECT>(c, next, pid, cgroup_id, kind, wait_ns, now);
     }
 }
 
