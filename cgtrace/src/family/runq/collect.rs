@@ -205,13 +205,12 @@ pub fn first_epoch(ebpf: &mut aya::Ebpf) -> Result<(), LoadError> {
 }
 
 impl RunqReader {
-    fn new(source: Source, mut epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
-        let epoch = FIRST_EPOCH;
-        epoch_map.set(0, &epoch, 0).context("setting EPOCH")?;
+    /// `EPOCH` already holds [`FIRST_EPOCH`] (set by the loader before attaching).
+    fn new(source: Source, epoch_map: Array<MapData, u64>) -> anyhow::Result<Self> {
         Ok(Self {
             source,
             epoch_map,
-            epoch,
+            epoch: FIRST_EPOCH,
             prev: StdHashMap::new(),
             last_cgroups: 0,
             blame: None,
