@@ -134,8 +134,8 @@ pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1,
 pub static IDLE_SINCE: Array<IdleSince> = Array::with_max_entries(1, 0);
 
 /// (waiting cgroup with its window's parity in the top bit, who held the CPU) -> ns of wait
-/// charged to it, until the daemon hands the window over (reads, zeroes, and deletes pairs that
-/// stayed at zero). Sized by the loader from `--max-cgroups`; when full the part is counted
+/// charged to it, until the daemon hands the window over (reads and deletes the ended window's
+/// pairs). Sized by the loader from `--max-cgroups`; when full the part is counted
 /// (`blame_full`) and left unattributed.
 #[map]
 pub static BLAME: HashMap<BlameKey, u64> = HashMap::with_max_entries(16 * 8192, 0);

@@ -2,8 +2,7 @@
 //! two syscalls per entry (aya's iterator: `BPF_MAP_GET_NEXT_KEY`, then `BPF_MAP_LOOKUP_ELEM`).
 //! A per-window read of tens of thousands of entries (the blame ledger's pairs on a node) cost
 //! the daemon a tenth of a core that way. aya 0.16 has no batch operations, hence this module.
-//! Writes and deletes of many keys go the same way (`BPF_MAP_UPDATE_BATCH`,
-//! `BPF_MAP_DELETE_BATCH`).
+//! Deletes of many keys go the same way (`BPF_MAP_DELETE_BATCH`).
 
 use std::{
     io,
@@ -17,8 +16,6 @@ use aya::{
 
 /// `enum bpf_cmd`: `BPF_MAP_LOOKUP_BATCH`.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-/// `enum bpf_cmd`: `BPF_MAP_UPDATE_BATCH`.
-const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 /// `enum bpf_cmd`: `BPF_MAP_DELETE_BATCH`.
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// The kernel's internal `ENOTSUPP` (no libc name).
@@ -100,22 +97,11 @@ impl<K: Pod, V: Pod> WholeHashMap<K, V> {
         let _ = self.map.remove(key);
     }
 
-    /// Sets every key of `keys` to `value` (one syscall per chunk where the kernel has batch
-    /// updates, one per key where not).
-    pub fn set_all(&mut self, keys: &[K], value: &V) {
-        let done = match &mut self.batch {
-            Some(b) => b.write(BPF_MAP_UPDATE_BATCH, keys, Some(value)),
-            None => 0,
-        };
-        for k in &keys[done..] {
-            let _ = self.map.insert(k, value, 0);
-        }
-    }
-
-    /// Deletes every key of `keys` (absent ones are skipped).
+    /// Deletes every key of `keys` (absent ones are skipped): one syscall per chunk where the
+    /// kernel has batch deletes, one per key where not.
     pub fn remove_all(&mut self, keys: &[K]) {
         let done = match &mut self.batch {
-            Some(b) => b.write(BPF_MAP_DELETE_BATCH, keys, None),
+            Some(b) => b.delete(keys),
             None => 0,
         };
         for k in &keys[done..] {
@@ -148,32 +134,25 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
         })
     }
 
-    /// `BPF_MAP_UPDATE_BATCH` of `keys` to `value` (`Some`), or `BPF_MAP_DELETE_BATCH` of them
-    /// (`None`), a chunk per call. Returns how many keys it got through: the rest are left to
-    /// single-key calls (a kernel without the command; an error). A key the kernel stops at (a
-    /// delete of one already gone) is stepped over.
-    fn write(&mut self, cmd: libc::c_long, keys: &[K], value: Option<&V>) -> usize {
+    /// `BPF_MAP_DELETE_BATCH` of `keys`, a chunk per call. Returns how many keys it got
+    /// through: the rest are left to single-key calls (a kernel without the command; an error).
+    /// A key the kernel stops at (one already gone) is stepped over.
+    fn delete(&mut self, keys: &[K]) -> usize {
         if self.unsupported {
             return 0;
         }
-        let mut values = Vec::new();
         let mut at = 0;
         while at < keys.len() {
             let chunk = &keys[at..keys.len().min(at + self.chunk)];
-            if let Some(v) = value {
-                values.clear();
-                values.resize(chunk.len(), *v);
-            }
             let mut attr = BatchAttr {
                 keys: chunk.as_ptr() as u64,
-                values: value.map_or(0, |_| values.as_ptr() as u64),
                 count: chunk.len() as u32,
                 map_fd: self.fd.as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
-            // SAFETY: `attr` points at `count` keys (and values) of the map's sizes, which the
-            // kernel only reads.
-            let Err(err) = (unsafe { bpf_batch(cmd, &mut attr) }) else {
+            // SAFETY: `attr` points at `count` keys of the map's size, which the kernel only
+            // reads.
+            let Err(err) = (unsafe { bpf_batch(BPF_MAP_DELETE_BATCH, &mut attr) }) else {
                 at += chunk.len();
                 continue;
             };
@@ -341,29 +320,23 @@ mod tests {
         }
     }
 
-    /// Batch writes: every key set, then every key deleted, absent keys stepped over; what is
-    /// left is what was not named.
+    /// Batch deletes: absent keys stepped over; what is left is what was not named.
     #[test]
-    fn sets_and_removes_many_keys() {
+    fn removes_many_keys() {
         let Some(map) = hash_map(8192) else { return };
         let mut hm: HashMap<MapData, u64, [u64; 3]> = map.try_into().expect("hash map");
         for k in 0..5000u64 {
             hm.insert(&k, &[k; 3], 0).expect("insert");
         }
         let mut whole = WholeHashMap::new(hm, 64);
-        let keys: Vec<u64> = (0..5000).collect();
-        whole.set_all(&keys, &[7; 3]);
-        let mut n = 0;
-        whole.for_each(|_, v| {
-            assert_eq!(*v, [7; 3]);
-            n += 1;
-        });
-        assert_eq!(n, 5000);
         // Every other key, with absent ones among them.
         let gone: Vec<u64> = (0..7000).step_by(2).collect();
         whole.remove_all(&gone);
         let mut left = Vec::new();
-        whole.for_each(|k, _| left.push(*k));
+        whole.for_each(|k, v| {
+            assert_eq!(*v, [*k; 3]);
+            left.push(*k);
+        });
         left.sort_unstable();
         assert_eq!(left, (1..5000).step_by(2).collect::<Vec<u64>>());
     }

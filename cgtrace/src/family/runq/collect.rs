@@ -339,10 +339,15 @@ const BLAME_BATCH: usize = 4096;
 
 /// Hands `BLAME` over once per window. The programs charge the half of the current window's
 /// parity (`EPOCH & 1`); once the epoch has moved on, the ended window's half is read whole, what
-/// it held is this window's, and its pairs are zeroed for their next turn two windows on — or
-/// deleted, if they held nothing (a pair idle for a whole turn), so pairs that no longer meet
-/// do not fill the map (a removed cgroup's pairs too: nothing to forget). No copy of the
-/// kernel's values is kept: an entry a walk missed keeps its ns for the next turn.
+/// it held is this window's, and its pairs are deleted, so the map holds about one window of
+/// pairs (two while a window is read), not the four it held when read pairs were zeroed for
+/// their next turn and deleted only after a whole turn idle: on a node that makes and removes
+/// cgroups all day most pairs never meet again, and the zeroed ones filled the table
+/// (`blame_full`) on the churn test. A pair that meets again costs one insert a window. A
+/// program that read the old epoch just before the flip and adds to a pair after it was read
+/// loses those ns (a few µs of one wait, as when the pairs were zeroed). No copy of the kernel's
+/// values is kept (a removed cgroup's pairs go with the window: nothing to forget); an entry a
+/// walk of the map missed keeps its ns for the next turn.
 pub struct BlameReader {
     /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
     map: WholeHashMap<BlameKey, u64>,
@@ -371,24 +376,22 @@ impl BlameReader {
         let parity = ended & 1;
         let mut out: StdHashMap<BlameKey, u64> =
             StdHashMap::with_capacity(self.last_len + self.last_len / 8);
-        let (mut zero, mut idle) = (Vec::new(), Vec::new());
+        let mut read = Vec::with_capacity(self.last_len);
         self.map.for_each(|key, &ns| {
             if key.victim >> BLAME_PARITY_SHIFT != parity {
                 return;
             }
+            read.push(*key);
             if ns == 0 {
-                idle.push(*key);
                 return;
             }
-            zero.push(*key);
             let pair = BlameKey {
                 victim: key.victim & !(1 << BLAME_PARITY_SHIFT),
                 culprit: key.culprit,
             };
             *out.entry(pair).or_default() += ns;
         });
-        self.map.set_all(&zero, &0);
-        self.map.remove_all(&idle);
+        self.map.remove_all(&read);
         // The short waits each CPU summed in the ended window (as `BLAME`'s pairs, read the
         // same way: the window's half once the epoch has moved on).
         if let Ok(cpus) = self.short.get(&(parity as u32), 0) {
