@@ -344,10 +344,11 @@ const BLAME_BATCH: usize = 4096;
 /// their next turn and deleted only after a whole turn idle: on a node that makes and removes
 /// cgroups all day most pairs never meet again, and the zeroed ones filled the table
 /// (`blame_full`) on the churn test. A pair that meets again costs one insert a window. A
-/// program that read the old epoch just before the flip and adds to a pair after it was read
-/// loses those ns (a few µs of one wait, as when the pairs were zeroed). No copy of the kernel's
-/// values is kept (a removed cgroup's pairs go with the window: nothing to forget); an entry a
-/// walk of the map missed keeps its ns for the next turn.
+/// program that read the old epoch just before the flip would have to add after the read to
+/// lose its ns (or, the entry reused, give them to another pair); it runs for a microsecond
+/// with interrupts off, and the delete follows the flip, the histograms' read and this map's
+/// whole read. No copy of the kernel's values is kept (a removed cgroup's pairs go with the
+/// window: nothing to forget); an entry a walk of the map missed keeps its ns for the next turn.
 pub struct BlameReader {
     /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
     map: WholeHashMap<BlameKey, u64>,
