@@ -340,15 +340,12 @@ const BLAME_BATCH: usize = 4096;
 /// Hands `BLAME` over once per window. The programs charge the half of the current window's
 /// parity (`EPOCH & 1`); once the epoch has moved on, the ended window's half is read whole, what
 /// it held is this window's, and its pairs are deleted, so the map holds about one window of
-/// pairs (two while a window is read), not the four it held when read pairs were zeroed for
-/// their next turn and deleted only after a whole turn idle: on a node that makes and removes
-/// cgroups all day most pairs never meet again, and the zeroed ones filled the table
-/// (`blame_full`) on the churn test. A pair that meets again costs one insert a window. A
-/// program that read the old epoch just before the flip would have to add after the read to
-/// lose its ns (or, the entry reused, give them to another pair); it runs for a microsecond
-/// with interrupts off, and the delete follows the flip, the histograms' read and this map's
-/// whole read. No copy of the kernel's values is kept (a removed cgroup's pairs go with the
-/// window: nothing to forget); an entry a walk of the map missed keeps its ns for the next turn.
+/// pairs (pairs that never meet again, a removed cgroup's too, go with their window: nothing to
+/// forget). A pair that meets again costs one insert a window. A program that read the old
+/// epoch just before the flip would have to add after the delete to lose its ns (or, the entry
+/// reused, give them to another pair); it runs for a microsecond with interrupts off, and the
+/// delete follows the flip, the histograms' read and this map's whole read. No copy of the
+/// kernel's values is kept; an entry a walk of the map missed keeps its ns for the next turn.
 pub struct BlameReader {
     /// Keys with the window's parity in the victim's top bit ([`BLAME_PARITY_SHIFT`]).
     map: WholeHashMap<BlameKey, u64>,
