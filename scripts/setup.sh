@@ -12,7 +12,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 
-say() { printf '==> %s\n' "$*" >&2; }
+# Each step says how far into the run it starts (m:ss), so a CI log shows where the time goes.
+say() { printf '==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 
 toolchain_of() { sed -n 's/^channel *= *"\(.*\)"/\1/p' "$1"; }
