@@ -572,8 +572,40 @@ pub const CULPRIT_IDLE_ELSEWHERE: u64 = u64::MAX - 6;
 /// slices hold but do not name (not among their [`EPOCH_TOP`] longest-held cgroups): other
 /// cgroups, or the kernel.
 pub const CULPRIT_OLDER_OTHERS: u64 = u64::MAX - 7;
+/// Culprit marker: neighbour cgroups a walked wait overlapped beyond the [`WALK_TOP`] it names
+/// (a crowded CPU: thousands of cgroups' slices within one wait).
+pub const CULPRIT_OTHER_NEIGHBOURS: u64 = u64::MAX - 8;
+/// Culprit marker: root-cgroup tasks ([`culprit_task`]) a walked wait overlapped beyond the
+/// [`WALK_TOP`] it names: kernel threads and host processes, unnamed.
+pub const CULPRIT_OTHER_TASKS: u64 = u64::MAX - 9;
 /// Culprit markers, lowest first: every culprit at or above this is a marker, not a cgroup.
-pub const CULPRIT_MARKERS: u64 = CULPRIT_OLDER_OTHERS;
+pub const CULPRIT_MARKERS: u64 = CULPRIT_OTHER_TASKS;
+
+/// The most culprits a walked wait (`bpf_loop` programs) names in `BLAME` (a power of two): its
+/// slices are summed by culprit in [`WalkTop`] first, each culprit in the entry a hash of it
+/// picks, the one holding more kept when two meet there, and what the others held goes to
+/// [`CULPRIT_OTHER_NEIGHBOURS`] / [`CULPRIT_OTHER_TASKS`]. Without the bound a wait on a crowded
+/// CPU charged every cgroup of its 1 024 slices: 10 000 cgroups waking on 2 CPUs made hundreds of
+/// thousands of pairs in a window and filled `BLAME` (`blame_full`).
+pub const WALK_TOP: usize = 16;
+
+/// Value of the per-CPU `BLAME_WALK`: one wait's charges summed by culprit during its walk of
+/// the ring and its summaries, before they go to `BLAME` (a map value, not the program's stack:
+/// 6.1 refuses `sched_switch` with a combined stack over 512 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WalkTop {
+    /// The victim's own cgroup (its siblings) and the idle CPU: parts of their own, never
+    /// displaced.
+    pub siblings: u64,
+    pub idle: u64,
+    /// What culprits displaced from (or never let into) the table held.
+    pub other_cgroups: u64,
+    pub other_tasks: u64,
+    /// Entry `i`: a culprit and the ns it held (0: free).
+    pub culprit: [u64; WALK_TOP],
+    pub ns: [u64; WALK_TOP],
+}
 
 /// A slice of a task in the root cgroup (kernel threads, host processes outside any container)
 /// is kept as this tag with the task's process id (its tgid: a kernel thread's own pid), so the

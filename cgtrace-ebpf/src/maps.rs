@@ -14,7 +14,7 @@ use cgtrace_common::{
     reads::{FileKey, FileNames, ReadInflight, ReadKey, ReadStats},
     runq::{
         BlameKey, IdleSince, RqClockOffset, RunqHist, RunqKey, RunqSlot, RunqStart, ShortHalf,
-        SliceRing,
+        SliceRing, WalkTop,
     },
     throttle::{HookEpisode, OpenEpisodes, SliceKey, SliceSum, ThrottleStats},
 };
@@ -127,6 +127,10 @@ pub static RQ_CLOCK_OFFSET: PerCpuArray<RqClockOffset> = PerCpuArray::with_max_e
 /// Per CPU: its last slices (who ran, from when to when), for the blame ledger.
 #[map]
 pub static CPU_SLICES: PerCpuArray<SliceRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: the wait being walked, its charges summed by culprit (see `WalkTop`).
+#[map]
+pub static BLAME_WALK: PerCpuArray<WalkTop> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per CPU (sized by the loader): when its idle task was switched in, 0 while it runs a task;
 /// read across CPUs by the ledger's `idle_elsewhere`.

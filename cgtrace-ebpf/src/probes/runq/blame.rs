@@ -5,17 +5,18 @@ use cgtrace_common::{
     counters::{self, Counters},
     runq::{
         BLAME_PARITY_SHIFT, BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE,
-        CULPRIT_IRQ, CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR,
-        CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS, EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch,
-        NR_EPOCHS, NR_SLICES, SHORT_SLACK_NS, ShortCharge, Slice, SliceRing, WALK_BOUNDED,
-        culprit_task, short_index, slice_frac,
+        CULPRIT_IRQ, CULPRIT_OLDER_OTHERS, CULPRIT_OTHER_NEIGHBOURS, CULPRIT_OTHER_TASKS,
+        CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, EPOCH_LONG_SLICE_NS,
+        EPOCH_MIN_NS, EPOCH_SLICES, EPOCH_TOP, Epoch, NR_EPOCHS, NR_SLICES, SHORT_SLACK_NS,
+        ShortCharge, Slice, SliceRing, WALK_BOUNDED, WALK_TOP, WalkTop, culprit_task,
+        culprit_task_tgid, short_index, slice_frac,
     },
 };
 
 use crate::{
     helpers::{atomic_add, config},
     kernel::{rq_irq_steal, task_cpus_mask, task_cpus_mask_word, task_nr_cpus_allowed, task_tgid},
-    maps::{BLAME, BLAME_SHORT, CPU_SLICES, EPOCH, IDLE_SINCE, count},
+    maps::{BLAME, BLAME_SHORT, BLAME_WALK, CPU_SLICES, EPOCH, IDLE_SINCE, count},
 };
 
 /// The blame ledger's threshold (`u64::MAX`: off).
@@ -313,6 +314,9 @@ pub(super) fn blame_short(c: *mut Counters, victim: u64, from: u64, to: u64) -> 
 struct Walk {
     c: *mut Counters,
     ring: *const SliceRing,
+    /// This CPU's `BLAME_WALK` (the `bpf_loop` walk; null in the bounded one, which charges
+    /// `BLAME` slice by slice).
+    top: *mut WalkTop,
     head: u64,
     victim: u64,
     rest_from: u64,
@@ -355,8 +359,102 @@ fn step<const FRACS: bool>(w: &mut Walk, k: u64) -> bool {
     } else {
         s.cgroup_id
     };
-    add_blame(w.c, w.victim, culprit, (o * w.scale) >> 10);
+    if FRACS {
+        note(w, culprit, (o * w.scale) >> 10);
+    } else {
+        add_blame(w.c, w.victim, culprit, (o * w.scale) >> 10);
+    }
     true
+}
+
+/// Adds `ns` held by `culprit` to the walked wait's [`WalkTop`]: the victim's own cgroup and the
+/// idle CPU in parts of their own; another culprit in its entry (by a hash of it: no search, so
+/// no loop for the verifier to walk at each slice), which it takes when free or held by less
+/// than `ns`. What does not stay named — the entry's old holder, or `ns` — goes to the other
+/// cgroups or the other root-cgroup tasks.
+#[inline(always)]
+fn note(w: &mut Walk, culprit: u64, ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = w.top;
+    // SAFETY: this CPU's `BLAME_WALK` value, only touched from this CPU with preemption off.
+    unsafe {
+        if culprit == w.victim & !(1 << BLAME_PARITY_SHIFT) {
+            (*t).siblings += ns;
+            return;
+        }
+        if culprit == CULPRIT_IDLE {
+            (*t).idle += ns;
+            return;
+        }
+        let j = walk_index(culprit);
+        let (held_by, held) = ((*t).culprit[j], (*t).ns[j]);
+        if held == 0 || held_by == culprit {
+            (*t).culprit[j] = culprit;
+            (*t).ns[j] = held + ns;
+            return;
+        }
+        let (out, out_ns) = if held < ns {
+            (*t).culprit[j] = culprit;
+            (*t).ns[j] = ns;
+            (held_by, held)
+        } else {
+            (culprit, ns)
+        };
+        if culprit_task_tgid(out).is_some() {
+            (*t).other_tasks += out_ns;
+        } else {
+            (*t).other_cgroups += out_ns;
+        }
+    }
+}
+
+/// The entry of `culprit` in a [`WalkTop`].
+#[inline(always)]
+fn walk_index(culprit: u64) -> usize {
+    (culprit.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize & (WALK_TOP - 1)
+}
+
+/// Entry `k` of the walked wait's [`WalkTop`] into `BLAME` (a `bpf_loop` callback: verified
+/// once).
+extern "C" fn flush_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the `Walk` on the stack of `charge_wait`, which waits for the loop.
+    let w = unsafe { &*ctx.cast::<Walk>() };
+    let j = k as usize & (WALK_TOP - 1);
+    // SAFETY: as in `note`.
+    let (culprit, ns) = unsafe { ((*w.top).culprit[j], (*w.top).ns[j]) };
+    add_blame(w.c, w.victim, culprit, ns);
+    0
+}
+
+/// The walked wait's [`WalkTop`] into `BLAME`: at most [`WALK_TOP`] culprits and four parts.
+#[inline(always)]
+fn flush(w: &mut Walk) {
+    let t = w.top;
+    let victim_id = w.victim & !(1 << BLAME_PARITY_SHIFT);
+    // SAFETY: the callback only reads `w`, which outlives the call.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_loop(
+            WALK_TOP as u32,
+            flush_callback as *mut core::ffi::c_void,
+            (&raw mut *w).cast(),
+            0,
+        );
+    }
+    // SAFETY: as in `note`.
+    let (siblings, idle, other_cgroups, other_tasks) = unsafe {
+        (
+            (*t).siblings,
+            (*t).idle,
+            (*t).other_cgroups,
+            (*t).other_tasks,
+        )
+    };
+    add_blame(w.c, w.victim, victim_id, siblings);
+    add_blame(w.c, w.victim, CULPRIT_IDLE, idle);
+    add_blame(w.c, w.victim, CULPRIT_OTHER_NEIGHBOURS, other_cgroups);
+    add_blame(w.c, w.victim, CULPRIT_OTHER_TASKS, other_tasks);
 }
 
 /// [`step`] as a `bpf_loop` callback (5.17+): verified once, however long the walk.
@@ -588,6 +686,23 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
     let Some(ring) = CPU_SLICES.get_ptr(0) else {
         return;
     };
+    let top = if LOOP {
+        let Some(top) = BLAME_WALK.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's value, only touched from this CPU with preemption off. An entry
+        // is free while its `ns` is 0 (its `culprit` is then never read).
+        unsafe {
+            (*top).siblings = 0;
+            (*top).idle = 0;
+            (*top).other_cgroups = 0;
+            (*top).other_tasks = 0;
+            (*top).ns = [0; WALK_TOP];
+        }
+        top
+    } else {
+        core::ptr::null_mut()
+    };
     // In 1/1024ths: a product of two waits in ns would overflow. Before 6.18 the slices also
     // cover the throttled stretch (`rest_from` is `from`), and what another CPU sat idle for is
     // already charged: every charge is scaled down to the rest, so the charges add up to it
@@ -601,6 +716,7 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
     let mut w = Walk {
         c,
         ring,
+        top,
         // SAFETY: per-CPU map value.
         head: unsafe { (*ring).head },
         victim,
@@ -646,6 +762,7 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
         }
     }
     if LOOP {
+        flush(&mut w);
         add_blame(c, victim, CULPRIT_IRQ, (w.irq * scale) >> 10);
         add_blame(c, victim, CULPRIT_STEAL, (w.steal * scale) >> 10);
     }

@@ -10,8 +10,8 @@ pub use super::model::{Blame, BlameCaps, Caused, KernelTask, NoisyNeighbour, Par
 use crate::model::CgroupWindow;
 use cgtrace_common::runq::{
     BlameKey, CULPRIT_HISTORY, CULPRIT_IDLE, CULPRIT_IDLE_ELSEWHERE, CULPRIT_IRQ, CULPRIT_MARKERS,
-    CULPRIT_OLDER_OTHERS, CULPRIT_STEAL, CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN,
-    culprit_task_tgid,
+    CULPRIT_OLDER_OTHERS, CULPRIT_OTHER_NEIGHBOURS, CULPRIT_OTHER_TASKS, CULPRIT_STEAL,
+    CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, culprit_task_tgid,
 };
 
 /// Whether a culprit id is a marker rather than a cgroup.
@@ -176,6 +176,10 @@ pub fn attach_named(
                     CULPRIT_STEAL => *b.steal_us.get_or_insert(0.0) += us,
                     CULPRIT_IDLE_ELSEWHERE => *b.idle_elsewhere_us.get_or_insert(0.0) += us,
                     CULPRIT_OLDER_OTHERS => b.older_others_us += us,
+                    // Beyond the culprits a walked wait names (`WALK_TOP`).
+                    CULPRIT_OTHER_NEIGHBOURS => b.neighbours_other_us += us,
+                    CULPRIT_OTHER_TASKS if cg.id == caps.root_cgroup => b.siblings_us += us,
+                    CULPRIT_OTHER_TASKS => b.kernel_us += us,
                     CULPRIT_HISTORY => {
                         // Charged by the kernel, but to nobody: unattributed, with its reason.
                         charged -= us;
@@ -535,6 +539,37 @@ mod tests {
         let b = cgs[0].runq.blame.as_ref().expect("blame");
         assert_eq!(b.kernel_us, 6000.0);
         assert!(b.kernel_tasks.iter().all(|t| t.comm.is_none()));
+    }
+
+    #[test]
+    fn culprits_beyond_a_walks_top_are_other_neighbours_or_kernel() {
+        let root = 1;
+        let mut blame = StdHashMap::new();
+        let mut put = |victim, culprit, us: u64| {
+            blame.insert(BlameKey { victim, culprit }, us * 1000);
+        };
+        put(5, 10, 1000);
+        put(5, CULPRIT_OTHER_NEIGHBOURS, 700);
+        put(5, CULPRIT_OTHER_TASKS, 300);
+        // The root cgroup's own tasks wait behind each other: siblings.
+        put(root, CULPRIT_OTHER_TASKS, 400);
+        let caps = BlameCaps {
+            root_cgroup: root,
+            ..BlameCaps::default()
+        };
+        let mut cgs = vec![cg(5, 2000.0), cg(root, 400.0), cg(10, 0.0)];
+        attach(&mut cgs, &blame, caps, |id| (Some(format!("/c{id}")), None));
+        let b = cgs[0].runq.blame.as_ref().expect("blame");
+        assert_eq!(
+            (b.neighbours_other_us, b.kernel_us, b.unattributed_us),
+            (700.0, 300.0, 0.0)
+        );
+        assert_eq!(b.neighbours.len(), 1);
+        let rb = cgs[1].runq.blame.as_ref().expect("root blame");
+        assert_eq!((rb.siblings_us, rb.kernel_us), (400.0, 0.0));
+        // A marker is no culprit: it caused nothing.
+        assert!(cgs[2].caused.as_ref().is_some_and(|c| c.wait_us == 1000.0));
+        assert!(is_marker(CULPRIT_OTHER_NEIGHBOURS) && is_marker(CULPRIT_OTHER_TASKS));
     }
 
     #[test]
