@@ -595,6 +595,10 @@ pub const WALK_TOP: usize = 16;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WalkTop {
+    /// Entries in use, listed in `used` (a walk flushes only those, and frees them as it goes:
+    /// between walks every entry is free).
+    pub n: u64,
+    pub used: [u8; WALK_TOP],
     /// The victim's own cgroup (its siblings) and the idle CPU: parts of their own, never
     /// displaced.
     pub siblings: u64,

@@ -390,8 +390,14 @@ fn note(w: &mut Walk, culprit: u64, ns: u64) {
         }
         let j = walk_index(culprit);
         let (held_by, held) = ((*t).culprit[j], (*t).ns[j]);
-        if held == 0 || held_by == culprit {
+        if held == 0 {
             (*t).culprit[j] = culprit;
+            (*t).ns[j] = ns;
+            (*t).used[((*t).n as usize) & (WALK_TOP - 1)] = j as u8;
+            (*t).n += 1;
+            return;
+        }
+        if held_by == culprit {
             (*t).ns[j] = held + ns;
             return;
         }
@@ -416,15 +422,18 @@ fn walk_index(culprit: u64) -> usize {
     (culprit.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize & (WALK_TOP - 1)
 }
 
-/// Entry `k` of the walked wait's [`WalkTop`] into `BLAME` (a `bpf_loop` callback: verified
-/// once).
+/// The `k`th entry the walked wait used into `BLAME`, and freed (a `bpf_loop` callback:
+/// verified once).
 extern "C" fn flush_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the `Walk` on the stack of `charge_wait`, which waits for the loop.
     let w = unsafe { &*ctx.cast::<Walk>() };
-    let j = k as usize & (WALK_TOP - 1);
+    let t = w.top;
     // SAFETY: as in `note`.
-    let (culprit, ns) = unsafe { ((*w.top).culprit[j], (*w.top).ns[j]) };
-    add_blame(w.c, w.victim, culprit, ns);
+    unsafe {
+        let j = (*t).used[k as usize & (WALK_TOP - 1)] as usize & (WALK_TOP - 1);
+        add_blame(w.c, w.victim, (*t).culprit[j], (*t).ns[j]);
+        (*t).ns[j] = 0;
+    }
     0
 }
 
@@ -433,10 +442,12 @@ extern "C" fn flush_callback(k: u32, ctx: *mut core::ffi::c_void) -> i64 {
 fn flush(w: &mut Walk) {
     let t = w.top;
     let victim_id = w.victim & !(1 << BLAME_PARITY_SHIFT);
+    // SAFETY: as in `note`.
+    let n = unsafe { (*t).n };
     // SAFETY: the callback only reads `w`, which outlives the call.
     unsafe {
         aya_ebpf::helpers::generated::bpf_loop(
-            WALK_TOP as u32,
+            n.min(WALK_TOP as u64) as u32,
             flush_callback as *mut core::ffi::c_void,
             (&raw mut *w).cast(),
             0,
@@ -691,13 +702,14 @@ fn charge_wait<const DIRECT: bool, const LOOP: bool>(
             return;
         };
         // SAFETY: this CPU's value, only touched from this CPU with preemption off. An entry
-        // is free while its `ns` is 0 (its `culprit` is then never read).
+        // is free while its `ns` is 0 (its `culprit` is then never read); the last walk's flush
+        // freed every entry it used.
         unsafe {
+            (*top).n = 0;
             (*top).siblings = 0;
             (*top).idle = 0;
             (*top).other_cgroups = 0;
             (*top).other_tasks = 0;
-            (*top).ns = [0; WALK_TOP];
         }
         top
     } else {
