@@ -590,7 +590,7 @@ pub const CULPRIT_MARKERS: u64 = CULPRIT_OTHER_TASKS;
 pub const WALK_TOP: usize = 16;
 
 /// Value of the per-CPU `BLAME_WALK`: one wait's charges summed by culprit during its walk of
-/// the ring and its summaries, before they go to `BLAME` (a map value, not the program's stack:
+/// the ring (its summaries of dropped slices charge `BLAME` directly), before they go to `BLAME` (a map value, not the program's stack:
 /// 6.1 refuses `sched_switch` with a combined stack over 512 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
