@@ -16,6 +16,11 @@ use crate::{
 /// cgroups costs a few hundred `stat`s per window, not ten thousand.
 const REMOVAL_CHECKS_PER_WINDOW: usize = 256;
 
+/// Windows a removed cgroup's id is remembered for, so data that comes for it after it left
+/// (a dying task's last switch, a kernel entry re-made behind the daemon's delete) does not bring
+/// it back as an unnamed row.
+const DEPARTED_WINDOWS: u64 = 60;
+
 struct Entry {
     path: Option<String>,
     name: Option<name::Name>,
@@ -38,6 +43,10 @@ pub struct Aggregator {
     sweep_cursor: usize,
     /// Blame charges that came ahead of their waits (`--blame`).
     blame_carry: crate::family::runq::blame::Carry,
+    /// Cgroups removed in the last [`DEPARTED_WINDOWS`] windows (id -> window it left in), at
+    /// most `max_cgroups`: cgroup ids are not reused, so what comes for one of them later is
+    /// dropped and counted (`after_removal`), and its kernel entries deleted again.
+    departed: HashMap<u64, u64>,
 }
 
 /// A window and the cgroups that left the table while building it: removed, or evicted beyond
@@ -59,6 +68,7 @@ impl Aggregator {
             seq: 0,
             sweep_cursor: 0,
             blame_carry: Default::default(),
+            departed: HashMap::new(),
         }
     }
 
@@ -77,7 +87,16 @@ impl Aggregator {
         let mut removed = Vec::new();
         let mut cgroups = Vec::with_capacity(ids.len());
         let hierarchy = self.hierarchy.clone();
+        let mut after_removal = 0;
         for id in ids {
+            // Removed already: its late data goes, and so (again) does what the kernel holds.
+            if self.departed.contains_key(&id) {
+                if input.has_data(id) {
+                    after_removal += 1;
+                    removed.push(id);
+                }
+                continue;
+            }
             // A cgroup that is only a culprit (its slices still in a CPU's ring or summaries,
             // charged for a wait that reached back to them) and was removed and forgotten is
             // not brought back: its victims name it.
@@ -148,10 +167,19 @@ impl Aggregator {
         // cgroups), and the order is total (ids are unique), so an unstable one gives the same.
         cgroups.sort_unstable_by(busiest_first);
         removed.extend(self.sweep());
+        self.departed
+            .retain(|_, at| seq.saturating_sub(*at) < DEPARTED_WINDOWS);
         for id in &removed {
             self.table.remove(id);
             self.resolver.forget(*id);
+            if self.departed.len() < self.max_cgroups {
+                self.departed.entry(*id).or_insert(seq);
+            }
         }
+        input
+            .events
+            .counters
+            .insert("after_removal".into(), after_removal);
         if !removed.is_empty() {
             self.blame_carry.forget(&removed.iter().copied().collect());
         }
@@ -418,6 +446,22 @@ mod tests {
         assert_eq!(agg.table.len(), 1);
         std::fs::remove_dir(tmp.path().join("a")).expect("rmdir");
         let out = agg.window_of(WindowInput::default(), 0, 1000);
+        assert_eq!(out.removed, ids);
+        assert_eq!(out.window.cgroups_tracked, 0);
+    }
+
+    #[test]
+    fn a_removed_cgroup_does_not_come_back_with_late_data() {
+        let (tmp, mut agg, ids) = table(16, &["a"]);
+        agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
+        std::fs::remove_dir(tmp.path().join("a")).expect("rmdir");
+        let out = agg.window_of(WindowInput::default(), 0, 1000);
+        assert_eq!(out.removed, ids);
+        // A wait the kernel recorded for it after it went (a dying task's last switch): not an
+        // unnamed cgroup in the window, counted, and its kernel entries deleted again.
+        let out = agg.window_of(runq_input([(ids[0], waits(1, 1000))]), 0, 1000);
+        assert!(out.window.cgroups.is_empty(), "{:?}", out.window.cgroups);
+        assert_eq!(out.window.events.counters["after_removal"], 1);
         assert_eq!(out.removed, ids);
         assert_eq!(out.window.cgroups_tracked, 0);
     }

@@ -225,7 +225,12 @@ impl Resolver {
             return fs::symlink_metadata(abs)
                 .is_ok_and(|md| md.ino() == id && md.dev() == self.mount_dev);
         }
-        self.mode == Mode::Handles && self.open_handle(id).is_ok()
+        // A removed cgroup whose node something still holds can open by handle: its path then
+        // reads back as "… (deleted)".
+        self.mode == Mode::Handles
+            && self
+                .open_handle(id)
+                .is_ok_and(|fd| !matches!(self.read_back(&fd, id), Lookup::Gone))
     }
 
     /// Whether cgroup `id` is known to be gone: its cached path no longer holds it, or its handle
