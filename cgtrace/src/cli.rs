@@ -247,9 +247,10 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub interval: u64,
     /// Most cgroups tracked at once (kernel maps and daemon table); least recently active are
-    /// evicted beyond it, and counted.
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
-    pub max_cgroups: u32,
+    /// evicted beyond it, and counted (default: the host's cgroups at start, as `/proc/cgroups`
+    /// counts them for `cpu`, and half again, rounded up to a power of two; at least 8192).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    pub max_cgroups: Option<u32>,
     /// Most (reader cgroup, comm, file) keys the reads family keeps (its files table holds twice
     /// as many); reads past it are counted as `read_stats_full`.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=1_000_000))]
@@ -376,11 +377,27 @@ fn parse_ringbuf_kib(s: &str) -> Result<u32, String> {
     Ok(v)
 }
 
+/// `--max-cgroups` when it is not given, for a host with `live` cgroups: room for them and half
+/// again (pods come and go), as a power of two, at least 8192. A node with 10 000 cgroups gets
+/// 16 384 instead of evicting 1 700 of them every window.
+pub fn default_max_cgroups(live: u64) -> u32 {
+    live.saturating_add(live / 2)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX)
+        .clamp(8192, 1 << 19) as u32
+}
+
 impl TraceArgs {
     pub fn session(&self) -> SessionOptions {
         SessionOptions {
             interval: Duration::from_millis(self.interval),
-            max_cgroups: self.max_cgroups,
+            max_cgroups: self.max_cgroups.unwrap_or_else(|| {
+                let live = cgtrace::cgroup::hierarchy::num_cgroups(
+                    std::path::Path::new(cgtrace::cgroup::hierarchy::PROC_CGROUPS),
+                    "cpu",
+                );
+                default_max_cgroups(live.unwrap_or(0))
+            }),
             max_read_keys: self.max_read_keys,
             max_read_threads: self.max_read_threads,
             bpf_stats: self.bpf_stats,
@@ -446,6 +463,25 @@ mod tests {
             e.contains("\"bogus\"") && e.contains("runq, throttle, reads"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_default_cgroup_bound_grows_with_the_host() {
+        assert_eq!(default_max_cgroups(0), 8192);
+        assert_eq!(default_max_cgroups(300), 8192);
+        assert_eq!(default_max_cgroups(5461), 8192);
+        assert_eq!(default_max_cgroups(10_000), 16_384);
+        assert_eq!(default_max_cgroups(40_000), 65_536);
+        assert_eq!(default_max_cgroups(u64::MAX), 1 << 19);
+        // An explicit flag wins.
+        let Ok(Cli {
+            command: Command::Stream(a),
+            ..
+        }) = Cli::try_parse_from(["cgtrace", "stream", "--max-cgroups", "256"])
+        else {
+            panic!("stream did not parse");
+        };
+        assert_eq!(a.trace.session().max_cgroups, 256);
     }
 
     #[test]
