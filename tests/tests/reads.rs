@@ -170,10 +170,9 @@ fn memory_stat_reads_slow_down_with_dying_memcgs_and_match_strace() -> anyhow::R
         "too few slow reads matched: {by_stage:?}"
     );
     // strace's -T includes ptrace stops, which now and then wait for a CPU on this 2-CPU host:
-    // most reads (and the median) must agree within 20 %.
-    // A read too fast for a slow_read event is skipped above, so 5 matched reads may hold the one
-    // strace overstated (0.76 once in CI: 4 889 µs against strace's 6 392): one low read is
-    // allowed whatever the count, a high one never beyond 5 in 6.
+    // most reads (and the median) must agree within 20 %. A read too fast for a slow_read event
+    // is skipped above, so 5 matched reads may hold the one strace overstated (0.76 once in CI):
+    // one low read is allowed whatever the count, a high one never beyond 5 in 6.
     let close = ratios.iter().filter(|r| (0.8..=1.2).contains(*r)).count();
     let high = ratios.iter().filter(|r| **r > 1.2).count();
     assert!(
