@@ -33,7 +33,8 @@ struct Entry {
 
 /// Per-cgroup state across windows.
 pub struct Aggregator {
-    hierarchy: String,
+    /// Shared by every window entry (one string, not one per cgroup per window).
+    hierarchy: std::sync::Arc<str>,
     resolver: Resolver,
     names: Names,
     table: HashMap<u64, Entry>,
@@ -59,7 +60,7 @@ pub struct WindowOutput {
 impl Aggregator {
     pub fn new(hierarchy: String, resolver: Resolver, names: Names, max_cgroups: usize) -> Self {
         Self {
-            hierarchy,
+            hierarchy: hierarchy.into(),
             resolver,
             names,
             table: HashMap::new(),
@@ -148,10 +149,7 @@ impl Aggregator {
                 &mut cgroups,
                 &blame,
                 input.blame_caps,
-                |id| {
-                    let (path, name) = self.describe(id);
-                    (path, name.map(|n| n.display))
-                },
+                |id| self.describe_display(id),
                 |pid| {
                     std::fs::read_to_string(format!("/proc/{pid}/comm"))
                         .ok()
@@ -214,6 +212,16 @@ impl Aggregator {
         let path = self.resolver.path_of(id).map(|p| p.to_string());
         let name = path.as_deref().and_then(|p| self.names.name(p));
         (path, name)
+    }
+
+    /// [`describe`](Self::describe) with the name's display form only (what the ledger's
+    /// parties show): the rest of a table entry's name is not copied.
+    fn describe_display(&mut self, id: u64) -> (Option<String>, Option<String>) {
+        if let Some(e) = self.table.get(&id) {
+            return (e.path.clone(), e.name.as_ref().map(|n| n.display.clone()));
+        }
+        let (path, name) = self.describe(id);
+        (path, name.map(|n| n.display))
     }
 
     /// Since-start histograms of every tracked cgroup, for the closing summary.

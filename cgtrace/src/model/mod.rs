@@ -259,7 +259,7 @@ pub struct EventCounts {
 pub struct CgroupWindow {
     /// `kernfs_node.id` (the directory's inode number) in `hierarchy`.
     pub id: u64,
-    pub hierarchy: String,
+    pub hierarchy: std::sync::Arc<str>,
     /// Path relative to the hierarchy's mount (`/` for the root); `null` if it could not be
     /// resolved (the cgroup was removed before it was seen).
     pub path: Option<String>,
@@ -307,7 +307,7 @@ impl CgroupWindow {
     /// A cgroup's window with its naming and run-queue part; the other families add theirs.
     pub fn new(
         id: u64,
-        hierarchy: String,
+        hierarchy: impl Into<std::sync::Arc<str>>,
         path: Option<String>,
         name: Option<&crate::cgroup::name::Name>,
         runq: RunqWindow,
@@ -317,7 +317,7 @@ impl CgroupWindow {
             .unwrap_or_default();
         Self {
             id,
-            hierarchy,
+            hierarchy: hierarchy.into(),
             path,
             name: name.map(|n| n.display.clone()),
             name_kind: name.map(|n| n.kind),

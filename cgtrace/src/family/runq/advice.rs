@@ -59,7 +59,7 @@ pub fn long_waits(cg: &CgroupWindow, duration_ms: u64) -> Option<Flag> {
     if all.count < FLAG_MIN_WAITS || all.p99_us < FLAG_P99_US {
         return None;
     }
-    let knobs = if cg.hierarchy == "cpu" {
+    let knobs = if &*cg.hierarchy == "cpu" {
         Knobs::V1
     } else {
         Knobs::V2

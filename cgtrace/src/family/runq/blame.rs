@@ -14,6 +14,10 @@ use cgtrace_common::runq::{
     CULPRIT_THROTTLED_ANCESTOR, CULPRIT_THROTTLED_OWN, culprit_task_tgid,
 };
 
+/// The window's own maps and sets of ids (never keyed by what a tenant controls).
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// Whether a culprit id is a marker rather than a cgroup.
 pub fn is_marker(culprit: u64) -> bool {
     culprit >= CULPRIT_MARKERS
@@ -114,8 +118,8 @@ pub fn attach_named(
     mut comm: impl FnMut(u32) -> Option<String>,
 ) {
     // Lists, not pair maps: at 10 000 cgroups a window holds hundreds of thousands of pairs.
-    let mut by_victim: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
-    let mut by_culprit: StdHashMap<u64, Vec<(u64, u64)>> = StdHashMap::new();
+    let mut by_victim: FastMap<u64, Vec<(u64, u64)>> = FastMap::default();
+    let mut by_culprit: FastMap<u64, Vec<(u64, u64)>> = FastMap::default();
     for (k, &ns) in blame {
         by_victim.entry(k.victim).or_default().push((k.culprit, ns));
         // A root-cgroup task's charge is the root cgroup's doing (several tasks' charges to one
@@ -126,19 +130,20 @@ pub fn attach_named(
             by_culprit.entry(culprit).or_default().push((k.victim, ns));
         }
     }
-    let mut comms: StdHashMap<u32, Option<String>> = StdHashMap::new();
+    let mut comms: FastMap<u32, Option<String>> = FastMap::default();
     // The root cgroup: kernel threads and host processes outside any cgroup (`kernel_us`).
-    let roots: std::collections::HashSet<u64> = by_victim
+    // Each culprit is looked at once, not once per victim it delayed (at 10 000 cgroups that
+    // was a path copied per pair).
+    let mut seen: FastSet<u64> = FastSet::default();
+    let roots: FastSet<u64> = by_victim
         .values()
         .flatten()
         .map(|&(c, _)| c)
         .filter(|&c| {
             // A task culprit is no cgroup: never looked up (an unknown id costs a walk).
-            !is_marker(c)
-                && c != 0
-                && culprit_task_tgid(c).is_none()
-                && describe(c).0.as_deref() == Some("/")
+            !is_marker(c) && c != 0 && culprit_task_tgid(c).is_none() && seen.insert(c)
         })
+        .filter(|&c| describe(c).0.as_deref() == Some("/"))
         .collect();
     let is_root = |c: u64| roots.contains(&c);
     let mut party = |id: u64, ns: u64| {
@@ -411,7 +416,7 @@ mod tests {
     fn cg(id: u64, wait_us: f64) -> CgroupWindow {
         let mut runq = RunqWindow::default();
         runq.all.sum_us = wait_us;
-        CgroupWindow::new(id, "cgroup2".into(), Some(format!("/c{id}")), None, runq)
+        CgroupWindow::new(id, "cgroup2", Some(format!("/c{id}")), None, runq)
     }
 
     #[test]

@@ -324,7 +324,7 @@ pub(crate) mod tests {
         let mut runq = RunqWindow::default();
         runq.all.sum_us = wait_ms * 1e3;
         runq.blame = blame;
-        let mut c = CgroupWindow::new(id, "cgroup2".into(), Some(format!("/c{id}")), None, runq);
+        let mut c = CgroupWindow::new(id, "cgroup2", Some(format!("/c{id}")), None, runq);
         if caused_ms > 0.0 {
             c.caused = Some(Caused {
                 wait_us: caused_ms * 1e3,
