@@ -332,14 +332,22 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
     // Sized to its kinds: grown one by one it would hold room for four (a `Vec`'s first
     // capacity), 0.4 KB more in each cgroup of every window.
-    let mut by_kind = crate::model::kind_map::KindMap::with_capacity(kinds.iter().count());
+    let n = kinds.iter().count();
+    let mut by_kind = crate::model::kind_map::KindMap::with_capacity(n);
+    // A cgroup with waits of one kind (most of them) has that kind's summary as its whole.
+    let mut only = None;
     for (kind, h) in kinds.iter() {
         let h = h.to_hist();
-        all.merge(&h);
-        by_kind.insert(kind.name().to_string(), h.summary());
+        let summary = h.summary();
+        if n == 1 {
+            only = Some(summary.clone());
+        } else {
+            all.merge(&h);
+        }
+        by_kind.insert(kind.name(), summary);
     }
     RunqWindow {
-        all: all.summary(),
+        all: only.unwrap_or_else(|| all.summary()),
         kinds: by_kind,
         blame: None,
         run_delay_asleep_us: 0.0,
@@ -399,6 +407,24 @@ mod tests {
             .collect();
         let agg = aggregator(tmp.path(), max);
         (tmp, agg, ids)
+    }
+
+    #[test]
+    fn a_window_of_one_kind_has_that_kind_as_its_whole_and_of_two_their_sum() {
+        let mut one = KindHists::default();
+        for ns in [900, 40_000, 2_000_000] {
+            one.record(WaitKind::Preempt, ns);
+        }
+        let w = runq_window(&one);
+        assert_eq!(w.all, w.kinds["preempt"]);
+        let two = waits(3, 5_000);
+        let w = runq_window(&two);
+        let mut sum = Hist::default();
+        for (_, h) in two.iter() {
+            sum.merge(&h.to_hist());
+        }
+        assert_eq!(w.all, sum.summary());
+        assert_eq!((w.all.count, w.kinds.len()), (4, 2));
     }
 
     #[test]

@@ -438,7 +438,7 @@ mod tests {
                 path: Some(path.into()),
                 ..CgroupWindow::default()
             };
-            c.runq.kinds.insert("wakeup".into(), h.summary());
+            c.runq.kinds.insert("wakeup", h.summary());
             c.runq.all = h.summary();
             c
         };

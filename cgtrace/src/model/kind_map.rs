@@ -2,7 +2,7 @@
 //! a `BTreeMap`: a cgroup has one to three kinds, and a `BTreeMap` leaf is sized for eleven
 //! (1.1 KiB with these values), in every cgroup of every window and of the since-start totals.
 
-use std::{fmt, ops::Index};
+use std::{borrow::Cow, fmt, ops::Index};
 
 use serde::{
     Deserialize, Deserializer, Serialize, Serializer,
@@ -12,9 +12,11 @@ use serde::{
 
 use crate::hist::HistSummary;
 
-/// Histograms by wait kind name, sorted by name (so it serialises as a `BTreeMap` did).
+/// Histograms by wait kind name, sorted by name (so it serialises as a `BTreeMap` did). A live
+/// window's names are the kinds' own (`&'static str`, nothing allocated per cgroup); a
+/// recording's are read as strings.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct KindMap(Vec<(String, HistSummary)>);
+pub struct KindMap(Vec<(Cow<'static, str>, HistSummary)>);
 
 impl KindMap {
     /// Empty, with room for `n` kinds.
@@ -31,15 +33,16 @@ impl KindMap {
     }
 
     /// Sets `kind`'s histogram (replacing any).
-    pub fn insert(&mut self, kind: String, h: HistSummary) {
+    pub fn insert(&mut self, kind: impl Into<Cow<'static, str>>, h: HistSummary) {
+        let kind = kind.into();
         match self.find(&kind) {
             Ok(i) => self.0[i].1 = h,
             Err(i) => self.0.insert(i, (kind, h)),
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &HistSummary)> {
-        self.0.iter().map(|(k, h)| (k, h))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &HistSummary)> {
+        self.0.iter().map(|(k, h)| (&**k, h))
     }
 
     pub fn len(&self) -> usize {
@@ -51,7 +54,7 @@ impl KindMap {
     }
 
     fn find(&self, kind: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(kind))
+        self.0.binary_search_by(|(k, _)| (**k).cmp(kind))
     }
 }
 
@@ -64,13 +67,13 @@ impl Index<&str> for KindMap {
 }
 
 impl<'a> IntoIterator for &'a KindMap {
-    type Item = (&'a String, &'a HistSummary);
+    type Item = (&'a str, &'a HistSummary);
     type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, HistSummary)>,
-        fn(&'a (String, HistSummary)) -> (&'a String, &'a HistSummary),
+        std::slice::Iter<'a, (Cow<'static, str>, HistSummary)>,
+        fn(&'a (Cow<'static, str>, HistSummary)) -> (&'a str, &'a HistSummary),
     >;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, h)| (k, h))
+        self.0.iter().map(|(k, h)| (&**k, h))
     }
 }
 
@@ -78,7 +81,7 @@ impl Serialize for KindMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.0.len()))?;
         for (k, h) in &self.0 {
-            m.serialize_entry(k, h)?;
+            m.serialize_entry(&**k, h)?;
         }
         m.end()
     }
@@ -121,9 +124,9 @@ mod tests {
     #[test]
     fn it_reads_and_writes_as_the_sorted_map_it_replaces() {
         let mut m = KindMap::default();
-        m.insert("wakeup".into(), h(3));
-        m.insert("preempt".into(), h(1));
-        m.insert("wakeup".into(), h(4));
+        m.insert("wakeup", h(3));
+        m.insert("preempt", h(1));
+        m.insert("wakeup", h(4));
         let json = serde_json::to_string(&m).unwrap();
         let map: std::collections::BTreeMap<String, HistSummary> =
             [("wakeup".into(), h(4)), ("preempt".into(), h(1))].into();

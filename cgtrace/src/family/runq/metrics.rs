@@ -33,7 +33,10 @@ impl Series {
     /// Adds the window of `c` that ended at `now_ms` (Unix ms).
     pub fn add(&mut self, c: &CgroupWindow, now_ms: u64) {
         for (kind, h) in &c.runq.kinds {
-            self.by_kind.entry(kind.clone()).or_default().add(h);
+            match self.by_kind.get_mut(kind) {
+                Some(acc) => acc.add(h),
+                None => self.by_kind.entry(kind.to_string()).or_default().add(h),
+            }
         }
         if let Some(b) = &c.runq.blame {
             let parts = b.parts();
