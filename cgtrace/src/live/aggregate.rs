@@ -4,10 +4,6 @@
 
 use std::collections::HashMap;
 
-/// The table's maps, keyed by kernel-assigned ids: foldhash, looked up many times per cgroup in
-/// every window.
-type IdMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
-
 use crate::{
     cgroup::{Names, Resolver, name},
     family::collect::{Collector, WindowInput},
@@ -41,7 +37,7 @@ pub struct Aggregator {
     hierarchy: std::sync::Arc<str>,
     resolver: Resolver,
     names: Names,
-    table: IdMap<Entry>,
+    table: HashMap<u64, Entry>,
     max_cgroups: usize,
     evicted: u64,
     seq: u64,
@@ -51,7 +47,7 @@ pub struct Aggregator {
     /// Cgroups removed in the last [`DEPARTED_WINDOWS`] windows (id -> window it left in), at
     /// most `max_cgroups`: cgroup ids are not reused, so what comes for one of them later is
     /// dropped and counted (`after_removal`), and its kernel entries deleted again.
-    departed: IdMap<u64>,
+    departed: HashMap<u64, u64>,
 }
 
 /// A window and the cgroups that left the table while building it: removed, or evicted beyond
@@ -67,13 +63,13 @@ impl Aggregator {
             hierarchy: hierarchy.into(),
             resolver,
             names,
-            table: IdMap::default(),
+            table: HashMap::new(),
             max_cgroups: max_cgroups.max(1),
             evicted: 0,
             seq: 0,
             sweep_cursor: 0,
             blame_carry: Default::default(),
-            departed: IdMap::default(),
+            departed: HashMap::new(),
         }
     }
 
