@@ -332,22 +332,19 @@ pub fn runq_window(kinds: &KindHists) -> RunqWindow {
     let mut all = Hist::default();
     // Sized to its kinds: grown one by one it would hold room for four (a `Vec`'s first
     // capacity), 0.4 KB more in each cgroup of every window.
-    let n = kinds.iter().count();
-    let mut by_kind = crate::model::kind_map::KindMap::with_capacity(n);
-    // A cgroup with waits of one kind (most of them) has that kind's summary as its whole.
-    let mut only = None;
+    let mut by_kind = crate::model::kind_map::KindMap::with_capacity(kinds.iter().count());
     for (kind, h) in kinds.iter() {
         let h = h.to_hist();
-        let summary = h.summary();
-        if n == 1 {
-            only = Some(summary.clone());
-        } else {
-            all.merge(&h);
-        }
-        by_kind.insert(kind.name(), summary);
+        all.merge(&h);
+        by_kind.insert(kind.name(), h.summary());
     }
+    // A cgroup with waits of one kind (most of them) has that kind's summary as its whole.
+    let all = match by_kind.iter().next() {
+        Some((_, only)) if by_kind.len() == 1 => only.clone(),
+        _ => all.summary(),
+    };
     RunqWindow {
-        all: only.unwrap_or_else(|| all.summary()),
+        all,
         kinds: by_kind,
         blame: None,
         run_delay_asleep_us: 0.0,
