@@ -13,7 +13,7 @@ use super::{
     columns::{self, Column},
     family::{FAMILIES, Family},
     filter::{Filter, FilterKind},
-    render::{layout, name, theme::Theme},
+    render::{layout, theme::Theme},
     rows::{self, Row, RowKey, Store, TreeMark, ViewSpec},
 };
 
@@ -386,13 +386,7 @@ impl App {
             tree: self.tree,
             folded: &self.folded,
         };
-        rows::build(&self.store, &spec, &mut self.tree_shape, &mut self.rows);
-        self.name_width = self
-            .rows
-            .iter()
-            .map(|r| name::name_cell_width(r, &self.store.label(r)))
-            .max()
-            .unwrap_or(0);
+        self.name_width = rows::build(&self.store, &spec, &mut self.tree_shape, &mut self.rows);
         if let Some(key) = &self.selected
             && let Some(i) = self.rows.iter().position(|r| &r.key == key)
         {

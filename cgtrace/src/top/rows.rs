@@ -15,6 +15,7 @@ use super::{
     columns::{Column, Source},
     family::{Ctx, Family, Flag},
     filter::{Filter, haystack},
+    format,
 };
 
 /// Idle cgroups are forgotten after this many windows without a wait, at the next sweep (they come back with their
@@ -40,6 +41,9 @@ pub struct Tracked {
     ident: u64,
     /// Depth of its path (0 for the root or an unknown path).
     pub depth: u16,
+    /// Display columns of its flat row's name cell ([`name_width`]), kept with the ident so that
+    /// fitting the name column reads no string.
+    flat_width: u32,
     /// The families' diagnoses in its last window (only current while it is active).
     pub flags: Vec<Flag>,
 }
@@ -50,7 +54,7 @@ impl Tracked {
         match (&self.cg.name, &self.cg.path) {
             (Some(n), _) => Cow::Borrowed(n),
             (None, Some(p)) => Cow::Borrowed(p),
-            (None, None) => Cow::Owned(format!("(cgroup {} gone)", self.cg.id)),
+            (None, None) => Cow::Owned(gone_label(self.cg.id)),
         }
     }
 }
@@ -133,13 +137,50 @@ fn ident_of(name: Option<&str>, path: Option<&str>) -> u64 {
     foldhash::fast::FixedState::default().hash_one((name, path))
 }
 
-/// What a cgroup's name, path and QoS class give its row: the filter's haystack and the tree
-/// depth.
-fn filter_and_depth(cg: &CgroupWindow) -> (String, u16) {
+/// What a cgroup's name, path and QoS class give its row: the filter's haystack, the tree
+/// depth and its flat row's name width.
+fn filter_and_depth(cg: &CgroupWindow) -> (String, u16, u32) {
+    let depth = cg.path.as_deref().map_or(0, depth_of);
+    let width = match (&cg.name, &cg.path) {
+        (Some(l), _) | (None, Some(l)) => {
+            name_width(None, depth, format::width(l), l.starts_with('/'))
+        }
+        (None, None) => name_width(None, depth, gone_label(cg.id).len(), false),
+    };
     (
         haystack(cg.name.as_deref(), cg.path.as_deref(), cg.qos.as_deref()),
-        cg.path.as_deref().map_or(0, depth_of),
+        depth,
+        u32::try_from(width).unwrap_or(u32::MAX),
     )
+}
+
+/// The label of a cgroup that has neither name nor path.
+fn gone_label(id: u64) -> String {
+    format!("(cgroup {id} gone)")
+}
+
+/// Display columns a row's name cell needs to show its label whole (what the name column grows
+/// to, up to the room the numbers leave), from the label's own width: the depth dots before a
+/// flat row's name (a path shows its own depth), the tree's indentation, fold marker and folded
+/// count. [`crate::top::render::name`] draws the same decoration.
+pub fn name_width(
+    tree: Option<TreeMark>,
+    depth: u16,
+    label_width: usize,
+    label_is_path: bool,
+) -> usize {
+    match tree {
+        None if label_is_path => label_width,
+        None => usize::from(depth.saturating_sub(1).min(4)) + label_width,
+        Some(mark) => {
+            // " (+N)" after a folded node.
+            let suffix = match mark {
+                TreeMark::Folded(n) => 4 + n.checked_ilog10().unwrap_or(0) as usize + 1,
+                TreeMark::Leaf | TreeMark::Open => 0,
+            };
+            usize::from(depth) * 2 + 2 + label_width + suffix
+        }
+    }
 }
 
 /// Idle cgroups are looked for (a pass over the whole table) once every this many windows.
@@ -204,7 +245,7 @@ impl Store {
             let ident = ident_of(cg.name.as_deref(), cg.path.as_deref());
             if t.ident != ident {
                 t.ident = ident;
-                (t.haystack, t.depth) = filter_and_depth(cg);
+                (t.haystack, t.depth, t.flat_width) = filter_and_depth(cg);
                 self.shape_gen += 1;
             }
             // The new data into the box the view keeps, the old into the window's slot: no
@@ -226,12 +267,13 @@ impl Store {
             if cg.removed {
                 self.removed.push(cg.id);
             }
-            let (haystack, depth) = filter_and_depth(&cg);
+            let (haystack, depth, flat_width) = filter_and_depth(&cg);
             let t = Tracked {
                 id: cg.id,
                 haystack,
                 ident: ident_of(cg.name.as_deref(), cg.path.as_deref()),
                 depth,
+                flat_width,
                 cg,
                 last_seq: seq,
                 flags,
@@ -400,13 +442,18 @@ fn parent_of(path: &str) -> &str {
 }
 
 /// The visible rows, in order, into `out` (its allocation is reused). The tree view keeps its
-/// shape in `shape` between calls.
-pub fn build(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, out: &mut Vec<Row>) {
+/// shape in `shape` between calls. Returns the widest row's name cell ([`name_width`]).
+pub fn build(
+    store: &Store,
+    spec: &ViewSpec<'_>,
+    shape: &mut TreeShape,
+    out: &mut Vec<Row>,
+) -> usize {
     out.clear();
     if spec.tree {
-        build_tree(store, spec, shape, out);
+        build_tree(store, spec, shape, out)
     } else {
-        build_flat(store, spec, out);
+        build_flat(store, spec, out)
     }
 }
 
@@ -414,10 +461,15 @@ fn visible(store: &Store, t: &Tracked, spec: &ViewSpec<'_>) -> bool {
     (!spec.hide_idle || store.is_active(t)) && spec.filter.matches(&t.haystack)
 }
 
-fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
+fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) -> usize {
     let ctx = store.ctx.unwrap_or(Ctx { duration_ms: 1000 });
     let by_name = matches!(spec.sort.source, Source::Name);
     let shown: Vec<&Tracked> = store.iter().filter(|t| visible(store, t, spec)).collect();
+    let widest = shown
+        .iter()
+        .map(|t| t.flat_width as usize)
+        .max()
+        .unwrap_or(0);
     let items: Vec<(Option<f64>, Cow<'_, str>, &Tracked)> = shown
         .iter()
         .enumerate()
@@ -447,7 +499,7 @@ fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
             ord.then_with(|| ties(&items[a], &items[b]))
         });
         out.extend(order.into_iter().map(|i| flat_row(items[i].2)));
-        return;
+        return widest;
     }
     // By a 12-byte (order, position) pair instead of the 40-byte items: the order of the keys is
     // an integer's, so most comparisons read nothing else; runs of equal keys (idle cgroups,
@@ -468,6 +520,7 @@ fn build_flat(store: &Store, spec: &ViewSpec<'_>, out: &mut Vec<Row>) {
             .into_iter()
             .map(|(_, i)| flat_row(items[i as usize].2)),
     );
+    widest
 }
 
 /// A numeric sort key as an integer in the order [`cmp_keys`] gives (`f64::total_cmp`, reversed
@@ -514,6 +567,8 @@ struct ShapeNode {
     path: Arc<str>,
     id: Option<u64>,
     label: Arc<str>,
+    /// The label's display width (`format::width`).
+    label_width: usize,
     children: Vec<usize>,
 }
 
@@ -529,6 +584,7 @@ impl TreeShape {
         self.nodes.push(ShapeNode {
             path: root.clone(),
             id: None,
+            label_width: format::width(&root),
             label: root.clone(),
             children: Vec::new(),
         });
@@ -549,6 +605,7 @@ impl TreeShape {
             nodes.push(ShapeNode {
                 path: path.clone(),
                 id: None,
+                label_width: format::width(&label),
                 label,
                 children: Vec::new(),
             });
@@ -561,10 +618,12 @@ impl TreeShape {
                 Some(p) => ensure(p, &mut self.nodes, &mut index),
                 None => {
                     let i = self.nodes.len();
+                    let label = t.flat_label();
                     self.nodes.push(ShapeNode {
                         path: Arc::from(""),
                         id: None,
-                        label: Arc::from(t.flat_label().as_ref()),
+                        label_width: format::width(&label),
+                        label: Arc::from(label.as_ref()),
                         children: Vec::new(),
                     });
                     self.nodes[0].children.push(i);
@@ -575,12 +634,18 @@ impl TreeShape {
             node.id = Some(t.id);
             if let Some(name) = &t.cg.name {
                 node.label = Arc::from(name.as_str());
+                node.label_width = format::width(name);
             }
         }
     }
 }
 
-fn build_tree(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, rows: &mut Vec<Row>) {
+fn build_tree(
+    store: &Store,
+    spec: &ViewSpec<'_>,
+    shape: &mut TreeShape,
+    rows: &mut Vec<Row>,
+) -> usize {
     shape.update(store);
     let nodes = &shape.nodes;
     let n = nodes.len();
@@ -634,8 +699,9 @@ fn build_tree(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, rows: &
         };
     }
     if !shown[0] {
-        return;
+        return 0;
     }
+    let mut widest = 0;
     let mut stack = vec![(0usize, 0u16)];
     let mut kids: Vec<usize> = Vec::new();
     while let Some((i, depth)) = stack.pop() {
@@ -648,6 +714,7 @@ fn build_tree(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, rows: &
         } else {
             TreeMark::Open
         };
+        widest = widest.max(name_width(Some(mark), depth, node.label_width, false));
         rows.push(Row {
             key: match node.id {
                 Some(id) => RowKey::Cgroup(id),
@@ -674,6 +741,7 @@ fn build_tree(store: &Store, spec: &ViewSpec<'_>, shape: &mut TreeShape, rows: &
             stack.push((c, depth + 1));
         }
     }
+    widest
 }
 
 #[cfg(test)]

@@ -1063,3 +1063,43 @@ fn c_sorts_by_harm_caused() {
             .is_some_and(|m| m.contains("--no-blame"))
     );
 }
+
+/// The name column's width, kept from each cgroup's cached label width while the order is built,
+/// is the widest name cell the table draws: flat and tree, folded, escaped and wide names, a
+/// cgroup with neither name nor path, and after a cgroup's name changes.
+#[test]
+fn the_name_width_is_the_widest_name_cell() {
+    fn widest(app: &App) -> usize {
+        app.rows
+            .iter()
+            .map(|r| crate::top::render::name::name_cell_width(r, &app.label(r)))
+            .max()
+            .unwrap_or(0)
+    }
+    let mut cgs = hostile();
+    cgs.push(cg(30, "/a/b/c/d/e/f/g/deep", Some("deep-name"), 3, 3));
+    let mut gone = cg(31, "/", None, 2, 2);
+    gone.path = None;
+    cgs.push(gone);
+    let mut app = app_sized(hello(&["runq"]), cgs.clone(), 200, 40);
+    assert_eq!(app.name_width, widest(&app));
+    app.apply(cmd(Command::Tree));
+    assert_eq!(app.name_width, widest(&app));
+    // Fold a node with descendants: its count goes after its label.
+    app.apply(cmd(Command::Home));
+    app.apply(cmd(Command::Down));
+    app.apply(cmd(Command::Collapse));
+    assert!(
+        app.rows
+            .iter()
+            .any(|r| matches!(r.tree, Some(TreeMark::Folded(_))))
+    );
+    assert_eq!(app.name_width, widest(&app));
+    // A renamed cgroup's width follows its new name, in both views.
+    cgs[3].name = Some("a-much-longer-name-than-any-other-cgroup-on-this-host-has".repeat(2));
+    app.apply(window(2, cgs));
+    assert_eq!(app.name_width, widest(&app));
+    app.apply(cmd(Command::Tree));
+    assert_eq!(app.name_width, widest(&app));
+    assert!(app.name_width > 100);
+}

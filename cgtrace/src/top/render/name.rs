@@ -2,7 +2,7 @@
 
 use crate::top::{
     format,
-    rows::{Row, TreeMark},
+    rows::{self, Row, TreeMark},
 };
 
 /// Widest indentation of a tree row, as a share of the name column.
@@ -20,10 +20,14 @@ pub fn name_cell(row: &Row, label: &str, w: usize) -> String {
 }
 
 /// Display columns a row's name cell needs to show its label whole (what the name column grows
-/// to, up to the room the numbers leave).
+/// to, up to the room the numbers leave): [`rows::name_width`] of the label's width.
 pub fn name_cell_width(row: &Row, label: &str) -> usize {
-    let (lead, suffix) = name_decoration(row, label, usize::MAX);
-    lead.chars().count() + format::width(label) + suffix.chars().count()
+    rows::name_width(
+        row.tree,
+        row.depth,
+        format::width(label),
+        label.starts_with('/'),
+    )
 }
 
 /// What goes around a label in its cell `w` columns wide: the depth dots, or the tree's indent
