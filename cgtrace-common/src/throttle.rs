@@ -36,7 +36,10 @@ pub struct OpenEpisode {
 pub struct OpenEpisodes {
     /// Slots in use, so the common case (none) costs one load.
     pub n_open: u32,
-    pub _pad: u32,
+    /// Scratch for the search of a free slot (the first free one found): kept in the map
+    /// value, not in a register, so the verifier follows one path per slot searched instead of
+    /// one per (slot, free slot found so far) pair.
+    pub free_hint: u32,
     pub slots: [OpenEpisode; MAX_OPEN_PER_CPU],
 }
 

@@ -113,19 +113,26 @@ fn task_throttled<const DIRECT: bool>(c: *mut Counters, cfs_rq: *const u8, now: 
         return;
     };
     let key = cfs_rq as u64;
-    let mut free = MAX_OPEN_PER_CPU;
     // SAFETY: per-CPU map value, only touched from this CPU.
     unsafe {
+        // The first free slot is noted in the map value, which the verifier does not track: as
+        // a register it made every (slot, first free slot) pair a state of its own, twice per
+        // switch-out (two levels), and the direct `sched_switch_stamps` went over the verifier's
+        // 1 M instructions on 6.18 (the probe-read variant ran instead, after ~20 s of retries).
+        // Volatile, or the compiler keeps it in a register all the same.
+        let hint = &raw mut (*open).free_hint;
+        hint.write_volatile(MAX_OPEN_PER_CPU as u32);
         for i in 0..MAX_OPEN_PER_CPU {
             let slot = &mut (*open).slots[i];
             if slot.cfs_rq == key {
                 slot.tasks += 1;
                 return;
             }
-            if slot.cfs_rq == 0 && free == MAX_OPEN_PER_CPU {
-                free = i;
+            if slot.cfs_rq == 0 && hint.read_volatile() == MAX_OPEN_PER_CPU as u32 {
+                hint.write_volatile(i as u32);
             }
         }
+        let free = hint.read_volatile() as usize;
         if free >= MAX_OPEN_PER_CPU {
             count(c, counters::THROTTLE_SLOTS_FULL);
             return;
