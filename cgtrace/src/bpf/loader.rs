@@ -36,6 +36,20 @@ fn per_cpu(each: u32, floor: u32) -> u32 {
     cpus.saturating_mul(each).max(floor)
 }
 
+/// What the verifier writes when a program is refused (aya loads without a log and, on a refusal,
+/// loads again with one, growing it while it overflows). Its per-instruction trace
+/// (`VerifierLogLevel::DEBUG`, aya's default) made each retry of a refused program cost three
+/// times the refusal itself: ~20 s of kernel time at start on a host where a variant is refused
+/// and another taken. The default is the refusal's reason and the verifier's statistics;
+/// `CGTRACE_VERIFIER_LOG=debug` gives the whole trace to whoever debugs a refusal.
+fn verifier_log_level() -> aya::VerifierLogLevel {
+    if std::env::var("CGTRACE_VERIFIER_LOG").is_ok_and(|v| v == "debug") {
+        aya::VerifierLogLevel::DEBUG | aya::VerifierLogLevel::STATS
+    } else {
+        aya::VerifierLogLevel::STATS
+    }
+}
+
 /// Run-queue histograms for `max_cgroups` cgroups: one per wait kind. Fewer (two: few cgroups
 /// are ever throttled) lost waits to `runq_hist_full` while cgroups churned past `max_cgroups`
 /// (a window's new cgroups take slots before the daemon evicts the old ones), so the mapped
@@ -192,6 +206,7 @@ impl Tracer {
         let mut loader = EbpfLoader::new();
         // aya has no user-space type for task storage; only the programs use it.
         loader.allow_unsupported_maps();
+        loader.verifier_log_level(verifier_log_level());
         // Histograms per (cgroup, wait kind): with task storage slots of an array, without it a
         // hash; the same number either way, and the other tables get one entry.
         let hists = runq_histograms(opts.max_cgroups);
