@@ -55,6 +55,10 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     let hello = s.hello().clone();
     assert_eq!(hello["cgroup"]["runq_hierarchy"], runq_mount().1);
     assert_eq!(hello["families"]["runq"]["mode"], "tp_btf");
+    // The default programs load as written (direct field reads), not the probe-read fallback
+    // a verifier takes them to when they go over its budget.
+    let detail = hello["families"]["runq"]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("direct BTF field access"), "{detail}");
     Ok(())
 }
 
@@ -671,6 +675,7 @@ fn wait_starts_match_run_delay(
         .unwrap_or_default()
         .to_string();
     assert!(detail.contains(detail_has), "{detail}");
+    assert!(detail.contains("direct BTF field access"), "{detail}");
     // Every kernel this runs on has rq.clock through task_struct.se.cfs_rq (fair group
     // scheduling): cgtrace's own stamps are taken in the clock of run_delay.
     assert!(

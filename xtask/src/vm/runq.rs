@@ -211,6 +211,14 @@ pub(super) fn check_hello(expected_kernel: &str, hello: &Value, f: &mut Vec<Stri
             "hello families.runq.detail times waits in neither the run queue's clock nor the kernel's own stamps: {detail}"
         ));
     }
+    // The direct variants verify on every matrix kernel: the probe-read fallback is for kernels
+    // that refuse them, and taking it here means a change pushed a program over the verifier's
+    // budget (it costs more per switch, and seconds of verifying at every start).
+    if !detail.contains("direct BTF field access") {
+        f.push(format!(
+            "hello families.runq.detail: the direct variants did not load: {detail}"
+        ));
+    }
 }
 
 pub(super) fn hello_text(hello: &Value, pointer: &str) -> Option<String> {
