@@ -57,7 +57,9 @@ fn crowded_sleeper_waits_longer_than_quiet_sleeper() -> anyhow::Result<()> {
     assert_eq!(hello["families"]["runq"]["mode"], "tp_btf");
     // The default programs load as written (direct field reads), not the probe-read fallback
     // a verifier takes them to when they go over its budget.
-    let detail = hello["families"]["runq"]["detail"].as_str().unwrap_or_default();
+    let detail = hello["families"]["runq"]["detail"]
+        .as_str()
+        .unwrap_or_default();
     assert!(detail.contains("direct BTF field access"), "{detail}");
     Ok(())
 }
