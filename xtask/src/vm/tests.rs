@@ -20,7 +20,7 @@ fn assert_failures(failures: &[String], want: &[&str]) -> String {
     all
 }
 
-const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; waits timed in the run queue's clock (rq.clock, …)"}}}"#;
+const HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.1.0-56-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; direct BTF field access; …; waits timed in the run queue's clock (rq.clock, …)"}}}"#;
 const WINDOW_1: &str = r#"{"type":"window","seq":1,"events":{"seen":900,"dropped":2},"cgroups":[{"id":7,"hierarchy":"cgroup2","path":"/cgtrace-vm-busy","name":"cgtrace-vm-busy","runq":{"count":310,"p50_us":900.0,"p99_us":4000.0,"max_us":5000.0,"buckets":[[1024,3]],"kinds":{}}}]}"#;
 const WINDOW_2: &str = r#"{"type":"window","seq":2,"events":{"seen":800,"dropped":1},"cgroups":[{"id":8,"hierarchy":"cgroup2","path":"/cgtrace-vm-quiet","name":"cgtrace-vm-quiet","runq":{"count":40,"sum_us":800.0,"p50_us":20.0,"p99_us":90.0,"max_us":100.0,"buckets":[],"kinds":{},"blame":{"throttled_own_us":0.0,"throttled_ancestor_us":0.0,"siblings_us":0.0,"neighbours":[{"id":7,"path":"/cgtrace-vm-busy","name":null,"wait_us":700.0}],"neighbours_other_us":0.0,"unattributed_us":100.0}}},{"id":1,"hierarchy":"cgroup2","path":"/","runq":{"count":5}}]}"#;
 
@@ -64,6 +64,16 @@ fn check_rejects_v1_layout_wrong_kernel_and_missing_cgroup() {
 }
 
 #[test]
+fn check_rejects_the_probe_read_fallback() {
+    let hello = HELLO.replace(
+        "direct BTF field access",
+        "bpf_probe_read_kernel (direct access refused: BPF program is too large)",
+    );
+    let report = check_stream("6.1", &captured(&hello));
+    assert_failures(&report.failures, &["the direct variants did not load"]);
+}
+
+#[test]
 fn check_rejects_missing_markers_and_bad_json() {
     let report = check_stream("6.1", &lines("boot\nCGTRACE-VM-EXIT 1"));
     assert_eq!(report.failures, vec![format!("no {STREAM_BEGIN} line")]);
@@ -74,7 +84,7 @@ fn check_rejects_missing_markers_and_bad_json() {
     );
 }
 
-const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; waits timed in the run queue's clock (rq.clock, …)"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
+const THR_HELLO: &str = r#"{"type":"hello","schema":1,"kernel":"6.12.117+deb12-cloud-amd64","cgroup":{"layout":"v2","runq_hierarchy":"cgroup2"},"families":{"runq":{"mode":"tp_btf","detail":"…; direct BTF field access; …; waits timed in the run queue's clock (rq.clock, …)"},"throttle":{"mode":"fentry","detail":"fentry on tg_throttle_down"}},"wait_split":{"method":"throttled_clock_self","exact":true,"detail":"…"}}"#;
 
 /// A throttle episode line of `path`.
 fn thr_episode(path: &str, duration_us: f64) -> String {
