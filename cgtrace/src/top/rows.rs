@@ -51,11 +51,16 @@ pub struct Tracked {
 impl Tracked {
     /// The label of a flat row: its name, else its path, else its id.
     pub fn flat_label(&self) -> Cow<'_, str> {
-        match (&self.cg.name, &self.cg.path) {
-            (Some(n), _) => Cow::Borrowed(n),
-            (None, Some(p)) => Cow::Borrowed(p),
-            (None, None) => Cow::Owned(gone_label(self.cg.id)),
-        }
+        flat_label(&self.cg)
+    }
+}
+
+/// A cgroup's flat label: its name, else its path, else its id.
+fn flat_label(cg: &CgroupWindow) -> Cow<'_, str> {
+    match (&cg.name, &cg.path) {
+        (Some(n), _) => Cow::Borrowed(n),
+        (None, Some(p)) => Cow::Borrowed(p),
+        (None, None) => Cow::Owned(format!("(cgroup {} gone)", cg.id)),
     }
 }
 
@@ -141,22 +146,13 @@ fn ident_of(name: Option<&str>, path: Option<&str>) -> u64 {
 /// depth and its flat row's name width.
 fn filter_and_depth(cg: &CgroupWindow) -> (String, u16, u32) {
     let depth = cg.path.as_deref().map_or(0, depth_of);
-    let width = match (&cg.name, &cg.path) {
-        (Some(l), _) | (None, Some(l)) => {
-            name_width(None, depth, format::width(l), l.starts_with('/'))
-        }
-        (None, None) => name_width(None, depth, gone_label(cg.id).len(), false),
-    };
+    let label = flat_label(cg);
+    let width = name_width(None, depth, format::width(&label), label.starts_with('/'));
     (
         haystack(cg.name.as_deref(), cg.path.as_deref(), cg.qos.as_deref()),
         depth,
         u32::try_from(width).unwrap_or(u32::MAX),
     )
-}
-
-/// The label of a cgroup that has neither name nor path.
-fn gone_label(id: u64) -> String {
-    format!("(cgroup {id} gone)")
 }
 
 /// Display columns a row's name cell needs to show its label whole (what the name column grows

@@ -2,7 +2,7 @@
 
 use crate::top::{
     format,
-    rows::{self, Row, TreeMark},
+    rows::{Row, TreeMark},
 };
 
 /// Widest indentation of a tree row, as a share of the name column.
@@ -19,15 +19,12 @@ pub fn name_cell(row: &Row, label: &str, w: usize) -> String {
     format!("{lead}{}{suffix}", format::ellipsize_middle(label, room))
 }
 
-/// Display columns a row's name cell needs to show its label whole (what the name column grows
-/// to, up to the room the numbers leave): [`rows::name_width`] of the label's width.
+/// Display columns a row's name cell needs to show its label whole, measured on the decoration
+/// [`name_cell`] draws. The view takes the same figure from [`crate::top::rows::name_width`] without building
+/// the strings; a test holds the two equal.
 pub fn name_cell_width(row: &Row, label: &str) -> usize {
-    rows::name_width(
-        row.tree,
-        row.depth,
-        format::width(label),
-        label.starts_with('/'),
-    )
+    let (lead, suffix) = name_decoration(row, label, usize::MAX);
+    lead.chars().count() + format::width(label) + suffix.chars().count()
 }
 
 /// What goes around a label in its cell `w` columns wide: the depth dots, or the tree's indent
