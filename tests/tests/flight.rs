@@ -265,6 +265,18 @@ fn a_full_disk_costs_chunks_not_metrics_the_stream_or_the_file() -> Result<()> {
     for _ in 0..4 {
         before.push(d.window()?["seq"].as_u64().context("seq")?);
     }
+    // A window is printed before its chunk reaches the disk (the disk thread writes behind the
+    // stream): the disk fills only once the last of these is in the file, so "before" means
+    // recorded, not just printed.
+    let last = *before.last().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seqs_in(&file)?.contains(&last) {
+        ensure!(
+            Instant::now() < deadline,
+            "window {last} not in the file 10 s after it was printed"
+        );
+        sleep(Duration::from_millis(100));
+    }
     // The disk fills: the stream goes on window after window, /metrics answers and counts.
     let filler = fill(&mnt.dir)?;
     let mut seq = *before.last().unwrap();
