@@ -171,7 +171,12 @@ fn measure(args: &Args) -> Result<()> {
     let start = Instant::now();
     let (mut t0, mut cpu0) = (start, proc_usage(pid).1);
     let (mut rss_max, mut samples, mut hwm_reset) = (0u64, Vec::new(), false);
-    println!("second  RSS (KiB)  daemon CPU (% of a core)  cgroups in the last window");
+    // RSS split as the kernel counts it: the heap and other private memory (anon), the binary
+    // and files (file), and the BPF maps the daemon has mapped, histogram slots and ring buffers
+    // (shmem), so a rise names which of them grew.
+    println!(
+        "second  RSS (KiB)  anon (KiB)  file (KiB)  shmem (KiB)  daemon CPU (% of a core)  cgroups in the last window"
+    );
     while start.elapsed() < Duration::from_secs(args.seconds) {
         std::thread::sleep(
             Duration::from_secs(10)
@@ -191,9 +196,13 @@ fn measure(args: &Args) -> Result<()> {
             rss_max = rss_max.max(rss);
         }
         samples.push(pct);
+        let part = |field| status_kib(pid, field).unwrap_or(0);
         println!(
-            "{:>6}  {rss:>9}  {pct:>24.1}  {:>26}",
+            "{:>6}  {rss:>9}  {:>10}  {:>10}  {:>11}  {pct:>24.1}  {:>26}",
             start.elapsed().as_secs(),
+            part("RssAnon"),
+            part("RssFile"),
+            part("RssShmem"),
             last.load(Relaxed)
         );
     }

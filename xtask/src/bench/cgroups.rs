@@ -117,15 +117,15 @@ fn run_once(root: &Path, bin: &Path, args: &CgroupsArgs) -> Result<Run> {
     parse(&text).context("many_cgroups printed no peak RSS")
 }
 
-/// The figures of many_cgroups' output: the rows of each 10 s (`second RSS CPU cgroups`; the
-/// first, start-up, left out of the CPU) and the closing line's peak RSS.
+/// The figures of many_cgroups' output: the rows of each 10 s (`second RSS anon file shmem CPU
+/// cgroups`; the first, start-up, left out of the CPU) and the closing line's peak RSS.
 fn parse(text: &str) -> Option<Run> {
     let mut run = Run::default();
     let mut rows = 0;
     let mut peak = None;
     for line in text.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if let [second, _rss, cpu, cgroups] = cols[..]
+        if let [second, _rss, _anon, _file, _shmem, cpu, cgroups] = cols[..]
             && second.parse::<u64>().is_ok()
             && let (Ok(cpu), Ok(cgroups)) = (cpu.parse::<f64>(), cgroups.parse::<u64>())
         {
@@ -166,10 +166,10 @@ mod tests {
     #[test]
     fn parses_many_cgroups_output() {
         let text = "many_cgroups: 10000 cgroups under /sys/fs/cgroup/cpu/x (cpu), one thread each
-second  RSS (KiB)  daemon CPU (% of a core)  cgroups in the last window
-    10      84000                      29.9                        9977
-    20      84480                       4.1                        9993
-    30      85604                       4.0                        9993
+second  RSS (KiB)  anon (KiB)  file (KiB)  shmem (KiB)  daemon CPU (% of a core)  cgroups in the last window
+    10      84000       60000       14000        10000                      29.9                        9977
+    20      84480       60480       14000        10000                       4.1                        9993
+    30      85604       61604       14000        10000                       4.0                        9993
 38 windows; peak RSS 83.6 MiB; daemon CPU 10.3 % of a core on average; cgtrace exit status: 0
 counters that moved (summed over windows): runq_waits 415634
 ";
