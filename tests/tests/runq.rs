@@ -1306,3 +1306,99 @@ fn heavier(pid: u32, nice: i32) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A wait kind of a live cgroup that has had no wait for 30 windows gives its histogram slot
+/// back (its `RUNQ_SLOT_OF` entry goes, so the slots in use, their mapping and the daemon's walk
+/// of that table follow the cgroups that wait, not every cgroup that ever did), and its next
+/// waits take a slot again and are counted: the crowded sleeper, stopped for 45 windows between
+/// two stretches of waits, has its waits over the run add up to its `run_delay` within 1 %.
+#[test]
+fn an_idle_wait_kind_gives_its_slot_back_and_counts_again() -> anyhow::Result<()> {
+    if !can_trace_on_cpus(2, "needs 2 CPUs") {
+        return Ok(());
+    }
+    let scene = workload::crowded_scene("idle")?;
+    let sleeper = &scene.tasks[1];
+    let id = scene.crowded.id();
+    let mut s = Stream::start(&["--interval", "100"])?;
+    let first = s.windows(1)?.remove(0);
+    let delay_from = cgtrace_tests::node::run_delay_ns(sleeper.pid()) as f64 / 1e3;
+    s.windows(5)?;
+    let before = slot_kinds(id)?;
+    assert!(
+        before.contains(&0),
+        "the crowded sleeper's wakeup waits have a slot: {before:?}"
+    );
+    sleeper.pause()?;
+    s.windows(45)?;
+    let idle = slot_kinds(id)?;
+    assert!(
+        idle.is_empty(),
+        "45 windows without a wait, the slots are still mapped: {idle:?}"
+    );
+    sleeper.resume();
+    s.windows(10)?;
+    assert!(
+        slot_kinds(id)?.contains(&0),
+        "waking again, the sleeper's wakeup waits took a slot again"
+    );
+    let delay_to = stop_and_run_delay_us(&[sleeper]);
+    let (_, lines) = s.stop(SIGINT)?;
+    let windows: Vec<_> = lines
+        .into_iter()
+        .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
+        .collect();
+    let kernel = delay_to - delay_from;
+    let wait: f64 = windows
+        .iter()
+        .filter_map(|w| w["cgroups"].as_array())
+        .flatten()
+        .filter(|c| c["path"] == scene.crowded.rel.as_str())
+        .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
+        .sum();
+    eprintln!("crowded, stopped between: wait {wait:.0} µs, run_delay {kernel:.0} µs");
+    assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
+    assert!(
+        (wait / kernel - 1.0).abs() <= 0.01,
+        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs:{}",
+        cgtrace_tests::stream::window_trace(&windows, &scene.crowded.rel)
+    );
+    assert_eq!(sum_counter(&windows, "runq_hist_full"), 0);
+    Ok(())
+}
+
+/// The wait kinds `RUNQ_SLOT_OF` maps a slot for, for cgroup `id` (`bpftool map dump`: each key
+/// is the cgroup id, then the kind, little-endian).
+fn slot_kinds(id: u64) -> anyhow::Result<Vec<u32>> {
+    let out = std::process::Command::new("bpftool")
+        .args(["map", "dump", "name", "RUNQ_SLOT_OF", "-j"])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "bpftool map dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let byte = |b: &serde_json::Value| {
+        b.as_str()
+            .and_then(|s| u8::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+            .unwrap_or(0)
+    };
+    let mut kinds = Vec::new();
+    for e in v.as_array().into_iter().flatten() {
+        let key: Vec<u8> = e["key"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(byte)
+            .collect();
+        if key.len() < 12 {
+            continue;
+        }
+        let cgroup = u64::from_le_bytes(key[..8].try_into()?);
+        if cgroup == id {
+            kinds.push(u32::from_le_bytes(key[8..12].try_into()?));
+        }
+    }
+    Ok(kinds)
+}

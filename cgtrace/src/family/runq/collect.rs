@@ -27,6 +27,13 @@ use crate::{
 /// Histograms per `BPF_MAP_LOOKUP_BATCH` call.
 const BATCH: usize = 512;
 
+/// Windows a (cgroup, wait kind) slot may go without a wait before it is taken back: most of a
+/// node's cgroups are preempted or throttled now and then, and each such kind kept its slot for
+/// the cgroup's life (at 10 000 cgroups the slots in use, the mapped prefix and the per-window
+/// walk of `RUNQ_SLOT_OF` grew for minutes toward two per cgroup). The next wait of that kind
+/// takes a slot again (a hash miss, a pop and an insert in the kernel, once).
+const IDLE_WINDOWS: u16 = 30;
+
 /// Cumulative reading of one key, kept to compute the next delta (sparse: a cgroup's waits
 /// fill a few of its buckets).
 type Prev = SparseHist;
@@ -40,7 +47,8 @@ enum Source {
 }
 
 impl Source {
-    /// Deletes a removed cgroup's histograms (its slots go back on the free stack).
+    /// Deletes a removed cgroup's histograms (its slots go back on the free stack a window later,
+    /// see [`Slots::retire`]).
     fn forget(&mut self, cgroup_id: u64) {
         for kind in WaitKind::ALL {
             let key = RunqKey {
@@ -50,7 +58,7 @@ impl Source {
             };
             match self {
                 Self::Hash(h) => h.remove(&key),
-                Self::Slots(s) => s.free(&key),
+                Self::Slots(s) => s.retire(&key, false),
             }
         }
     }
@@ -139,12 +147,22 @@ struct Slots {
     slots: MappedArray,
     slot_of: WholeHashMap<RunqKey, u32>,
     free: Stack<MapData, u32>,
+    /// Windows since each slot last had a wait, by slot index (grown as slots are reached).
+    idle: Vec<u16>,
+    /// Slots unmapped and ownerless since the last window, with their owner and whether what a
+    /// program still added to them is that owner's (an idle kind of a live cgroup) or dropped
+    /// (a removed cgroup's).
+    retiring: Vec<(RunqKey, u32, bool)>,
 }
 
 impl Slots {
-    /// Takes a removed cgroup's slot back: unmapped, zeroed (its owner first, so no wait is added
-    /// to it meanwhile), then free again.
-    fn free(&mut self, key: &RunqKey) {
+    /// Takes `key`'s slot back, in two steps: now its mapping is deleted and then its owner
+    /// cleared, so a program finds no slot for `key` (and takes a new one) and one that has its
+    /// index cached fails the owner check; at the next window ([`Slots::free_retired`]) what a
+    /// program that had passed the check still added is taken, and the slot is zeroed and free.
+    /// (Zeroed and freed at once, a wait added meanwhile was lost or, worse, counted for the
+    /// slot's next owner.) `credit`: those waits are `key`'s; else dropped (a removed cgroup).
+    fn retire(&mut self, key: &RunqKey, credit: bool) {
         let Some(index) = self.slot_of.get(key) else {
             return;
         };
@@ -157,12 +175,49 @@ impl Slots {
         if owner(&self.slots, index) != *key {
             return;
         }
-        for offset in (0..size_of::<RunqSlot>()).step_by(8) {
-            self.slots.store(index, offset, 0);
-        }
-        // Cannot be full: it holds every slot at most once.
-        let _ = self.free.push(&index, 0);
+        self.slots.store(
+            index,
+            offset_of!(RunqSlot, owner) + offset_of!(RunqKey, cgroup_id),
+            0,
+        );
+        self.retiring.push((*key, index, credit));
     }
+
+    /// The second step of [`Slots::retire`] for the slots retired before the last window: what
+    /// was added since is window `ended`'s (into `out` when credited), then each slot is zeroed
+    /// and pushed back on the free stack.
+    fn free_retired(&mut self, ended: u64, out: &mut StdHashMap<u64, KindHists>) {
+        for (key, index, credit) in std::mem::take(&mut self.retiring) {
+            if let Some(delta) = take_hist(&self.slots, index, ended)
+                && credit
+                && let Ok(kind) = WaitKind::try_from(key.kind)
+            {
+                let mut h = KindHists::default();
+                h.set(kind, delta);
+                out.entry(key.cgroup_id).or_default().merge(&h);
+            }
+            for offset in (0..size_of::<RunqSlot>()).step_by(8) {
+                self.slots.store(index, offset, 0);
+            }
+            if let Some(idle) = self.idle.get_mut(index as usize) {
+                *idle = 0;
+            }
+            // Cannot be full: it holds every slot at most once.
+            let _ = self.free.push(&index, 0);
+        }
+    }
+}
+
+/// Counts one more window without a wait for slot `index` in `idle` (`had_wait`: it had one, the
+/// count starts again); whether it has now been idle for [`IDLE_WINDOWS`].
+fn idle_for_long(idle: &mut Vec<u16>, index: u32, had_wait: bool) -> bool {
+    let i = index as usize;
+    if i >= idle.len() {
+        idle.resize(i + 1, 0);
+    }
+    let n = &mut idle[i];
+    *n = if had_wait { 0 } else { n.saturating_add(1) };
+    *n >= IDLE_WINDOWS
 }
 
 const _: () =
@@ -241,9 +296,19 @@ impl RunqReader {
                 });
             }
             Source::Slots(s) => {
-                let slots = &mut s.slots;
+                // First what was added to slots retired a window ago (a kind of a cgroup
+                // whose new slot is read below is merged with it).
+                let mut retired = StdHashMap::new();
+                s.free_retired(ended, &mut retired);
+                let Slots {
+                    slots,
+                    slot_of,
+                    idle,
+                    ..
+                } = &mut **s;
                 let mut unmapped = None;
-                s.slot_of.for_each(|key, &index| {
+                let mut idle_keys = Vec::new();
+                slot_of.for_each(|key, &index| {
                     let Ok(kind) = WaitKind::try_from(key.kind) else {
                         return;
                     };
@@ -256,10 +321,20 @@ impl RunqReader {
                     if owner(slots, index) != *key {
                         return;
                     }
-                    if let Some(delta) = take_hist(slots, index, ended) {
+                    let delta = take_hist(slots, index, ended);
+                    if idle_for_long(idle, index, delta.is_some()) {
+                        idle_keys.push(*key);
+                    }
+                    if let Some(delta) = delta {
                         out.entry(key.cgroup_id).or_default().set(kind, delta);
                     }
                 });
+                for (cgroup_id, h) in retired {
+                    out.entry(cgroup_id).or_default().merge(&h);
+                }
+                for key in &idle_keys {
+                    s.retire(key, true);
+                }
                 if let Some((index, e)) = unmapped {
                     return Err(e)
                         .with_context(|| format!("mapping RUNQ_SLOTS up to slot {index}"));
@@ -297,6 +372,8 @@ pub fn start(ctx: &mut Start<'_>) -> anyhow::Result<Box<dyn Collector>> {
             slots: MappedArray::new(slots, size_of::<RunqSlot>()).context("reading RUNQ_SLOTS")?,
             slot_of: WholeHashMap::new(slot_of, BATCH),
             free: take_map(ctx.ebpf, "RUNQ_FREE_SLOTS")?.try_into()?,
+            idle: Vec::new(),
+            retiring: Vec::new(),
         }))
     } else {
         let hist: HashMap<MapData, _, _> = take_map(ctx.ebpf, "RUNQ_HIST")?.try_into()?;
