@@ -47,8 +47,7 @@ enum Source {
 }
 
 impl Source {
-    /// Deletes a removed cgroup's histograms (its slots go back on the free stack a window later,
-    /// see [`Slots::retire`]).
+    /// Deletes a removed cgroup's histograms (its slots go back on the free stack).
     fn forget(&mut self, cgroup_id: u64) {
         for kind in WaitKind::ALL {
             let key = RunqKey {
@@ -58,7 +57,7 @@ impl Source {
             };
             match self {
                 Self::Hash(h) => h.remove(&key),
-                Self::Slots(s) => s.retire(&key, false),
+                Self::Slots(s) => s.free(&key),
             }
         }
     }
@@ -149,20 +148,48 @@ struct Slots {
     free: Stack<MapData, u32>,
     /// Windows since each slot last had a wait, by slot index (grown as slots are reached).
     idle: Vec<u16>,
-    /// Slots unmapped and ownerless since the last window, with their owner and whether what a
-    /// program still added to them is that owner's (an idle kind of a live cgroup) or dropped
-    /// (a removed cgroup's).
-    retiring: Vec<(RunqKey, u32, bool)>,
+    /// Slots of idle kinds unmapped and ownerless since the last window, with their owner.
+    retiring: Vec<(RunqKey, u32)>,
 }
 
 impl Slots {
-    /// Takes `key`'s slot back, in two steps: now its mapping is deleted and then its owner
-    /// cleared, so a program finds no slot for `key` (and takes a new one) and one that has its
-    /// index cached fails the owner check; at the next window ([`Slots::free_retired`]) what a
-    /// program that had passed the check still added is taken, and the slot is zeroed and free.
-    /// (Zeroed and freed at once, a wait added meanwhile was lost or, worse, counted for the
-    /// slot's next owner.) `credit`: those waits are `key`'s; else dropped (a removed cgroup).
-    fn retire(&mut self, key: &RunqKey, credit: bool) {
+    /// Takes a removed cgroup's slot back at once (a cgroup being replaced every 10 ms needs its
+    /// slots free for the next one, not a window later): unmapped, zeroed (its owner first, so
+    /// no wait is added to it meanwhile), then free again.
+    fn free(&mut self, key: &RunqKey) {
+        let Some(index) = self.slot_of.get(key) else {
+            return;
+        };
+        // Not mapped (the daemon's address space is full): the slot stays with its cgroup, and
+        // the next window, reaching it too, fails with the same error and says so.
+        if self.slots.reach(index).is_err() {
+            return;
+        }
+        self.slot_of.remove(key);
+        if owner(&self.slots, index) != *key {
+            return;
+        }
+        self.zero_and_push(index);
+    }
+
+    fn zero_and_push(&mut self, index: u32) {
+        for offset in (0..size_of::<RunqSlot>()).step_by(8) {
+            self.slots.store(index, offset, 0);
+        }
+        if let Some(idle) = self.idle.get_mut(index as usize) {
+            *idle = 0;
+        }
+        // Cannot be full: it holds every slot at most once.
+        let _ = self.free.push(&index, 0);
+    }
+
+    /// Takes the slot of `key`, a kind of a live cgroup, back in two steps: now its mapping is
+    /// deleted and then its owner cleared, so a program finds no slot for `key` (and takes a new
+    /// one) and one that has its index cached fails the owner check; at the next window
+    /// ([`Slots::free_retired`]) what a program that had passed the check still added is taken
+    /// as `key`'s, and the slot is zeroed and free. (Zeroed and freed at once, a wait being added
+    /// meanwhile would be lost, or counted for the slot's next owner.)
+    fn retire(&mut self, key: &RunqKey) {
         let Some(index) = self.slot_of.get(key) else {
             return;
         };
@@ -180,30 +207,22 @@ impl Slots {
             offset_of!(RunqSlot, owner) + offset_of!(RunqKey, cgroup_id),
             0,
         );
-        self.retiring.push((*key, index, credit));
+        self.retiring.push((*key, index));
     }
 
     /// The second step of [`Slots::retire`] for the slots retired before the last window: what
-    /// was added since is window `ended`'s (into `out` when credited), then each slot is zeroed
+    /// was added since is window `ended`'s (into `out`), then each slot is zeroed
     /// and pushed back on the free stack.
     fn free_retired(&mut self, ended: u64, out: &mut StdHashMap<u64, KindHists>) {
-        for (key, index, credit) in std::mem::take(&mut self.retiring) {
+        for (key, index) in std::mem::take(&mut self.retiring) {
             if let Some(delta) = take_hist(&self.slots, index, ended)
-                && credit
                 && let Ok(kind) = WaitKind::try_from(key.kind)
             {
                 let mut h = KindHists::default();
                 h.set(kind, delta);
                 out.entry(key.cgroup_id).or_default().merge(&h);
             }
-            for offset in (0..size_of::<RunqSlot>()).step_by(8) {
-                self.slots.store(index, offset, 0);
-            }
-            if let Some(idle) = self.idle.get_mut(index as usize) {
-                *idle = 0;
-            }
-            // Cannot be full: it holds every slot at most once.
-            let _ = self.free.push(&index, 0);
+            self.zero_and_push(index);
         }
     }
 }
@@ -333,7 +352,7 @@ impl RunqReader {
                     out.entry(cgroup_id).or_default().merge(&h);
                 }
                 for key in &idle_keys {
-                    s.retire(key, true);
+                    s.retire(key);
                 }
                 if let Some((index, e)) = unmapped {
                     return Err(e)
