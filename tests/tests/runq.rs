@@ -685,6 +685,24 @@ fn wait_starts_match_run_delay(
         "{detail}"
     );
     let (windows, kernel) = crowded_sleeper_run(s, &scene)?;
+    crowded_wait_is_run_delay(
+        &windows,
+        &scene,
+        kernel,
+        &format!("crowded ({}={})", env.0, env.1),
+    );
+    assert_eq!(sum_counter(&windows, "runq_start_full"), 0);
+    Ok(())
+}
+
+/// The crowded sleeper's waits summed over `windows` are at least 10 ms and its `run_delay`
+/// (`kernel`, µs) within 1 %; `what` names the run in the log.
+fn crowded_wait_is_run_delay(
+    windows: &[serde_json::Value],
+    scene: &CrowdedScene,
+    kernel: f64,
+    what: &str,
+) {
     let wait: f64 = windows
         .iter()
         .filter_map(|w| w["cgroups"].as_array())
@@ -692,18 +710,13 @@ fn wait_starts_match_run_delay(
         .filter(|c| c["path"] == scene.crowded.rel.as_str())
         .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
         .sum();
-    eprintln!(
-        "crowded ({}={}): wait {wait:.0} µs, run_delay {kernel:.0} µs",
-        env.0, env.1
-    );
+    eprintln!("{what}: wait {wait:.0} µs, run_delay {kernel:.0} µs");
     assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
     assert!(
         (wait / kernel - 1.0).abs() <= 0.01,
         "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs:{}",
-        cgtrace_tests::stream::window_trace(&windows, &scene.crowded.rel)
+        cgtrace_tests::stream::window_trace(windows, &scene.crowded.rel)
     );
-    assert_eq!(sum_counter(&windows, "runq_start_full"), 0);
-    Ok(())
 }
 
 /// Each window's `self` is what the kernel counted for cgtrace's programs: the `sched_switch`
@@ -1348,20 +1361,11 @@ fn an_idle_wait_kind_gives_its_slot_back_and_counts_again() -> anyhow::Result<()
         .into_iter()
         .filter(|l| l["type"] == "window" && l["seq"] != first["seq"])
         .collect();
-    let kernel = delay_to - delay_from;
-    let wait: f64 = windows
-        .iter()
-        .filter_map(|w| w["cgroups"].as_array())
-        .flatten()
-        .filter(|c| c["path"] == scene.crowded.rel.as_str())
-        .map(|c| c["runq"]["sum_us"].as_f64().unwrap_or(0.0))
-        .sum();
-    eprintln!("crowded, stopped between: wait {wait:.0} µs, run_delay {kernel:.0} µs");
-    assert!(wait > 10_000.0, "the crowded sleeper waited: {wait} µs");
-    assert!(
-        (wait / kernel - 1.0).abs() <= 0.01,
-        "the crowded sleeper's wait {wait} µs vs the kernel's run_delay {kernel} µs:{}",
-        cgtrace_tests::stream::window_trace(&windows, &scene.crowded.rel)
+    crowded_wait_is_run_delay(
+        &windows,
+        &scene,
+        delay_to - delay_from,
+        "crowded, stopped between",
     );
     assert_eq!(sum_counter(&windows, "runq_hist_full"), 0);
     Ok(())

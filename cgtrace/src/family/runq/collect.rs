@@ -166,10 +166,9 @@ impl Slots {
             return;
         }
         self.slot_of.remove(key);
-        if owner(&self.slots, index) != *key {
-            return;
+        if owner(&self.slots, index) == *key {
+            self.zero_and_push(index);
         }
-        self.zero_and_push(index);
     }
 
     fn zero_and_push(&mut self, index: u32) {
@@ -183,25 +182,15 @@ impl Slots {
         let _ = self.free.push(&index, 0);
     }
 
-    /// Takes the slot of `key`, a kind of a live cgroup, back in two steps: now its mapping is
-    /// deleted and then its owner cleared, so a program finds no slot for `key` (and takes a new
-    /// one) and one that has its index cached fails the owner check; at the next window
-    /// ([`Slots::free_retired`]) what a program that had passed the check still added is taken
-    /// as `key`'s, and the slot is zeroed and free. (Zeroed and freed at once, a wait being added
-    /// meanwhile would be lost, or counted for the slot's next owner.)
-    fn retire(&mut self, key: &RunqKey) {
-        let Some(index) = self.slot_of.get(key) else {
-            return;
-        };
-        // Not mapped (the daemon's address space is full): the slot stays with its cgroup, and
-        // the next window, reaching it too, fails with the same error and says so.
-        if self.slots.reach(index).is_err() {
-            return;
-        }
+    /// Takes slot `index` of `key`, a kind of a live cgroup (found mapped, reached and owned by
+    /// `key` in this window's walk), back in two steps: now its mapping is deleted and then its
+    /// owner cleared, so a program finds no slot for `key` (and takes a new one) and one that has
+    /// its index cached fails the owner check; at the next window ([`Slots::free_retired`]) what
+    /// a program that had passed the check still added is taken as `key`'s, and the slot is
+    /// zeroed and free. (Zeroed and freed at once, a wait being added meanwhile would be lost, or
+    /// counted for the slot's next owner.)
+    fn retire(&mut self, key: &RunqKey, index: u32) {
         self.slot_of.remove(key);
-        if owner(&self.slots, index) != *key {
-            return;
-        }
         self.slots.store(
             index,
             offset_of!(RunqSlot, owner) + offset_of!(RunqKey, cgroup_id),
@@ -218,9 +207,7 @@ impl Slots {
             if let Some(delta) = take_hist(&self.slots, index, ended)
                 && let Ok(kind) = WaitKind::try_from(key.kind)
             {
-                let mut h = KindHists::default();
-                h.set(kind, delta);
-                out.entry(key.cgroup_id).or_default().merge(&h);
+                out.entry(key.cgroup_id).or_default().set(kind, delta);
             }
             self.zero_and_push(index);
         }
@@ -342,7 +329,7 @@ impl RunqReader {
                     }
                     let delta = take_hist(slots, index, ended);
                     if idle_for_long(idle, index, delta.is_some()) {
-                        idle_keys.push(*key);
+                        idle_keys.push((*key, index));
                     }
                     if let Some(delta) = delta {
                         out.entry(key.cgroup_id).or_default().set(kind, delta);
@@ -351,8 +338,8 @@ impl RunqReader {
                 for (cgroup_id, h) in retired {
                     out.entry(cgroup_id).or_default().merge(&h);
                 }
-                for key in &idle_keys {
-                    s.retire(key);
+                for (key, index) in &idle_keys {
+                    s.retire(key, *index);
                 }
                 if let Some((index, e)) = unmapped {
                     return Err(e)
