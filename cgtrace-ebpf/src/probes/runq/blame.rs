@@ -250,7 +250,13 @@ fn window_parity() -> u64 {
 /// interrupt and steal shares beside — in the pair's entry of `BLAME_SHORT`, with no walk, no
 /// look at other CPUs and no hash update while the entry holds the same pair. False when it does
 /// not lie within that slice: the caller walks the ring as for a long wait.
-#[inline(never)]
+///
+/// Inlined: it runs at most switches, and as a BPF function of its own its call and return
+/// cost ~6 ns of `sched_switch`'s ~300 on 6.18 here (`sched_switch_probe`'s body is then one
+/// function LLVM keeps apart, as it already did `sched_switch_noprevstate_probe`'s).
+/// [`slice_switch_looped`] stays apart: inlined, its 176 bytes of stack took `sched_switch` to
+/// 384, over 512 with `slice_out`'s 192.
+#[inline(always)]
 pub(super) fn blame_short(c: *mut Counters, victim: u64, from: u64, to: u64) -> bool {
     let Some(ring) = CPU_SLICES.get_ptr(0) else {
         return true;
