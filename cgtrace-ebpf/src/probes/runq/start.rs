@@ -41,10 +41,14 @@ pub fn start_wait<const DIRECT: bool>(
             // `run_delay` counts it: the wakeup keeps that start. Re-stamped here, a few such waits
             // of milliseconds read as 0 (own stamps 0.9912 of `run_delay` on `perf bench sched
             // pipe` beside busy loops; 0.9993 with this). An open wakeup start is not kept: it can
-            // only be stale (woken while still running, then slept).
+            // only be stale (woken while still running, then slept). Nor one of a task this wakeup
+            // enqueued: it left the run queue since, so it ran and slept (on 6.18 a switch-in
+            // now and then fires no `sched_switch` at all; the start it left open then took a
+            // whole sleep for a wait, see docs/accuracy.md).
             if kind as u32 == WaitKind::Wakeup as u32
                 && (*p).ts_ns != 0
                 && (*p).kind != WaitKind::Wakeup as u32
+                && !enqueued_now::<DIRECT>(task, rq)
             {
                 return;
             }
@@ -62,6 +66,7 @@ pub fn start_wait<const DIRECT: bool>(
     if kind as u32 == WaitKind::Wakeup as u32
         // SAFETY: the value is only read.
         && unsafe { RUNQ_START.get(&pid) }.is_some_and(|s| s.kind != WaitKind::Wakeup as u32)
+        && !enqueued_now::<DIRECT>(task, rq)
     {
         return;
     }
@@ -70,6 +75,19 @@ pub fn start_wait<const DIRECT: bool>(
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
+}
+
+/// Whether this wakeup enqueued `task` (it had left the run queue: it slept, whatever start of
+/// ours is still open): the kernel stamped `sched_info.last_queued` with the clock of `rq` that
+/// the enqueue used. A task woken while still queued (`ttwu_runnable`) is not enqueued again.
+/// False where `sched_info` is not known.
+#[inline(always)]
+fn enqueued_now<const DIRECT: bool>(task: *const u8, rq: RqClock) -> bool {
+    if layout!(task_last_queued) == ABSENT {
+        return false;
+    }
+    let queued = read_unchecked::<DIRECT, true>(task, layout!(task_last_queued));
+    queued != 0 && queued == rq.clock
 }
 
 /// Whether wait starts are kept in task-local storage (else in the `RUNQ_START` hash).
