@@ -56,10 +56,11 @@ pub const THROTTLE_SLICE_SUMS_FULL: u32 = 18;
 /// task) that the kernel stamped (`sched_info.last_queued`): timed from that stamp, as a wakeup.
 /// Their number, not a loss: the kernel enqueues a task now and then without `sched_wakeup`.
 pub const RUNQ_KERNEL_STAMPED: u32 = 19;
-/// Waits read from the kernel's stamps whose stretch began while the task slept (6.12+: a
-/// sleeping task kept on its run queue, delayed dequeue, was queued again when moved to another
-/// CPU): timed from its wakeup; the sleep the kernel's `run_delay` counts is reported per cgroup
-/// as `run_delay_asleep_us`. Their number, not a loss.
+/// Waits whose kernel stretch began while the task slept (6.12+: a sleeping task kept on its
+/// run queue, delayed dequeue, was queued again when moved to another CPU): timed from its
+/// wakeup; the sleep the kernel's `run_delay` counts is reported per cgroup as
+/// `run_delay_asleep_us`. On own stamps, the stretches still open at the wakeup. Their number,
+/// not a loss.
 pub const RUNQ_ASLEEP_STAMPED: u32 = 20;
 /// Number of counters.
 pub const NR_COUNTERS: u32 = 21;

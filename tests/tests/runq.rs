@@ -549,6 +549,7 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
         runq_of(&k_lines, None, "run_delay_asleep_us"),
     );
     let own_waits = runq_of(&o_lines, None, "sum_us");
+    let own_asleep = runq_of(&o_lines, None, "run_delay_asleep_us");
     let kernel_us = run_delay_ns as f64 / 1e3 + hog_us;
     let kind = |lines: &[serde_json::Value], k: &str| {
         (
@@ -562,7 +563,8 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
     eprintln!(
         "{moved_asleep} of {tried} sleepers moved while still queued: run_delay {kernel_us:.0} µs \
          (the busy loop's {hog_us:.0}); kernel stamps: waits {waits:.0} µs + asleep {asleep:.0} µs \
-         ({stamped} waits); own stamps: waits {own_waits:.0} µs; wakeup waits (µs, count) \
+         ({stamped} waits); own stamps: waits {own_waits:.0} µs + asleep {own_asleep:.0} µs \
+         (the stretches still open at the wakeup); wakeup waits (µs, count) \
          {k_wakeup:?} and {o_wakeup:?}, preempted {k_preempt:?} and {o_preempt:?}"
     );
     assert!(
@@ -582,6 +584,14 @@ fn a_sleep_the_kernel_counts_as_waiting_is_reported_apart() -> anyhow::Result<()
     assert!(
         ((waits + asleep) / kernel_us - 1.0).abs() <= 0.01,
         "waits {waits} µs + asleep {asleep} µs vs run_delay {kernel_us} µs"
+    );
+    // Own stamps see the kernel's stretches still open at the wakeup, not those a pick on the new
+    // CPU closed first: never more sleep than the kernel's stamps report, and with it, never more
+    // than run_delay.
+    assert!(
+        own_asleep <= asleep * 1.001 + 100.0 && own_waits + own_asleep <= kernel_us * 1.01,
+        "own stamps: waits {own_waits} µs + asleep {own_asleep} µs; kernel stamps' asleep \
+         {asleep} µs, run_delay {kernel_us} µs"
     );
     // The sleepers' wakeup waits, timed from the wakeup, are the ones own stamps measure.
     assert!(

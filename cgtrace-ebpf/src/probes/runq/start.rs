@@ -3,13 +3,13 @@
 use cgtrace_common::{
     counters::{self, Counters},
     layout::ABSENT,
-    runq::{RunqStart, WaitKind},
+    runq::{EVENT_KIND_ASLEEP, RunqStart, WaitKind},
 };
 
-use super::thr_clock::thr_clock_of_task;
+use super::{emit_event, thr_clock::thr_clock_of_task};
 use crate::{
     helpers::config,
-    kernel::{RqClock, layout, read_unchecked},
+    kernel::{RqClock, layout, read_unchecked, task_cgroup_id},
     maps::{RUNQ_START, RUNQ_START_TASK, count},
 };
 
@@ -25,6 +25,14 @@ pub fn start_wait<const DIRECT: bool>(
     throttle_cfs_rq: u64,
 ) {
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
+    // Where the kernel's `sched_info` is known: when it stamped the task queued (0: not queued).
+    let queued = if kind as u32 == WaitKind::Wakeup as u32 {
+        last_queued::<DIRECT>(task)
+    } else {
+        0
+    };
+    // This wakeup enqueued the task when the kernel stamped it with the clock the enqueue used.
+    let enqueued_now = queued != 0 && queued == rq.clock;
     if task_storage() {
         let p = RUNQ_START_TASK.get(task, true);
         if p.is_null() {
@@ -48,7 +56,7 @@ pub fn start_wait<const DIRECT: bool>(
             if kind as u32 == WaitKind::Wakeup as u32
                 && (*p).ts_ns != 0
                 && (*p).kind != WaitKind::Wakeup as u32
-                && !enqueued_now::<DIRECT>(task, rq)
+                && !enqueued_now
             {
                 return;
             }
@@ -60,13 +68,14 @@ pub fn start_wait<const DIRECT: bool>(
             (*p).rq_cpu = rq.cpu as u32;
             (*p).rq_clock_lo = rq.clock as u32;
         }
+        asleep_before::<DIRECT>(c, task, pid, now, rq.clock, queued);
         return;
     }
     // The same rule as above: a wakeup keeps a queued task's switch-out start.
     if kind as u32 == WaitKind::Wakeup as u32
         // SAFETY: the value is only read.
         && unsafe { RUNQ_START.get(&pid) }.is_some_and(|s| s.kind != WaitKind::Wakeup as u32)
-        && !enqueued_now::<DIRECT>(task, rq)
+        && !enqueued_now
     {
         return;
     }
@@ -75,19 +84,44 @@ pub fn start_wait<const DIRECT: bool>(
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
+    asleep_before::<DIRECT>(c, task, pid, now, rq.clock, queued);
 }
 
-/// Whether this wakeup enqueued `task` (it had left the run queue: it slept, whatever start of
-/// ours is still open): the kernel stamped `sched_info.last_queued` with the clock of `rq` that
-/// the enqueue used. A task woken while still queued (`ttwu_runnable`) is not enqueued again.
-/// False where `sched_info` is not known.
+/// `sched_info.last_queued` of `task`: the run queue's clock when the kernel last stamped it
+/// queued, 0 while it is not (or where `sched_info` is not known). A wakeup that enqueues the
+/// task stamps it with the clock of `rq` the enqueue used; a task woken while still queued
+/// (`ttwu_runnable`) is not enqueued again.
 #[inline(always)]
-fn enqueued_now<const DIRECT: bool>(task: *const u8, rq: RqClock) -> bool {
+fn last_queued<const DIRECT: bool>(task: *const u8) -> u64 {
     if layout!(task_last_queued) == ABSENT {
-        return false;
+        return 0;
     }
-    let queued = read_unchecked::<DIRECT, true>(task, layout!(task_last_queued));
-    queued != 0 && queued == rq.clock
+    read_unchecked::<DIRECT, true>(task, layout!(task_last_queued))
+}
+
+/// A wakeup whose task the kernel had stamped queued before it (`queued`, older than the clock
+/// `rq_clock` of the enqueue): the stretch from there to the wakeup was sleep that the kernel's
+/// `run_delay` counts as waiting (6.12+, delayed dequeue: a task that went to sleep still queued
+/// and was moved to another CPU is stamped queued there, and its wakeup keeps that stamp). The
+/// wait starts at the wakeup, as on the kernel-stamps path; the sleep is reported apart as an
+/// `EVENT_KIND_ASLEEP` record (the cgroup's `run_delay_asleep_us`), counted as
+/// `RUNQ_ASLEEP_STAMPED`, so waits plus that part are still `run_delay`.
+#[inline(always)]
+fn asleep_before<const DIRECT: bool>(
+    c: *mut Counters,
+    task: *const u8,
+    pid: u32,
+    now: u64,
+    rq_clock: u64,
+    queued: u64,
+) {
+    let asleep = rq_clock.wrapping_sub(queued);
+    if queued == 0 || asleep == 0 || asleep >= now {
+        return;
+    }
+    count(c, counters::RUNQ_ASLEEP_STAMPED);
+    let cgroup_id = task_cgroup_id::<DIRECT>(task).unwrap_or(0);
+    emit_event::<DIRECT>(c, task, pid, cgroup_id, EVENT_KIND_ASLEEP, asleep, now);
 }
 
 /// Whether wait starts are kept in task-local storage (else in the `RUNQ_START` hash).
@@ -151,10 +185,7 @@ fn kernel_start<const DIRECT: bool>(
     now: u64,
     rq: RqClock,
 ) -> Option<RunqStart> {
-    if layout!(task_last_queued) == ABSENT {
-        return None;
-    }
-    let queued = read_unchecked::<DIRECT, true>(task, layout!(task_last_queued));
+    let queued = last_queued::<DIRECT>(task);
     let stretch = rq.clock.wrapping_sub(queued);
     if queued == 0 || rq.cpu == 0 || stretch > now {
         return None;
