@@ -121,6 +121,10 @@ pub struct RunqStart {
     /// switch-in, `thr_clock` its `nivcsw` (involuntary switches) then, `rq_clock_lo` the low 32
     /// bits of its `nivcsw` after a switch-out into a throttled hierarchy (with that `cfs_rq` in
     /// `throttle_cfs_rq`), and `ts_ns` the time of its last switch-in (0: not seen yet).
+    ///
+    /// Own stamps in task storage, from a switch-in to the next start (`ts_ns` 0): `thr_clock`
+    /// is the task's `run_delay` plus its open stretch at that switch-in, what the kernel's
+    /// total is after it (for a wait with no start of ours, see `take_start`).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
     /// Task-local storage only: the task's cgroup at its last wait (0: none) and, per wait kind,

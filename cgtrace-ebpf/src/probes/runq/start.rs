@@ -134,10 +134,11 @@ pub(super) fn task_storage() -> bool {
 /// task's storage (null: the hash is used).
 ///
 /// In task storage, a task with no start of ours that the kernel has queued since
-/// `sched_info.last_queued` (in `rq`'s clock) gets that as a wakeup's start: enqueued without a
-/// `sched_wakeup` the program saw (on the node simulator ~1 % of the kernel's waits, tasks that
-/// slept and were queued ~50 ms later, see docs/accuracy.md). The kernel's `run_delay` adds that
-/// stretch at this switch-in; counted as `RUNQ_KERNEL_STAMPED`.
+/// `sched_info.last_queued` (in `rq`'s clock) gets the kernel's wait as a wakeup's: enqueued
+/// without a `sched_wakeup` the program saw (on the node simulator ~1 % of the kernel's waits:
+/// tasks that slept and were queued ~50 ms later, and wakeups that never reached the program,
+/// see docs/accuracy.md). Counted as `RUNQ_KERNEL_STAMPED`. For it, every switch-in leaves the
+/// kernel's total in `thr_clock` (free until the next start).
 #[inline(always)]
 pub(super) fn take_start<const DIRECT: bool>(
     c: *mut Counters,
@@ -151,11 +152,14 @@ pub(super) fn take_start<const DIRECT: bool>(
         if p.is_null() {
             return None;
         }
+        let (total, queued) = kernel_total::<DIRECT>(task, rq.clock);
         // SAFETY: as in `start_wait`; copied out, then marked closed.
         unsafe {
             let ts_ns = (*p).ts_ns;
             if ts_ns == 0 {
-                return kernel_start::<DIRECT>(c, task, now, rq).map(|s| (s, p));
+                let base = (*p).thr_clock;
+                (*p).thr_clock = total;
+                return kernel_start(c, now, rq, queued, total, base).map(|s| (s, p));
             }
             (*p).ts_ns = 0;
             let start = RunqStart::new(
@@ -166,6 +170,7 @@ pub(super) fn take_start<const DIRECT: bool>(
                 (*p).thr_clock,
             )
             .on_rq((*p).rq_cpu, (*p).rq_clock_lo);
+            (*p).thr_clock = total;
             Some((start, p))
         }
     } else {
@@ -176,26 +181,48 @@ pub(super) fn take_start<const DIRECT: bool>(
     }
 }
 
-/// The start of a wait only the kernel stamped (see [`take_start`]): in ktime, `now` less the
-/// stretch since `sched_info.last_queued` by the clock of `rq`.
+/// The kernel's total run-queue wait of `task` as of its switch-in now, and its
+/// `sched_info.last_queued`: `run_delay` plus the stretch still open (in the clock `rq_clock`),
+/// which `sched_info_switch` adds right after this tracepoint. (0, 0) where `sched_info` is not
+/// known.
 #[inline(always)]
-fn kernel_start<const DIRECT: bool>(
+fn kernel_total<const DIRECT: bool>(task: *const u8, rq_clock: u64) -> (u64, u64) {
+    if layout!(task_run_delay) == ABSENT {
+        return (0, 0);
+    }
+    let queued = last_queued::<DIRECT>(task);
+    let run_delay = read_unchecked::<DIRECT, true>(task, layout!(task_run_delay));
+    let stretch = if queued != 0 {
+        rq_clock.wrapping_sub(queued)
+    } else {
+        0
+    };
+    (run_delay.wrapping_add(stretch), queued)
+}
+
+/// The start of a wait only the kernel stamped (see [`take_start`]), in ktime: `now` less what
+/// the kernel's total gained since the task's previous switch-in (`base`, 0: not known) — the
+/// stretch still open since `queued` and any it closed meanwhile (a move to another CPU closes
+/// one and stamps the task queued again there) — or, without `base`, the open stretch alone.
+#[inline(always)]
+fn kernel_start(
     c: *mut Counters,
-    task: *const u8,
     now: u64,
     rq: RqClock,
+    queued: u64,
+    total: u64,
+    base: u64,
 ) -> Option<RunqStart> {
-    let queued = last_queued::<DIRECT>(task);
     let stretch = rq.clock.wrapping_sub(queued);
     if queued == 0 || rq.cpu == 0 || stretch > now {
         return None;
     }
+    let gained = total.wrapping_sub(base);
+    let wait = if base != 0 && gained >= stretch && gained <= now {
+        gained
+    } else {
+        stretch
+    };
     count(c, counters::RUNQ_KERNEL_STAMPED);
-    Some(RunqStart::new(
-        now - stretch,
-        WaitKind::Wakeup as u32,
-        0,
-        0,
-        0,
-    ))
+    Some(RunqStart::new(now - wait, WaitKind::Wakeup as u32, 0, 0, 0))
 }
