@@ -53,8 +53,10 @@ pub const THROTTLE_SLICE_RECORDS: u32 = 17;
 /// A slice could not be summed: `THROTTLE_SLICE_SUMS` full (it is sent alone, as before sums).
 pub const THROTTLE_SLICE_SUMS_FULL: u32 = 18;
 /// Waits with no start of cgtrace's own (own stamps: no wakeup or queued switch-out seen for the
-/// task) that the kernel stamped (`sched_info.last_queued`): timed from that stamp, as a wakeup.
-/// Their number, not a loss: the kernel enqueues a task now and then without `sched_wakeup`.
+/// task) that the kernel stamped (`sched_info.last_queued`): timed as the kernel's, what its total
+/// (`run_delay` and the open stretch) gained since the task's last switch-in, as a wakeup. Their
+/// number, not a loss: the kernel enqueues a task now and then without `sched_wakeup`, and a
+/// wakeup can miss the program.
 pub const RUNQ_KERNEL_STAMPED: u32 = 19;
 /// Waits whose kernel stretch began while the task slept (6.12+: a sleeping task kept on its
 /// run queue, delayed dequeue, was queued again when moved to another CPU): timed from its
