@@ -90,19 +90,35 @@ impl Stream {
         Ok(s)
     }
 
+    /// The next line within `timeout`, parsed, or why none came.
+    fn recv(&mut self, timeout: Duration) -> Result<Result<Value, mpsc::RecvTimeoutError>> {
+        let l = match self.lines.recv_timeout(timeout) {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(e)),
+        };
+        let v: Value = serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?;
+        self.seen.push(v.clone());
+        Ok(Ok(v))
+    }
+
     /// The next parsed line, or None when the stream ended.
     pub fn next_line(&mut self, timeout: Duration) -> Result<Option<Value>> {
-        match self.lines.recv_timeout(timeout) {
-            Ok(l) => {
-                let v: Value =
-                    serde_json::from_str(&l).with_context(|| format!("not JSON: {l}"))?;
-                self.seen.push(v.clone());
-                Ok(Some(v))
-            }
+        match self.recv(timeout)? {
+            Ok(v) => Ok(Some(v)),
             Err(mpsc::RecvTimeoutError::Disconnected) => Ok(None),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 bail!("no line from cgtrace within {timeout:?}")
             }
+        }
+    }
+
+    /// The next parsed line if one arrives within `timeout`: `Ok(None)` when none did, an error
+    /// when the stream ended (for reading two streams in turn).
+    pub fn poll_line(&mut self, timeout: Duration) -> Result<Option<Value>> {
+        match self.recv(timeout)? {
+            Ok(v) => Ok(Some(v)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("cgtrace stopped"),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
         }
     }
 
