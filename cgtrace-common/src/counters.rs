@@ -61,7 +61,8 @@ pub const RUNQ_KERNEL_STAMPED: u32 = 19;
 /// Waits whose kernel stretch began while the task slept (6.12+: a sleeping task kept on its
 /// run queue, delayed dequeue, was queued again when moved to another CPU): timed from its
 /// wakeup; the sleep the kernel's `run_delay` counts is reported per cgroup as
-/// `run_delay_asleep_us`. On own stamps, the stretches still open at the wakeup. Their number,
+/// `run_delay_asleep_us` (on own stamps with task storage: what the kernel's total gained from
+/// the task's last switch-in to the wakeup; in the hash, the stretch still open). Their number,
 /// not a loss.
 pub const RUNQ_ASLEEP_STAMPED: u32 = 20;
 /// Number of counters.

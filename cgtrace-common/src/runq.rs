@@ -124,7 +124,9 @@ pub struct RunqStart {
     ///
     /// Own stamps in task storage, from a switch-in to the next start (`ts_ns` 0): `thr_clock`
     /// is the task's `run_delay` plus its open stretch at that switch-in, what the kernel's
-    /// total is after it (for a wait with no start of ours, see `take_start`).
+    /// total is after it (for a wait with no start of ours, see `take_start`); where no
+    /// throttled clock is kept (6.18+), the same total at the start while one is open (for a
+    /// switch-in that ran no `sched_switch`, see `start_wait`).
     pub leaf_cfs_rq: u64,
     pub thr_clock: u64,
     /// Task-local storage only: the task's cgroup at its last wait (0: none) and, per wait kind,
@@ -200,6 +202,17 @@ impl RunqStart {
         let take_rq = ((off | off.wrapping_neg()) >> 63).wrapping_sub(1);
         (ktime ^ ((ktime ^ rq) & take_rq), take_rq)
     }
+}
+
+/// A wait that starts at ktime `now`, with its run queue's clock at `clock`, dated back by
+/// `back` ns (what the kernel counted of it already): `(ts_ns, rq_clock)`, both `back` earlier,
+/// or `now` and `clock` when `back` is 2^31 ns or more, or more than `now` (not believed).
+/// Without a branch.
+#[inline(always)]
+pub const fn dated_back(now: u64, clock: u64, back: u64) -> (u64, u64) {
+    let keep = !nonzero_mask(back >> 31) & !((now.wrapping_sub(back) as i64 >> 63) as u64);
+    let back = back & keep;
+    (now - back, clock.wrapping_sub(back))
 }
 
 /// All ones when `v` is not 0, else 0. Branch-free, like every helper below: each branch on
@@ -655,6 +668,25 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wait_is_dated_back_by_what_the_kernel_counted_of_it() {
+        let (now, clock) = (10_000_000_000, 5_000_000_000);
+        assert_eq!(super::dated_back(now, clock, 0), (now, clock));
+        assert_eq!(
+            super::dated_back(now, clock, 72_000_000),
+            (now - 72_000_000, clock - 72_000_000)
+        );
+        // The clock wraps in the low 32 bits the start keeps: fine.
+        assert_eq!(
+            super::dated_back(now, 5, 7),
+            (now - 7, 5u64.wrapping_sub(7))
+        );
+        // 2^31 ns or more, or more than ktime: not believed.
+        assert_eq!(super::dated_back(now, clock, 1 << 31), (now, clock));
+        assert_eq!(super::dated_back(1_000, clock, 72_000_000), (1_000, clock));
+        assert_eq!(super::dated_back(now, clock, u64::MAX), (now, clock));
+    }
+
     /// Pairs that take turns on a CPU get entries of their own: one entry per victim made the two
     /// processes of `perf bench sched pipe` in the root cgroup (one victim, two culprits) displace
     /// each other at every switch, +25 % of `sched_switch`.

@@ -257,52 +257,74 @@ fn eviction_under_churn_loses_nothing() -> Result<()> {
 }
 
 /// Sums of one cgroup's numbers over a span of windows.
-/// A window line, when it arrived and the sampled containers' run_delay (ns) at that moment.
-type Window = (Duration, Value, HashMap<u64, u64>);
+/// A window line and when it arrived.
+type Window = (Duration, Value);
 
-/// Reads a line of `s` if one comes within `wait`; keeps a window with the run_delay samples.
-/// Whether a line came.
+/// The sampled containers' run_delay (ns), and when it was read (Unix ms).
+type Sample = (f64, HashMap<u64, u64>);
+
+/// Reads a line of `s` if one comes within `wait`, keeps a window; whether a line came.
 fn read_window(
     s: &mut Stream,
     windows: &mut Vec<Window>,
     wait: Duration,
     started: Instant,
-    node: &Node,
 ) -> Result<bool> {
     let line = s.poll_line(wait)?;
     if let Some(v) = line.as_ref().filter(|v| v["type"] == "window") {
-        windows.push((started.elapsed(), v.clone(), node.sample_run_delay()));
+        windows.push((started.elapsed(), v.clone()));
     }
     Ok(line.is_some())
 }
 
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// `id`'s run_delay (ns) at Unix time `ms`, between the two samples around it.
+fn run_delay_at(samples: &[Sample], id: u64, ms: f64) -> Option<f64> {
+    let i = samples.partition_point(|(at, _)| *at <= ms);
+    let ((t0, a), (t1, b)) = (samples.get(i.checked_sub(1)?)?, samples.get(i)?);
+    let (a, b) = (*a.get(&id)? as f64, *b.get(&id)? as f64);
+    Some(a + (b - a) * (ms - t0) / (t1 - t0).max(1e-3))
+}
+
 /// Per sampled container, its run-queue wait in the windows after the warm-up, the asleep part
 /// of it (a sleep the kernel's run_delay counts as waiting, 6.12+, reported apart) and what
-/// run_delay gained from the first to the last of them: (id, wait + asleep µs, asleep µs,
+/// run_delay gained from the end of the first to the end of the last of them, as the samples
+/// taken every 20 ms put it at each window's `end_unix_ms` (when the daemon read the window's
+/// maps; the line can reach the test hundreds of ms later): (id, wait + asleep µs, asleep µs,
 /// run_delay µs).
-fn waits_against_run_delay(windows: &[Window]) -> Vec<(u64, f64, f64, f64)> {
+fn waits_against_run_delay(windows: &[Window], samples: &[Sample]) -> Vec<(u64, f64, f64, f64)> {
     let span: Vec<&Window> = windows
         .iter()
-        .filter(|(at, _, _)| *at >= Duration::from_secs(5))
+        .filter(|(at, _)| *at >= Duration::from_secs(5))
         .collect();
-    let (Some(first), Some(last)) = (span.first(), span.last()) else {
+    let (Some(first), Some(last), Some((_, ids))) = (span.first(), span.last(), samples.last())
+    else {
         return Vec::new();
     };
+    let end_ms = |w: &Value| w["end_unix_ms"].as_f64().unwrap_or(0.0);
     let mut out = Vec::new();
-    for (id, end) in &last.2 {
-        let Some(start) = first.2.get(id) else {
+    for id in ids.keys() {
+        let (Some(start), Some(end)) = (
+            run_delay_at(samples, *id, end_ms(&first.1)),
+            run_delay_at(samples, *id, end_ms(&last.1)),
+        ) else {
             continue;
         };
         let runq_sum = |field: &str| -> f64 {
             span[1..]
                 .iter()
-                .flat_map(|(_, w, _)| w["cgroups"].as_array().into_iter().flatten())
+                .flat_map(|(_, w)| w["cgroups"].as_array().into_iter().flatten())
                 .filter(|c| c["id"] == *id)
                 .map(|c| c["runq"][field].as_f64().unwrap_or(0.0))
                 .sum()
         };
         let asleep = runq_sum("run_delay_asleep_us");
-        let kernel = end.saturating_sub(*start) as f64 / 1e3;
+        let kernel = (end - start).max(0.0) / 1e3;
         out.push((*id, runq_sum("sum_us") + asleep, asleep, kernel));
     }
     out
@@ -367,21 +389,23 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
         .as_millis() as u64;
     let mut windows: Vec<Window> = Vec::new();
     let mut own_windows: Vec<Window> = Vec::new();
-    // The two streams are read in turn, neither waited on for more than 20 ms, so each window's
-    // run_delay sample is taken as it arrives.
-    let read = |s: &mut Stream, windows: &mut Vec<Window>, wait_ms, node: &Node| {
-        read_window(s, windows, Duration::from_millis(wait_ms), started, node)
+    // The two streams are read in turn, neither waited on for more than 20 ms, and the sampled
+    // containers' run_delay read between.
+    let read = |s: &mut Stream, windows: &mut Vec<Window>, wait_ms| {
+        read_window(s, windows, Duration::from_millis(wait_ms), started)
     };
+    let mut samples: Vec<Sample> = Vec::new();
     let mut last_line = Instant::now();
     let mut rss_at_60 = 0;
     let cpu_start = node::proc_usage(daemon).1;
     while started.elapsed() < run {
-        if read(&mut s, &mut windows, 20, &node)? {
+        if read(&mut s, &mut windows, 20)? {
             last_line = Instant::now();
         } else if last_line.elapsed() > Duration::from_secs(10) {
             bail!("no line from cgtrace within 10 s");
         }
-        while read(&mut own, &mut own_windows, 0, &node)? {}
+        while read(&mut own, &mut own_windows, 0)? {}
+        samples.push((unix_ms(), node.sample_run_delay()));
         if rss_at_60 == 0 && started.elapsed() >= Duration::from_secs(60) {
             rss_at_60 = node::proc_usage(daemon).0;
         }
@@ -395,12 +419,13 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     let settle = Instant::now();
     while settle.elapsed() < Duration::from_secs(25) {
         let before = windows.len();
-        read(&mut s, &mut windows, 20, &node)?;
+        read(&mut s, &mut windows, 20)?;
         if windows.len() > before && settle.elapsed() >= Duration::from_secs(12) {
             let ours = windows[before].1["dying_memcgs"]["total"].as_u64();
             dying.push((ours, dying_memcgs()?));
         }
-        while read(&mut own, &mut own_windows, 0, &node)? {}
+        while read(&mut own, &mut own_windows, 0)? {}
+        samples.push((unix_ms(), node.sample_run_delay()));
     }
     let elapsed = started.elapsed();
     let ticks = cgtrace_tests::workload::clock_ticks() as f64;
@@ -419,7 +444,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     }
 
     // Nothing lost after the warm-up; no episode or wait longer than the run.
-    for (at, w, _) in &windows {
+    for (at, w) in &windows {
         if *at >= Duration::from_secs(11) {
             for (k, v) in losses(w) {
                 problems.push(format!("{k} {v} at {at:?}"));
@@ -443,7 +468,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     // With the blame ledger: every cgroup's parts add up to its wait in every window.
     let (mut blamed, mut wait_us, mut unattributed_us) = (0u64, 0.0, 0.0);
     let mut by_part: std::collections::BTreeMap<&str, f64> = Default::default();
-    for (_, w, _) in &windows {
+    for (_, w) in &windows {
         for c in w["cgroups"].as_array().into_iter().flatten() {
             let b = &c["runq"]["blame"];
             if !b.is_object() {
@@ -503,7 +528,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
 
     // Throttling per throttled pod (its pod and container cgroups) against cpu.stat.
     let mut sums: HashMap<u64, Sums> = HashMap::new();
-    for (_, w, _) in &windows {
+    for (_, w) in &windows {
         for c in w["cgroups"].as_array().into_iter().flatten() {
             let id = c["id"].as_u64().unwrap_or(0);
             let t = &c["throttle"];
@@ -562,7 +587,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     // Run-queue wait per sampled container against run_delay, on both paths: the kernel's stamps
     // (6.18, the recorder) and own stamps (what 5.10-6.12 run).
     for (path, windows) in [("kernel stamps", &windows), ("own stamps", &own_windows)] {
-        for (id, ours, asleep, kernel) in waits_against_run_delay(windows) {
+        for (id, ours, asleep, kernel) in waits_against_run_delay(windows, &samples) {
             let ratio = ours / kernel.max(1.0);
             eprintln!(
                 "sampled {id}, {path}: run-queue wait ours {ours:.0} µs (asleep {asleep:.0}), kernel run_delay {kernel:.0} µs ({ratio:.4})"
@@ -592,7 +617,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
             .collect()
     });
     let mut seen = HashSet::new();
-    for (_, w, _) in windows.iter().rev().take(5) {
+    for (_, w) in windows.iter().rev().take(5) {
         for c in w["cgroups"].as_array().into_iter().flatten() {
             let id = c["id"].as_u64().unwrap_or(0);
             if let Some(want) = live.get(&id) {
@@ -617,7 +642,7 @@ fn node_simulation_matches_the_kernel() -> Result<()> {
     // two loaded CPUs the reader can fall seconds behind the daemon.
     let gone: HashMap<u64, Instant> = node.gone.lock().unwrap().iter().copied().collect();
     let mut behind = Duration::ZERO;
-    for (at, w, _) in &windows {
+    for (at, w) in &windows {
         let ended = w["end_unix_ms"]
             .as_u64()
             .and_then(|ms| ms.checked_sub(started_unix_ms))

@@ -2,8 +2,8 @@
 //! `Config::runq_start_task`), or in the `RUNQ_START` hash (kernels before 6.1).
 use cgtrace_common::{
     counters::{self, Counters},
-    layout::ABSENT,
-    runq::{EVENT_KIND_ASLEEP, RunqStart, WaitKind},
+    layout::{ABSENT, THR_CLOCK_NONE},
+    runq::{EVENT_KIND_ASLEEP, RunqStart, WaitKind, dated_back},
 };
 
 use super::{emit_event, thr_clock::thr_clock_of_task};
@@ -24,12 +24,17 @@ pub fn start_wait<const DIRECT: bool>(
     rq: RqClock,
     throttle_cfs_rq: u64,
 ) {
+    let wakeup = kind as u32 == WaitKind::Wakeup as u32;
     let (leaf_cfs_rq, thr_clock) = thr_clock_of_task::<DIRECT>(task);
-    // Where the kernel's `sched_info` is known: when it stamped the task queued (0: not queued).
-    let queued = if kind as u32 == WaitKind::Wakeup as u32 {
-        last_queued::<DIRECT>(task)
+    // Where no throttled clock is kept, `thr_clock` keeps the kernel's total at the start instead
+    // (see `RunqStart`).
+    let free = layout!(thr_clock_kind) == THR_CLOCK_NONE;
+    // Where the kernel's `sched_info` is known: for a wakeup, its total wait as of now and when it
+    // stamped the task queued (0: not queued).
+    let (total, queued) = if wakeup {
+        kernel_total::<DIRECT>(task, rq.clock)
     } else {
-        0
+        (0, 0)
     };
     // This wakeup enqueued the task when the kernel stamped it with the clock the enqueue used.
     let enqueued_now = queued != 0 && queued == rq.clock;
@@ -43,7 +48,7 @@ pub fn start_wait<const DIRECT: bool>(
         // task's wakeup, switch-out and switch-in. Field by field, the slot cache left as it is:
         // a whole-struct store became a byte-wise memmove call the verifier refuses (a partial
         // fill of a spilled register).
-        unsafe {
+        let base = unsafe {
             // A task switched out still queued and woken before it ran again (preempted on its
             // way to sleep; `ttwu_runnable`) has waited since the switch-out, as the kernel's
             // `run_delay` counts it: the wakeup keeps that start. Re-stamped here, a few such waits
@@ -60,15 +65,35 @@ pub fn start_wait<const DIRECT: bool>(
             {
                 return;
             }
-            (*p).ts_ns = now;
+            let open = (*p).ts_ns != 0;
+            let kept = (*p).thr_clock;
+            let total = if !wakeup && free {
+                kernel_total::<DIRECT>(task, rq.clock).0
+            } else {
+                total
+            };
+            // A task switched out with a start of ours still open was switched in without a
+            // `sched_switch` since (seen on 6.18, docs/accuracy.md): the kernel counted that wait
+            // up to there, what its total gained since the start. The new start is dated back
+            // by it, so its wait is the kernel's.
+            let missed = if !wakeup && free && open {
+                total.wrapping_sub(kept)
+            } else {
+                0
+            };
+            let (ts_ns, clock) = dated_back(now, rq.clock, missed);
+            (*p).ts_ns = ts_ns;
             (*p).kind = kind as u32;
             (*p).throttle_cfs_rq = throttle_cfs_rq;
             (*p).leaf_cfs_rq = leaf_cfs_rq;
-            (*p).thr_clock = thr_clock;
+            (*p).thr_clock = if free { total } else { thr_clock };
             (*p).rq_cpu = rq.cpu as u32;
-            (*p).rq_clock_lo = rq.clock as u32;
-        }
-        asleep_before::<DIRECT>(c, task, pid, now, rq.clock, queued);
+            (*p).rq_clock_lo = clock as u32;
+            // The kernel's total at the task's last switch-in, while no start of ours is open
+            // since (see `take_start`).
+            if open { 0 } else { kept }
+        };
+        asleep_before::<DIRECT>(c, task, pid, now, (total, base), rq.clock, queued);
         return;
     }
     // The same rule as above: a wakeup keeps a queued task's switch-out start.
@@ -84,7 +109,7 @@ pub fn start_wait<const DIRECT: bool>(
     if RUNQ_START.insert(&pid, &start, 0).is_err() {
         count(c, counters::RUNQ_START_FULL);
     }
-    asleep_before::<DIRECT>(c, task, pid, now, rq.clock, queued);
+    asleep_before::<DIRECT>(c, task, pid, now, (total, 0), rq.clock, queued);
 }
 
 /// `sched_info.last_queued` of `task`: the run queue's clock when the kernel last stamped it
@@ -99,24 +124,34 @@ fn last_queued<const DIRECT: bool>(task: *const u8) -> u64 {
     read_unchecked::<DIRECT, true>(task, layout!(task_last_queued))
 }
 
-/// A wakeup whose task the kernel had stamped queued before it (`queued`, older than the clock
-/// `rq_clock` of the enqueue): the stretch from there to the wakeup was sleep that the kernel's
-/// `run_delay` counts as waiting (6.12+, delayed dequeue: a task that went to sleep still queued
-/// and was moved to another CPU is stamped queued there, and its wakeup keeps that stamp). The
-/// wait starts at the wakeup, as on the kernel-stamps path; the sleep is reported apart as an
-/// `EVENT_KIND_ASLEEP` record (the cgroup's `run_delay_asleep_us`), counted as
-/// `RUNQ_ASLEEP_STAMPED`, so waits plus that part are still `run_delay`.
+/// A wakeup of a task the kernel counted queued while it slept (6.12+, delayed dequeue: a task
+/// that went to sleep still queued and was moved to another CPU is stamped queued there; the
+/// move closes the stretch on the CPU it left into `run_delay`, and its wakeup keeps the new
+/// stamp). The wait starts at the wakeup, as on the kernel-stamps path; the sleep is reported
+/// apart as an `EVENT_KIND_ASLEEP` record (the cgroup's `run_delay_asleep_us`), counted as
+/// `RUNQ_ASLEEP_STAMPED`, so waits plus that part are still `run_delay`. The sleep is what the
+/// kernel's total (`total`: `run_delay` and the stretch open now) gained since the task's last
+/// switch-in (`base`, 0: not known — a task seen for the first time, the hash of kernels before
+/// 6.1); without `base`, the stretch open since `queued`, stamped before this wakeup's clock
+/// `rq_clock`, alone.
 #[inline(always)]
 fn asleep_before<const DIRECT: bool>(
     c: *mut Counters,
     task: *const u8,
     pid: u32,
     now: u64,
+    (total, base): (u64, u64),
     rq_clock: u64,
     queued: u64,
 ) {
-    let asleep = rq_clock.wrapping_sub(queued);
-    if queued == 0 || asleep == 0 || asleep >= now {
+    let asleep = if base != 0 && total > base {
+        total - base
+    } else if queued != 0 {
+        rq_clock.wrapping_sub(queued)
+    } else {
+        return;
+    };
+    if asleep == 0 || asleep >= now {
         return;
     }
     count(c, counters::RUNQ_ASLEEP_STAMPED);
