@@ -43,7 +43,7 @@ fn report_names_the_hog_that_delayed_the_sleeper() -> Result<()> {
     let cpu = *allowed_cpus().first().context("an allowed CPU")?;
     let _hog = workload::spin(2, &hog.procs_file(), Some(cpu))?;
     let _sleeper = workload::sleeper(1000, Some(&victim.procs_file()), Some(cpu), false)?;
-    let (code, _, err) = cgtrace(&[
+    let (code, stream, err) = cgtrace(&[
         "record",
         "-o",
         s(&file),
@@ -52,8 +52,25 @@ fn report_names_the_hog_that_delayed_the_sleeper() -> Result<()> {
         "--interval",
         "1000",
         "--blame",
+        "--stream",
     ])?;
     anyhow::ensure!(code == 0, "record failed: {err}");
+    // The part of the sleeper's unattributed wait that is history (a wait already open when
+    // cgtrace attached: the CPU's slices begin then), from the same windows as the stream shows
+    // them; the report folds it into `unattributed_us`.
+    let history: f64 = stream
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|w| w["type"] == "window")
+        .filter_map(|w| w["cgroups"].as_array().cloned())
+        .flatten()
+        .filter(|c| c["path"] == victim.rel.as_str())
+        .map(|c| {
+            c["runq"]["blame"]["unattributed_history_us"]
+                .as_f64()
+                .unwrap_or(0.0)
+        })
+        .sum();
 
     let (code, out, err) = cgtrace(&["report", s(&file), "--json"])?;
     assert_eq!(code, 0, "{err}");
@@ -117,12 +134,16 @@ fn report_names_the_hog_that_delayed_the_sleeper() -> Result<()> {
     );
     // #25: at most 2 % unattributed in a pinned scene. The sleeper wakes 1 000 times a second
     // and its short waits (a few µs when it preempts at once) are charged to the slice they
-    // waited behind (5.18+); what is left is a wait older than the ring. Read 0-0.3 % in 3 runs
-    // (it was 2-18 % while short waits went uncharged and the first window's were lost).
+    // waited behind (5.18+). Read 0-0.3 % in 3 runs (it was 2-18 % while short waits went
+    // uncharged and the first window's were lost), 0 in 6 more; CI on bb438ae read 2.2 % once
+    // (3.4 ms of 154 ms): a wait already open when cgtrace attached has its part before the
+    // attach as history, which depends on where the sleeper was at that instant. The bound is
+    // on the rest.
     let unattributed = f(&row["parts"]["unattributed_us"]);
+    eprintln!("unattributed {unattributed:.0} µs, of it history {history:.0} µs");
     assert!(
-        unattributed <= 0.02 * wait,
-        "unattributed {unattributed} of the sleeper's {wait} µs"
+        unattributed - history <= 0.02 * wait,
+        "unattributed {unattributed} of the sleeper's {wait} µs ({history} µs of it history)"
     );
     assert!(
         f(&top["wait_us"]) >= 0.9 * (wait - unattributed),
