@@ -256,7 +256,6 @@ fn eviction_under_churn_loses_nothing() -> Result<()> {
     Ok(())
 }
 
-/// Sums of one cgroup's numbers over a span of windows.
 /// A window line and when it arrived.
 type Window = (Duration, Value);
 
@@ -330,6 +329,7 @@ fn waits_against_run_delay(windows: &[Window], samples: &[Sample]) -> Vec<(u64, 
     out
 }
 
+/// Sums of one cgroup's numbers over a span of windows.
 #[derive(Default, Debug)]
 struct Sums {
     nr_throttled: u64,
