@@ -233,6 +233,10 @@ pub static READ_NAMES_SCRATCH: PerCpuArray<FileNames> = PerCpuArray::with_max_en
 #[map]
 pub static READ_LOST_INNER: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
+/// The last clock read of the `floor_clock_*` benchmark programs (see `probes::floor`), per CPU.
+#[map]
+pub static FLOOR_CLOCK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Batched wakeups: the reader is woken only when enough bytes are pending (it also drains on a
 /// timer), so its own wakeups cannot feed back into the events it reads.
 #[inline(always)]

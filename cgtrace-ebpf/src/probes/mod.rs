@@ -6,7 +6,8 @@
 //! - `throttle/`: CFS bandwidth throttle episodes, periods, and who burned the quota;
 //! - `reads/`: pseudo-file reads, the rstat flush work inside them, and cgroup churn;
 //! - `capability.rs`: empty programs the loader tries, to learn what the kernel allows;
-//! - `floor.rs`: empty programs on the run-queue hooks, for the benchmark's floor.
+//! - `floor.rs`: programs on the run-queue hooks that measure nothing (empty, or one clock
+//!   read), for the benchmark's floors.
 //!
 //! Each family's `mod.rs` says which of its files does what. Program names (the functions under
 //! `#[btf_tracepoint]`, `#[fentry]`, ...) are what the daemon attaches by: never rename them.

@@ -31,36 +31,71 @@ fn fill_free_slots(ebpf: &mut Ebpf) -> Result<(), LoadError> {
 /// The variants that read kernel fields directly are tried first; if this kernel's verifier
 /// refuses them, the `bpf_probe_read_kernel` variants.
 pub(crate) fn attach(a: &mut Attach<'_>) -> Result<FamilyMode, LoadError> {
-    if std::env::var("CGTRACE_BENCH_FLOOR").is_ok_and(|v| v == "1") {
-        return attach_floor(a.ebpf, a.btf, a.wait_starts);
+    match std::env::var("CGTRACE_BENCH_FLOOR").as_deref() {
+        Ok("1") => attach_floor(a.ebpf, a.btf, a.wait_starts, Floor::Empty),
+        Ok("clock") => attach_floor(a.ebpf, a.btf, a.wait_starts, Floor::Clock),
+        _ => attach_programs(a.ebpf, a.btf, a.layout, a.wait_starts),
     }
-    attach_programs(a.ebpf, a.btf, a.layout, a.wait_starts)
 }
 
-/// `CGTRACE_BENCH_FLOOR=1` (`cargo xtask bench runq`'s floor configurations): empty programs on
-/// the hooks this path uses (sched_switch and sched_wakeup with the kernel's stamps; also
-/// sched_wakeup_new with cgtrace's own), so the benchmark can show what cgtrace costs above any program there. No
-/// wait is measured.
+/// What the programs of a benchmark floor do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// Nothing (`CGTRACE_BENCH_FLOOR=1`).
+    Empty,
+    /// Read the clock once and keep it (`CGTRACE_BENCH_FLOOR=clock`).
+    Clock,
+}
+
+/// `CGTRACE_BENCH_FLOOR=1` or `=clock` (`cargo xtask bench runq`'s floor configurations):
+/// programs that measure nothing on the hooks this path uses (sched_switch and sched_wakeup with
+/// the kernel's stamps; also sched_wakeup_new with cgtrace's own), so the benchmark can show what
+/// cgtrace costs above any program there. With the kernel's stamps only sched_switch reads the
+/// clock (cgtrace's wakeup program does not). No wait is measured.
 fn attach_floor(
     ebpf: &mut Ebpf,
     btf: &AyaBtf,
     wait_starts: WaitStarts,
+    floor: Floor,
 ) -> Result<FamilyMode, LoadError> {
-    let all = [
-        ("floor_sched_switch", "sched_switch"),
-        ("floor_sched_wakeup", "sched_wakeup"),
-        ("floor_sched_wakeup_new", "sched_wakeup_new"),
-    ];
     let stamps = wait_starts == WaitStarts::KernelStamps;
+    let clock = floor == Floor::Clock;
+    let all = [
+        (
+            if clock {
+                "floor_clock_sched_switch"
+            } else {
+                "floor_sched_switch"
+            },
+            "sched_switch",
+        ),
+        (
+            if clock && !stamps {
+                "floor_clock_sched_wakeup"
+            } else {
+                "floor_sched_wakeup"
+            },
+            "sched_wakeup",
+        ),
+        (
+            if clock {
+                "floor_clock_sched_wakeup_new"
+            } else {
+                "floor_sched_wakeup_new"
+            },
+            "sched_wakeup_new",
+        ),
+    ];
     let set = if stamps { &all[..2] } else { &all[..] };
     load_tp_btf(ebpf, btf, set)?;
     attach_tp_btf(ebpf, set)?;
-    let hooks: Vec<&str> = set.iter().map(|(_, tp)| *tp).collect();
+    let programs: Vec<&str> = set.iter().map(|(program, _)| *program).collect();
     Ok(FamilyMode {
         mode: AttachMode::TpBtf,
         detail: format!(
-            "CGTRACE_BENCH_FLOOR=1: empty programs on {} (the benchmark's floor for the {} path); no wait is measured",
-            hooks.join(", "),
+            "CGTRACE_BENCH_FLOOR={}: {} (the benchmark's floor for the {} path); no wait is measured",
+            if clock { "clock" } else { "1" },
+            programs.join(", "),
             if stamps {
                 "kernel-stamps"
             } else {

@@ -47,7 +47,9 @@ pub(crate) struct RunqArgs {
     /// cgtrace-own-no-blame, cgtrace-own-no-blame-stats (the same on the path kernels before
     /// 6.18 take, CGTRACE_RUNQ_WAITS=own); floor, floor-stats,
     /// floor-own, floor-own-stats (empty programs on the same hooks: the tables then show the
-    /// cost above them); baseline (the --baseline binary as a user starts it), baseline-stats,
+    /// cost above them); floor-clock, floor-clock-stats, floor-clock-own, floor-clock-own-stats
+    /// (programs there that only read the clock: what one clock read per run costs above the
+    /// floor); baseline (the --baseline binary as a user starts it), baseline-stats,
     /// baseline-own-stats (it with --bpf-stats, on either path), runqlat,
     /// runqlat-stats (with BPF run-time statistics on, for its ns per run).
     #[arg(
@@ -98,6 +100,17 @@ pub(super) enum Config {
     FloorOwn,
     /// The own-stamps floor with `--bpf-stats`.
     FloorOwnStats,
+    /// `CGTRACE_BENCH_FLOOR=clock`: on the 6.18 path's hooks, programs that only read the clock
+    /// and keep it (sched_switch; the wakeup one stays empty, as cgtrace's reads none): the
+    /// least any tool that times waits pays, above the floor.
+    FloorClock,
+    /// The clock floor with `--bpf-stats`: the clock read's ns per run.
+    FloorClockStats,
+    /// The clock floor on the own-stamps path's hooks (sched_switch, sched_wakeup and
+    /// sched_wakeup_new each read the clock).
+    FloorClockOwn,
+    /// The own-stamps clock floor with `--bpf-stats`.
+    FloorClockOwnStats,
     /// The `--baseline` binary as a user starts it.
     Baseline,
     /// The `--baseline` binary with `--bpf-stats`: a change's ns per program run against the
@@ -112,6 +125,7 @@ pub(super) enum Config {
 
 const OWN: (&str, &str) = ("CGTRACE_RUNQ_WAITS", "own");
 const FLOOR: (&str, &str) = ("CGTRACE_BENCH_FLOOR", "1");
+const FLOOR_CLOCK: (&str, &str) = ("CGTRACE_BENCH_FLOOR", "clock");
 
 impl Config {
     pub(super) fn name(self) -> &'static str {
@@ -131,6 +145,10 @@ impl Config {
             Config::FloorStats => "floor-stats",
             Config::FloorOwn => "floor-own",
             Config::FloorOwnStats => "floor-own-stats",
+            Config::FloorClock => "floor-clock",
+            Config::FloorClockStats => "floor-clock-stats",
+            Config::FloorClockOwn => "floor-clock-own",
+            Config::FloorClockOwnStats => "floor-clock-own-stats",
             Config::Baseline => "baseline",
             Config::BaselineStats => "baseline-stats",
             Config::BaselineOwnStats => "baseline-own-stats",
@@ -147,11 +165,15 @@ impl Config {
             | Config::Baseline
             | Config::CgtraceOwn
             | Config::Floor
-            | Config::FloorOwn => Some(&[]),
+            | Config::FloorOwn
+            | Config::FloorClock
+            | Config::FloorClockOwn => Some(&[]),
             Config::CgtraceStats
             | Config::CgtraceOwnStats
             | Config::FloorStats
             | Config::FloorOwnStats
+            | Config::FloorClockStats
+            | Config::FloorClockOwnStats
             | Config::BaselineStats
             | Config::BaselineOwnStats => Some(&["--bpf-stats"]),
             Config::CgtraceReads => Some(&["--reads-mode", "syscall"]),
@@ -174,6 +196,8 @@ impl Config {
             | Config::BaselineOwnStats => &[OWN],
             Config::Floor | Config::FloorStats => &[FLOOR],
             Config::FloorOwn | Config::FloorOwnStats => &[OWN, FLOOR],
+            Config::FloorClock | Config::FloorClockStats => &[FLOOR_CLOCK],
+            Config::FloorClockOwn | Config::FloorClockOwnStats => &[OWN, FLOOR_CLOCK],
             _ => &[],
         }
     }
@@ -187,16 +211,20 @@ impl Config {
             | Config::CgtraceReads
             | Config::CgtraceEvents
             | Config::CgtraceNoBlame
+            | Config::FloorClock
             | Config::Baseline => Some(Config::Floor),
-            Config::CgtraceStats | Config::CgtraceNoBlameStats | Config::BaselineStats => {
-                Some(Config::FloorStats)
-            }
-            Config::CgtraceOwn | Config::CgtraceOwnNoBlame | Config::Runqlat => {
-                Some(Config::FloorOwn)
-            }
+            Config::CgtraceStats
+            | Config::CgtraceNoBlameStats
+            | Config::FloorClockStats
+            | Config::BaselineStats => Some(Config::FloorStats),
+            Config::CgtraceOwn
+            | Config::CgtraceOwnNoBlame
+            | Config::FloorClockOwn
+            | Config::Runqlat => Some(Config::FloorOwn),
             Config::CgtraceOwnStats
             | Config::CgtraceOwnNoBlameStats
             | Config::RunqlatStats
+            | Config::FloorClockOwnStats
             | Config::BaselineOwnStats => Some(Config::FloorOwnStats),
             Config::Bare
             | Config::Floor
