@@ -197,6 +197,8 @@ mod tests {
             run(Config::Runqlat, 2.6, Some(1.0)),
             run(Config::CgtraceOwn, 2.5, Some(1.0)),
             run(Config::CgtraceStats, 2.4, Some(1.0)),
+            run(Config::FloorClock, 2.2, Some(1.0)),
+            run(Config::FloorClockOwn, 2.4, Some(1.0)),
         ];
         let configs = runs.iter().map(|r| r.config).collect::<Vec<_>>();
         let s = summarize(&configs, &runs);
@@ -210,6 +212,9 @@ mod tests {
         assert_eq!(above(Config::CgtraceOwn), Some(0.15));
         // runqlat's programs sit on the own-stamps path's hooks.
         assert_eq!(above(Config::Runqlat), Some(0.2));
+        // A clock floor is set against the empty programs on its own hooks.
+        assert_eq!(above(Config::FloorClock), Some(0.05));
+        assert_eq!(above(Config::FloorClockOwn), Some(0.1));
         // Its floor (floor-stats) did not run; a floor has none.
         assert_eq!(above(Config::CgtraceStats), None);
         assert_eq!(above(Config::Floor), None);
