@@ -58,12 +58,14 @@ fn report_names_the_hog_that_delayed_the_sleeper() -> Result<()> {
     // The part of the sleeper's unattributed wait that is history (a wait already open when
     // cgtrace attached: the CPU's slices begin then), from the same windows as the stream shows
     // them; the report folds it into `unattributed_us`.
-    let history: f64 = stream
+    let lines: Vec<Value> = stream
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let history: f64 = lines
+        .iter()
         .filter(|w| w["type"] == "window")
-        .filter_map(|w| w["cgroups"].as_array().cloned())
-        .flatten()
+        .flat_map(|w| w["cgroups"].as_array().into_iter().flatten())
         .filter(|c| c["path"] == victim.rel.as_str())
         .map(|c| {
             c["runq"]["blame"]["unattributed_history_us"]

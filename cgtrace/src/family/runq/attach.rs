@@ -59,32 +59,29 @@ fn attach_floor(
     floor: Floor,
 ) -> Result<FamilyMode, LoadError> {
     let stamps = wait_starts == WaitStarts::KernelStamps;
-    let clock = floor == Floor::Clock;
+    // With the kernel's stamps cgtrace's wakeup program reads no clock: the clock floor's stays
+    // empty there.
+    let (switch, wakeup, wakeup_new) = match floor {
+        Floor::Empty => (
+            "floor_sched_switch",
+            "floor_sched_wakeup",
+            "floor_sched_wakeup_new",
+        ),
+        Floor::Clock if stamps => (
+            "floor_clock_sched_switch",
+            "floor_sched_wakeup",
+            "floor_clock_sched_wakeup_new",
+        ),
+        Floor::Clock => (
+            "floor_clock_sched_switch",
+            "floor_clock_sched_wakeup",
+            "floor_clock_sched_wakeup_new",
+        ),
+    };
     let all = [
-        (
-            if clock {
-                "floor_clock_sched_switch"
-            } else {
-                "floor_sched_switch"
-            },
-            "sched_switch",
-        ),
-        (
-            if clock && !stamps {
-                "floor_clock_sched_wakeup"
-            } else {
-                "floor_sched_wakeup"
-            },
-            "sched_wakeup",
-        ),
-        (
-            if clock {
-                "floor_clock_sched_wakeup_new"
-            } else {
-                "floor_sched_wakeup_new"
-            },
-            "sched_wakeup_new",
-        ),
+        (switch, "sched_switch"),
+        (wakeup, "sched_wakeup"),
+        (wakeup_new, "sched_wakeup_new"),
     ];
     let set = if stamps { &all[..2] } else { &all[..] };
     load_tp_btf(ebpf, btf, set)?;
@@ -94,7 +91,10 @@ fn attach_floor(
         mode: AttachMode::TpBtf,
         detail: format!(
             "CGTRACE_BENCH_FLOOR={}: {} (the benchmark's floor for the {} path); no wait is measured",
-            if clock { "clock" } else { "1" },
+            match floor {
+                Floor::Empty => "1",
+                Floor::Clock => "clock",
+            },
             programs.join(", "),
             if stamps {
                 "kernel-stamps"
